@@ -1,0 +1,33 @@
+# cookiecutter-colab: `make demo` bakes a project and runs it; `make test` is the whole test suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/installed.stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test bench lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-6s %s\n", $$1, $$2}'
+
+$(STAMP): requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+demo: $(STAMP)  ## bake the default project into demo/, install it and run its main job
+	$(BIN)/python scripts/demo.py demo
+
+test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake)
+	$(BIN)/python -m pytest tests
+
+bench: $(STAMP)  ## time a default bake with its hooks (benchmark, not a test)
+	$(BIN)/python scripts/bench_bake.py
+
+lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned requirements
+	UV_PYTHON_DOWNLOADS=never $(BIN)/uv pip compile requirements-dev.in --universal --python-version 3.10 --no-annotate --quiet -o requirements-dev.txt
+	UV_PYTHON_DOWNLOADS=never $(BIN)/python scripts/refresh_lock.py
+
+clean:  ## remove the virtual environments, the demo and caches
+	rm -rf $(VENV) .venv-project demo .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

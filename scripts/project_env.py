@@ -1,0 +1,64 @@
+"""Bake the template and give the baked project an environment with its pinned requirements.
+
+Used by `make demo` and by the template's tests, which run what they bake. The environment is
+kept in `.venv-project/` and rebuilt only when the baked lock files change, so a second
+`make test` does not reinstall TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cookiecutter.main import cookiecutter
+
+ROOT = Path(__file__).resolve().parent.parent
+# One environment per distinct lock (the tracker and DVC plugin answers change it); uv links the
+# packages from its cache, so a second environment costs seconds, not another download.
+PROJECT_VENVS = ROOT / ".venv-project"
+LOCKS = ("requirements.txt", "requirements-dev.txt")
+# uv must never try to download an interpreter: only the package registry is reachable here.
+UV_ENV = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def bake(output_dir: Path, **answers: Any) -> Path:
+    """Generate a project with these answers (defaults for the rest); return its folder."""
+    config = Path(tempfile.mkdtemp(prefix="cc-config-")) / "config.yaml"
+    # A private config: replays and cloned templates stay out of the user's home folder.
+    config.write_text(
+        f"cookiecutters_dir: {config.parent / 'cookiecutters'}\nreplay_dir: {config.parent / 'replay'}\n"
+    )
+    return Path(
+        cookiecutter(
+            str(ROOT), no_input=True, extra_context=answers, output_dir=str(output_dir),
+            config_file=str(config),
+        )
+    )
+
+
+def uv() -> str:
+    """The uv installed beside this interpreter (pinned in requirements-dev.txt)."""
+    return str(Path(sys.executable).parent / "uv")
+
+
+def project_python(project: Path) -> Path:
+    """An interpreter with the project's locked requirements and the project installed (editable)."""
+    digest = hashlib.sha256(b"".join((project / name).read_bytes() for name in LOCKS)).hexdigest()
+    venv = PROJECT_VENVS / digest[:16]
+    python = venv / "bin" / "python"
+    stamp = venv / "locks.sha256"
+    if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
+        subprocess.run([uv(), "venv", "--quiet", "--clear", "--python", sys.executable, str(venv)],
+                       check=True, env=UV_ENV)
+        args = [arg for name in LOCKS for arg in ("-r", str(project / name))]
+        subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), *args],
+                       check=True, env=UV_ENV)
+        stamp.write_text(digest)
+    subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "-e", str(project)],
+                   check=True, env=UV_ENV)
+    return python

@@ -1,0 +1,219 @@
+"""Bake the template with every choice of every option and check what comes out."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from cookiecutter.exceptions import FailedHookException
+
+import project_env
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+# Together these use every choice of every option at least once.
+ANSWER_SETS = [
+    {},
+    {"dvc_remote": "gcs", "tracking": "mlflow", "open_source_license": "BSD-3-Clause", "python_version": "3.10"},
+    {"dvc_remote": "gdrive", "tracking": "wandb", "open_source_license": "Apache-2.0", "python_version": "3.12"},
+    {"dvc_remote": "local", "open_source_license": "none", "python_version": "3.13"},
+    {"dvc_remote": "none", "project_name": "Digit Classifier", "github_owner": "ada-lab"},
+]
+DEFAULTS = json.loads((ROOT / "cookiecutter.json").read_text())
+
+# The files every project has, by path relative to the project folder (module: colab_project).
+COMMON_FILES = {
+    ".dvc/.gitignore", ".dvc/config", ".dvcignore", ".gitattributes", ".gitignore",
+    ".pre-commit-config.yaml", "Makefile", "README.md", "pyproject.toml", "params.yaml",
+    "requirements.in", "requirements.txt", "requirements-dev.in", "requirements-dev.txt",
+    "requirements/colab-constraints.txt", "tools/lock.py",
+    "data/raw/.gitkeep", "data/interim/.gitkeep", "data/processed/.gitkeep", "data/external/.gitkeep",
+    "results/models/.gitkeep", "results/metrics/.gitkeep", "results/runs/.gitkeep",
+    "results/figures/.gitkeep", "results/reports/.gitkeep",
+}
+
+
+def answers_of(overrides: dict[str, str]) -> dict[str, str]:
+    """The full set of answers a bake with these overrides gets."""
+    answers = {k: v[0] if isinstance(v, list) else v for k, v in DEFAULTS.items() if not k.startswith("_")}
+    answers.update(overrides)
+    return answers
+
+
+def expected_files(answers: dict[str, str], module: str) -> set[str]:
+    """Exactly the files a project with these answers must have."""
+    files = set(COMMON_FILES)
+    files |= {f"src/{module}/{name}" for name in PACKAGE_FILES}
+    files |= {f"tests/{name}" for name in TEST_FILES}
+    if answers["open_source_license"] != "none":
+        files.add("LICENSE")
+    return files
+
+
+PACKAGE_FILES: set[str] = set()
+TEST_FILES: set[str] = set()
+
+
+def project_files(project: Path) -> set[str]:
+    """Every file in a baked project, outside .git."""
+    return {
+        p.relative_to(project).as_posix()
+        for p in project.rglob("*")
+        if p.is_file() and ".git" not in p.relative_to(project).parts
+    }
+
+
+@pytest.fixture(scope="module", params=range(len(ANSWER_SETS)), ids=lambda i: "-".join(ANSWER_SETS[i].values()) or "defaults")
+def baked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    overrides = ANSWER_SETS[request.param]
+    return answers_of(overrides), project_env.bake(tmp_path_factory.mktemp("bake"), **overrides)
+
+
+def test_file_set_is_exact(baked: tuple[dict, Path]) -> None:
+    answers, project = baked
+    module = project.name.replace("-", "_")
+    found = project_files(project)
+    # The package and its tests are filled by later work: check them by what exists in the template.
+    template_pkg = ROOT / "{{cookiecutter.project_slug}}" / "src" / "{{cookiecutter.module_name}}"
+    PACKAGE_FILES.update(p.relative_to(template_pkg).as_posix() for p in template_pkg.rglob("*.py"))
+    template_tests = ROOT / "{{cookiecutter.project_slug}}" / "tests"
+    TEST_FILES.update(p.relative_to(template_tests).as_posix() for p in template_tests.rglob("*") if p.is_file())
+    expected = expected_files(answers, module)
+    assert found - expected == set(), "unexpected files"
+    assert expected - found == set(), "missing files"
+
+
+def test_nothing_left_unrendered(baked: tuple[dict, Path]) -> None:
+    _, project = baked
+    for name in project_files(project):
+        text = (project / name).read_text(errors="replace")
+        for marker in ("{{", "{%", "{#"):
+            assert marker not in text, f"{name} still holds {marker!r}"
+        assert not re.search(r"cookiecutter\.[a-z_]+", text), f"{name} names a template variable"
+
+
+def test_every_file_parses(baked: tuple[dict, Path]) -> None:
+    _, project = baked
+    for name in project_files(project):
+        path = project / name
+        if path.suffix == ".py":
+            compile(path.read_text(), name, "exec")
+        elif path.suffix in (".yaml", ".yml"):
+            yaml.safe_load(path.read_text())
+        elif path.suffix == ".toml":
+            tomllib.loads(path.read_text())
+        elif path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".ipynb":
+            nbformat.validate(nbformat.read(path, as_version=4))
+    configparser.ConfigParser().read_string((project / ".dvc" / "config").read_text())
+
+
+def test_answers_reach_the_project(baked: tuple[dict, Path]) -> None:
+    answers, project = baked
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    assert pyproject["name"] == project.name
+    assert pyproject["requires-python"] == f">={answers['python_version']}"
+    assert pyproject["authors"] == [{"name": answers["author_name"], "email": answers["author_email"]}]
+    assert f"github.com/{answers['github_owner']}/{project.name}" in pyproject["urls"]["Repository"]
+    if answers["open_source_license"] == "none":
+        assert "license" not in pyproject
+    else:
+        assert pyproject["license"] == answers["open_source_license"]
+        assert answers["author_name"] in (project / "LICENSE").read_text() or answers["open_source_license"] == "Apache-2.0"
+    dvc = configparser.ConfigParser()
+    dvc.read_string((project / ".dvc" / "config").read_text())
+    remote = "'remote \"storage\"'"  # DVC writes the section as ['remote "storage"']
+    if answers["dvc_remote"] == "none":
+        assert remote not in dvc.sections() and "remote" not in dvc["core"]
+    else:
+        assert dvc["core"]["remote"] == "storage"
+        url = dvc[remote]["url"]
+        prefix = {"drive": "/content/drive/MyDrive/", "gcs": "gs://", "gdrive": "gdrive://", "local": "../"}
+        assert url.startswith(prefix[answers["dvc_remote"]])
+
+
+def test_git_repository_on_main(baked: tuple[dict, Path]) -> None:
+    _, project = baked
+    head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=project, capture_output=True, text=True)
+    assert head.stdout.strip() == "refs/heads/main"
+
+
+def test_make_lists_every_target(default_project: Path) -> None:
+    out = subprocess.run(["make"], cwd=default_project, capture_output=True, text=True, check=True).stdout
+    for target in ("setup", "hooks", "data", "train", "evaluate", "repro", "test", "lint", "notebooks", "lock", "clean"):
+        assert re.search(rf"make {target} +\S", out), f"`make` does not list {target}:\n{out}"
+
+
+BAD_ANSWERS = [
+    ({"project_name": "   "}, "project_name"),
+    ({"project_slug": "../escape"}, "project_slug"),
+    ({"project_slug": "My Project"}, "project_slug"),
+    ({"project_slug": "9lives"}, "project_slug"),
+    ({"project_slug": "trailing-"}, "project_slug"),
+    ({"project_slug": ""}, "project_slug"),
+    ({"module_name": "my-module"}, "module_name"),
+    ({"module_name": "class"}, "module_name"),
+    ({"module_name": "json"}, "module_name"),
+    ({"module_name": "os"}, "module_name"),
+    ({"module_name": "tensorflow"}, "module_name"),
+    ({"module_name": "keras"}, "module_name"),
+    ({"module_name": "dvc"}, "module_name"),
+    ({"author_email": "not-an-email"}, "author_email"),
+    ({"author_email": "a@b"}, "author_email"),
+    ({"python_version": "3.9"}, "python_version"),
+    ({"python_version": "3.14"}, "python_version"),
+    ({"github_owner": "-leading-hyphen"}, "github_owner"),
+    ({"github_owner": "double--hyphen"}, "github_owner"),
+    ({"github_owner": "x" * 40}, "github_owner"),
+    ({"github_owner": "under_score"}, "github_owner"),
+    ({"description": "two\nlines"}, "description"),
+]
+
+
+@pytest.mark.parametrize(("answers", "field"), BAD_ANSWERS, ids=[f"{f}={list(a.values())[0]!r}"[:40] for a, f in BAD_ANSWERS])
+def test_bad_answer_refused_leaving_nothing(answers: dict, field: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FailedHookException) as refused:
+        project_env.bake(out, **answers)
+    message = str(refused.value)
+    assert message.startswith(f"{field}: ") and "\n" not in message and "example: " in message
+    assert list(out.iterdir()) == []
+    assert not (tmp_path / "escape").exists()
+
+
+def test_bad_answer_on_the_command_line_is_one_line(tmp_path: Path) -> None:
+    cli = Path(sys.executable).parent / "cookiecutter"
+    run = subprocess.run([str(cli), "--no-input", "-o", str(tmp_path), str(ROOT), "project_slug=../x"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("project_slug: "), lines
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replay_with_bad_answers_is_refused_by_the_hook(tmp_path: Path) -> None:
+    # --replay skips the questions (and their checks): the pre-generation hook refuses instead.
+    from cookiecutter.main import cookiecutter
+
+    context = {"cookiecutter": {**answers_of({}), "project_slug": "bad slug", "__answers": "ok", "_extensions": DEFAULTS["_extensions"],
+                                "_copy_without_render": DEFAULTS["_copy_without_render"]}}
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(context))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(FailedHookException):
+        cookiecutter(str(ROOT), replay=str(replay), output_dir=str(out))
+    assert list(out.iterdir()) == []
