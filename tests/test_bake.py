@@ -38,7 +38,7 @@ COMMON_FILES = {
     ".pre-commit-config.yaml", "Makefile", "README.md", "pyproject.toml", "params.yaml",
     "requirements.in", "requirements.txt", "requirements-dev.in", "requirements-dev.txt",
     "requirements/colab-constraints.txt", "tools/lock.py",
-    "data/raw/.gitkeep", "data/interim/.gitkeep", "data/processed/.gitkeep", "data/external/.gitkeep",
+    "data/interim/.gitkeep", "data/external/.gitkeep",
     "results/models/.gitkeep", "results/metrics/.gitkeep", "results/runs/.gitkeep",
     "results/figures/.gitkeep", "results/reports/.gitkeep",
 }
