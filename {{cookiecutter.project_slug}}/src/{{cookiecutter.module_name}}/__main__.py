@@ -1,0 +1,207 @@
+"""Command line: `python -m <module> COMMAND [--params FILE] [--set KEY=VALUE ...]`.
+
+Each command is one small function that calls one module; add a command by writing a
+`cmd_<name>` function and registering it in `build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from .checkpoints import CheckpointMismatch
+from .config import ConfigError, Params, load_params
+from .manifest import ManifestMismatch
+from .staging import StagingError
+from .strategy import StrategyError
+
+# TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notices) drown the useful output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PROG = f"python -m {__package__}"
+
+
+def cmd_train(args: argparse.Namespace, params: Params) -> int:
+    """Train, resuming the run named `run_name` unless --fresh."""
+    from .trainer import train
+
+    # The command to continue after a stop: the same one, without --fresh.
+    argv = [a for a in (args.argv or []) if a != "--fresh"]
+    resume = shlex.join([*PROG.split(), *argv])
+    result = train(params, Path(args.params).resolve().parent, args.fresh, resume)
+    return result.exit_code
+
+
+def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
+    """Write data/raw, the seeded split in data/processed and data/manifest.json."""
+    from .prepare import prepare
+
+    prepare(params, Path(args.params).resolve().parent)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
+    """Evaluate results/models/model.keras on the test split."""
+    from .evaluate import evaluate
+
+    evaluate(params, Path(args.params).resolve().parent)
+    return 0
+
+
+def cmd_stage(args: argparse.Namespace, params: Params) -> int:
+    """Copy SRC to DEST (fast local disk), skipping what is already there."""
+    from .staging import stage
+
+    print(stage(args.src, args.dest, verify=args.verify).summary())
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace, params: Params) -> int:
+    """Throughput of model.fit vs this trainer vs a fused loop."""
+    from .bench import run_bench
+
+    if args.epochs < 2 or args.examples < 1 or args.batch_size < 1:
+        raise ConfigError(
+            "bench: needs --epochs >= 2 (the first one is warm-up) and positive --examples and "
+            "--batch-size (example: --epochs 4)"
+        )
+    run_bench(params, examples=args.examples, epochs=args.epochs, batch_size=args.batch_size)
+    return 0
+
+
+def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
+    """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
+    from .vertex import run_vertex
+
+    params_file = Path(args.params).resolve()
+    return run_vertex(
+        params, params_file.parent, args.dry_run, args.output, args.overrides, params_file
+    )
+
+
+def cmd_env(args: argparse.Namespace, params: Params) -> int:
+    """Print the environment (packages, TensorFlow build, devices, git, data) and save it."""
+    from .environment import log_environment
+
+    project_dir = Path(args.params).resolve().parent
+    log_environment(project_dir, args.output, packages=not args.brief)
+    return 0
+
+
+def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
+    """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
+    from .notebooks import NotebookError, parse_parameters, run_notebooks
+
+    project_dir = Path(args.params).resolve().parent
+    try:
+        run_notebooks(project_dir, parse_parameters(args.parameter), args.only, args.timeout)
+    except (NotebookError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_hooks(args: argparse.Namespace, params: Params) -> int:
+    """Register nbstripout (git filter), nbdime (diff/merge drivers) and pre-commit."""
+    from .githooks import install
+
+    for line in install(Path(args.params).resolve().parent):
+        print(line)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--params", default="params.yaml", help="params file (default: %(default)s)"
+    )
+    common.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a params key, e.g. --set train.epochs=5 (repeatable)",
+    )
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
+    p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("prepare", parents=[common], help="write data/raw, the split, the manifest")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("stage", parents=[common], help="copy data to fast local disk (resumable)")
+    p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")
+    p.add_argument("dest", help="folder on local disk, e.g. /content/data")
+    p.add_argument("--verify", action="store_true", help="re-hash every file on both sides")
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("bench", parents=[common], help="compare training speeds (about 1 minute)")
+    p.add_argument("--examples", type=int, default=60_000, help="synthetic examples")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=64, help="per replica")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
+    p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
+    p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
+    p.set_defaults(func=cmd_vertex)
+
+    p = sub.add_parser("env", parents=[common], help="print and save the environment")
+    p.add_argument("--output", default=None, help="file (default: results/environment.json)")
+    p.add_argument("--brief", action="store_true", help="print the summary, not every package")
+    p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("notebooks", parents=[common], help="run the notebooks, write HTML reports")
+    p.add_argument(
+        "-p",
+        dest="parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="notebook parameter, e.g. -p epochs=1 (repeatable)",
+    )
+    p.add_argument("--only", nargs="+", default=None, metavar="PREFIX", help="e.g. --only 01 02")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    p.set_defaults(func=cmd_notebooks)
+
+    p = sub.add_parser("hooks", parents=[common], help="register the git hooks (nbstripout, ...)")
+    p.set_defaults(func=cmd_hooks)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    try:
+        params = load_params(args.params, args.overrides)
+        return args.func(args, params)
+    except (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except StrategyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
+            print(
+                f"error: {exc.name} is not installed. Run `pip install -r requirements.txt` "
+                "(Colab's TPU runtime ships no TensorFlow; a GPU runtime has it).",
+                file=sys.stderr,
+            )
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

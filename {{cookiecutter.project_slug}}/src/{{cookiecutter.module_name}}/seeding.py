@@ -1,0 +1,38 @@
+"""One seed for every random number generator the project touches."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+
+import numpy as np
+
+
+def seed_everything(seed: int, deterministic: bool) -> list[str]:
+    """Seed Python, NumPy, TensorFlow/Keras (and torch if installed); return what was seeded.
+
+    `deterministic` also turns on TensorFlow op determinism: ops then pick deterministic kernels
+    (or raise if they have none), so the same seed gives bit-identical results on the same
+    hardware and software, at some speed cost (see the README).
+    """
+    import keras
+    import tensorflow as tf
+
+    # Only child processes see this; the current interpreter's hash seed is fixed at start.
+    os.environ.setdefault("PYTHONHASHSEED", str(seed))
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 (code that uses the legacy global RNG)
+    keras.utils.set_random_seed(seed)  # Python, NumPy, TensorFlow and Keras' global seed
+    seeded = ["python", "numpy", "tensorflow", "keras"]
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            torch.manual_seed(seed)  # also seeds every CUDA device, lazily
+            seeded.append("torch")
+        except Exception as exc:  # a broken torch install must not stop a TensorFlow run
+            print(f"WARNING: could not seed torch: {exc}", flush=True)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return seeded

@@ -1,0 +1,145 @@
+"""Where things live: the storage root for what must outlive a Colab VM, and the results folder.
+
+- Storage root: `$PROJECT_STORAGE_DIR` if set; on Colab the mounted Drive folder
+  `/content/drive/MyDrive/<project_slug>`; else the project folder.
+- Checkpoints: `<storage>/checkpoints/<run_name>/` (they must survive a disconnect).
+- Results (model, metrics, TensorBoard logs): `<project>/results/`, tracked by DVC and git;
+  `$PROJECT_RESULTS_DIR` instead when set (a Vertex AI job sets it to its bucket).
+- Either variable may be `gs://bucket/prefix`: read through Cloud Storage FUSE (`/gcs/...`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ConfigError
+
+PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
+COLAB_DRIVE = Path("/content/drive/MyDrive")
+
+
+class StorageError(ConfigError):
+    """A storage location that cannot be used here; the message is one line for the user
+    (a ConfigError, so the command line prints it as `error: ...`)."""
+
+
+def on_colab() -> bool:
+    """True inside a Google Colab runtime."""
+    if "COLAB_RELEASE_TAG" in os.environ:
+        return True
+    try:
+        return importlib.util.find_spec("google.colab") is not None
+    except ModuleNotFoundError:  # a `google` namespace package without `colab`
+        return False
+
+
+def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
+    """A folder given by the user as a path or as `gs://bucket/prefix`.
+
+    A `gs://` URL is read through Cloud Storage FUSE, which Vertex AI mounts at `/gcs/<bucket>`
+    in every training replica: plain file I/O (atomic renames, fsync, CRC checks) then works
+    unchanged. `$PROJECT_GCS_MOUNT` changes that root (tests, or your own `gcsfuse` mount).
+    """
+    if not location.startswith("gs://"):
+        return Path(location).expanduser()
+    bucket_and_prefix = location[len("gs://") :].strip("/")
+    mount = Path(os.environ.get("PROJECT_GCS_MOUNT", "/gcs"))
+    if not bucket_and_prefix or not mount.is_dir():
+        raise StorageError(
+            f"{variable}={location}: a gs:// location is read through Cloud Storage FUSE at "
+            f"{mount}/<bucket> (Vertex AI mounts it); none is here. Mount the bucket with "
+            f"gcsfuse and give its folder (example: {variable}=/mnt/my-bucket/{PROJECT_SLUG})"
+        )
+    return mount / bucket_and_prefix
+
+
+def mount_drive(mountpoint: str = "/content/drive") -> bool:
+    """Mount Google Drive on Colab (asks for consent once); True when `MyDrive` is then there.
+
+    It works only in the notebook's own Python (a `!python ...` subprocess cannot show the consent
+    dialog); when mounting fails or is refused, say so in one line and return False.
+    """
+    try:
+        from google.colab import drive  # type: ignore[import-not-found]
+
+        drive.mount(mountpoint)
+    except Exception as exc:  # refused consent, a subprocess without the kernel, a timeout
+        print(
+            f"NOTE: could not mount Google Drive ({type(exc).__name__}: "
+            f"{(str(exc).strip().splitlines() or [''])[0]}). Run "
+            "`from google.colab import drive; drive.mount('/content/drive')` in a notebook "
+            "cell and accept, or set PROJECT_STORAGE_DIR.",
+            flush=True,
+        )
+        return False
+    return COLAB_DRIVE.is_dir()
+
+
+def storage_root(project_dir: Path) -> Path:
+    """The folder for checkpoints and caches (see the module docstring for the rule)."""
+    env = os.environ.get("PROJECT_STORAGE_DIR")
+    if env:
+        return local_path(env, "PROJECT_STORAGE_DIR")
+    if on_colab():
+        if COLAB_DRIVE.is_dir() or mount_drive():
+            return COLAB_DRIVE / PROJECT_SLUG
+        print(
+            "WARNING: Google Drive is not mounted, so checkpoints go to the VM's disk and are lost "
+            "when the runtime disconnects. Mount it first: "
+            "from google.colab import drive; drive.mount('/content/drive')",
+            flush=True,
+        )
+    return project_dir
+
+
+def results_root(project_dir: Path) -> Path:
+    """`$PROJECT_RESULTS_DIR` if set (a Vertex AI job points it into its bucket: the container's
+    own disk is gone when the job ends), else `<project>/results`."""
+    env = os.environ.get("PROJECT_RESULTS_DIR")
+    return local_path(env, "PROJECT_RESULTS_DIR") if env else project_dir / "results"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Every path one training run writes."""
+
+    checkpoints: Path  # where this worker saves
+    restore_from: Path  # where every worker restores from (the chief's folder: shared storage)
+    tensorboard: Path
+    model_file: Path
+    metrics_file: Path
+    scratch: Path | None = None  # a temporary folder to delete at the end (non-chief workers)
+
+    def cleanup(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def run_paths(project_dir: Path, run_name: str, is_chief: bool = True) -> RunPaths:
+    """Paths for `run_name`. Only the chief writes the real ones; other workers of a multi-worker
+    run get a temporary folder: TensorFlow needs every worker to save (the saves are collective),
+    but two workers must never write the same files."""
+    checkpoints = storage_root(project_dir) / "checkpoints" / run_name
+    if not is_chief:
+        scratch = Path(tempfile.mkdtemp(prefix=f"{PROJECT_SLUG}-worker-"))
+        return RunPaths(
+            checkpoints=scratch / "checkpoints",
+            restore_from=checkpoints,
+            tensorboard=scratch / "tensorboard",
+            model_file=scratch / "model.keras",
+            metrics_file=scratch / "train.json",
+            scratch=scratch,
+        )
+    results = results_root(project_dir)
+    return RunPaths(
+        checkpoints=checkpoints,
+        restore_from=checkpoints,
+        tensorboard=results / "tensorboard" / run_name,
+        model_file=results / "models" / "model.keras",
+        metrics_file=results / "metrics" / "train.json",
+    )

@@ -1,0 +1,239 @@
+"""Hardware discovery and the choice of a tf.distribute strategy.
+
+`choose_plan` is a pure function of what was found and of `distribute.*`, so the rules can be
+tested with faked hardware. `make_strategy` applies the plan. Call it first in a program: device
+settings (logical CPUs, visible GPUs, memory growth) only work before TensorFlow initialises,
+and MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+
+from .config import DistributeConfig
+
+
+class StrategyError(RuntimeError):
+    """The hardware cannot do what `distribute.*` asks; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What this machine offers, found without initialising TensorFlow."""
+
+    gpus: int = 0
+    tpu: bool = False
+    tf_config: dict | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `make_strategy` builds."""
+
+    kind: str  # "tpu" | "multiworker" | "mirrored" | "default"
+    gpus: tuple[int, ...] = ()  # physical GPU indices made visible (all when empty)
+    logical_cpus: int = 0  # split the CPU into this many devices (mirrored on CPU)
+    notes: tuple[str, ...] = field(default=())  # messages to print
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """The strategy that was built, for printing and for the trainer."""
+
+    name: str
+    replicas: int
+    device: str  # "TPU" | "GPU" | "CPU"
+    is_chief: bool
+    workers: int = 1
+
+
+def tpu_present() -> bool:
+    """A TPU device on this VM (checked from files and variables: no TensorFlow needed)."""
+    if glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"):
+        return True
+    return any(os.environ.get(k) for k in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_NAME"))
+
+
+def detect_hardware() -> Hardware:
+    """List GPUs (this does not initialise TensorFlow), look for a TPU and read TF_CONFIG."""
+    import tensorflow as tf
+
+    tf_config = None
+    if os.environ.get("TF_CONFIG"):
+        try:
+            tf_config = json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as exc:
+            raise StrategyError(f"TF_CONFIG is not valid JSON: {exc}") from None
+    return Hardware(
+        gpus=len(tf.config.list_physical_devices("GPU")), tpu=tpu_present(), tf_config=tf_config
+    )
+
+
+def choose_plan(hw: Hardware, cfg: DistributeConfig) -> Plan:
+    """The rules. `auto`: TPU -> TF_CONFIG (multi-worker) -> GPUs -> logical CPUs -> default."""
+    bad = [i for i in cfg.gpus if i >= hw.gpus]
+    if bad and hw.gpus:
+        raise StrategyError(
+            f"distribute.gpus: GPU {bad[0]} does not exist ({hw.gpus} found, numbered from 0; "
+            f"example: --set distribute.gpus=[0])"
+        )
+    gpus = tuple(cfg.gpus) if hw.gpus else ()
+    kind = cfg.strategy
+    if kind == "tpu" and not hw.tpu:
+        raise StrategyError(
+            "distribute.strategy: tpu, but no TPU was found on this machine "
+            "(example: --set distribute.strategy=auto)"
+        )
+    if kind == "auto":
+        if hw.tpu:
+            kind = "tpu"
+        elif hw.tf_config:
+            kind = "multiworker"
+        elif hw.gpus or cfg.logical_cpus >= 2:
+            kind = "mirrored"
+        else:
+            kind = "default"
+    notes = []
+    logical = 0
+    if kind == "mirrored" and not hw.gpus:
+        logical = cfg.logical_cpus if cfg.logical_cpus >= 2 else 0
+    if cfg.logical_cpus >= 2 and (hw.gpus or kind in ("tpu", "default")):
+        notes.append(
+            "distribute.logical_cpus is ignored: it only applies to MirroredStrategy on CPU"
+        )
+    return Plan(kind=kind, gpus=gpus, logical_cpus=logical, notes=tuple(notes))
+
+
+def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]:
+    """The Keras dtype policy for `train.mixed_precision` on `device`, and a notice if any."""
+    if not enabled:
+        return "float32", None
+    if device == "GPU":
+        return "mixed_float16", None
+    if device == "TPU":
+        return "mixed_bfloat16", None
+    return "float32", "train.mixed_precision is ignored on CPU (it would only be slower)"
+
+
+def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[object, StrategyInfo]:
+    """Detect the hardware, choose a plan, configure the devices and build the strategy."""
+    import tensorflow as tf
+
+    hw = hw or detect_hardware()
+    plan = choose_plan(hw, cfg)
+    found = (
+        f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, "
+        f"TF_CONFIG {'set' if hw.tf_config else 'not set'}"
+    )
+    for note in plan.notes:
+        print(f"Note: {note}", flush=True)
+    if plan.kind == "tpu":
+        try:
+            strategy = _tpu_strategy(tf)
+            device = "TPU"
+        except StrategyError as exc:
+            if cfg.strategy == "tpu":
+                raise
+            print(f"WARNING: {exc}; continuing without it.", flush=True)
+            plan = choose_plan(Hardware(hw.gpus, False, hw.tf_config), cfg)
+    if plan.kind != "tpu":
+        _configure_devices(tf, plan, cfg.memory_growth)
+        device = "GPU" if hw.gpus else "CPU"
+        if plan.kind == "multiworker":
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        elif plan.kind == "mirrored":
+            if hw.gpus:
+                devices = [d.name for d in tf.config.list_logical_devices("GPU")]
+            else:
+                cpus = tf.config.list_logical_devices("CPU")
+                devices = [d.name for d in cpus[: max(plan.logical_cpus, 1)]]
+            strategy = tf.distribute.MirroredStrategy(devices)
+        else:
+            strategy = tf.distribute.get_strategy()
+    names = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
+             "_DefaultDistributionStrategy": "the default strategy"}  # fmt: skip
+    info = StrategyInfo(
+        name=names.get(type(strategy).__name__, type(strategy).__name__),
+        replicas=strategy.num_replicas_in_sync,
+        device=device,
+        is_chief=is_chief(strategy),
+        workers=_workers(strategy),
+    )
+    where = f"{info.workers} workers, " if info.workers > 1 else ""
+    replicas = f"{info.replicas} replica{'s' if info.replicas != 1 else ''}"
+    print(
+        f"{found} -> {info.name} on {device}: {where}{replicas} "
+        f"(distribute.strategy={cfg.strategy})",
+        flush=True,
+    )
+    return strategy, info
+
+
+# tf.distribute.MultiWorkerMirroredStrategy is an alias: the object's class is
+# CollectiveAllReduceStrategy, so a check on the public name alone never matches.
+_MULTIWORKER_CLASSES = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
+
+
+def is_chief(strategy: object) -> bool:
+    """The worker that writes checkpoints and results: `chief`, else worker 0 (TF's convention)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if type(strategy).__name__ not in _MULTIWORKER_CLASSES or resolver is None:
+        return True
+    if not resolver.task_type or resolver.task_type == "chief":
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
+def _workers(strategy: object) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if type(strategy).__name__ not in _MULTIWORKER_CLASSES or resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return sum(len(spec.get(job, [])) for job in ("chief", "worker")) or 1
+
+
+def _configure_devices(tf, plan: Plan, memory_growth: bool) -> None:
+    """Visible GPUs, memory growth and logical CPUs: possible only before TensorFlow starts."""
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+        if gpus:
+            chosen = [gpus[i] for i in plan.gpus] if plan.gpus else gpus
+            tf.config.set_visible_devices(chosen, "GPU")
+            for gpu in chosen:
+                # Grow on demand instead of taking all memory at start: lets a notebook kernel
+                # and this run share the GPU. Turn off with distribute.memory_growth: false.
+                tf.config.experimental.set_memory_growth(gpu, memory_growth)
+        if plan.logical_cpus >= 2:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * plan.logical_cpus
+            )
+    except RuntimeError:
+        # TensorFlow already started (e.g. a second run in one notebook kernel): keep its setup.
+        have = len(tf.config.list_logical_devices("CPU"))
+        if plan.logical_cpus > have:
+            print(
+                f"WARNING: TensorFlow was already initialised with {have} CPU device(s); "
+                f"restart the runtime to split the CPU into {plan.logical_cpus}.",
+                flush=True,
+            )
+
+
+def _tpu_strategy(tf):
+    """TPUStrategy on the TPU of this VM, or StrategyError saying why not."""
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    except Exception as exc:  # TF raises several kinds here (NotFound, InvalidArgument, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StrategyError(
+            "A TPU was found but this TensorFlow cannot use it (Colab's TPU runtime ships no "
+            "TensorFlow; install the `tensorflow-tpu` build matching TensorFlow "
+            f"{tf.__version__}, or pick a GPU runtime). TensorFlow said: {first}"
+        ) from None

@@ -1,0 +1,112 @@
+"""params.yaml loading, --set overrides and their error messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT, cli_env
+
+from {{ cookiecutter.module_name }}.config import ConfigError, Params, load_params
+
+PARAMS = PROJECT / "params.yaml"
+
+
+def test_template_params_load_with_the_keys_the_checks_use() -> None:
+    p = load_params(PARAMS)
+    assert isinstance(p, Params)
+    assert isinstance(p.seed, int) and isinstance(p.run_name, str)
+    assert p.train.batch_size > 0 and p.train.epochs > 0
+    assert p.train.checkpoint_every_steps > 0 and p.train.steps_per_execution > 0
+    assert isinstance(p.train.mixed_precision, bool)
+    assert p.train.time_budget_minutes >= 0
+    assert p.distribute.strategy == "auto"
+    assert isinstance(p.distribute.logical_cpus, int)
+    assert isinstance(p.repro.deterministic, bool)
+
+
+def test_overrides_are_typed_like_yaml() -> None:
+    p = load_params(
+        PARAMS,
+        [
+            "train.batch_size=64",
+            "train.mixed_precision=true",
+            "train.learning_rate=3e-4",
+            "train.time_budget_minutes=1",
+            "distribute.gpus=[0, 1]",
+            "run_name=2024",
+            "distribute.strategy=mirrored",
+        ],
+    )
+    assert p.train.batch_size == 64
+    assert p.train.mixed_precision is True
+    assert p.train.learning_rate == pytest.approx(3e-4)
+    assert p.train.time_budget_minutes == 1.0
+    assert p.distribute.gpus == [0, 1]
+    assert p.run_name == "2024"
+    assert p.distribute.strategy == "mirrored"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "train.batch_size=abc",
+            "train.batch_size: expected a positive integer, got 'abc' "
+            "(example: --set train.batch_size=64)",
+        ),
+        ("train.batch_size=0", "train.batch_size: expected a positive integer, got 0"),
+        ("train.epochs=2.5", "train.epochs: expected a positive integer, got 2.5"),
+        ("train.mixed_precision=maybe", "train.mixed_precision: expected true or false"),
+        ("distribute.strategy=gpu", "distribute.strategy: expected one of auto / mirrored"),
+        ("distribute.gpus=0", "distribute.gpus: expected a list of integers >= 0"),
+        ("train.learning_rate=-1", "train.learning_rate: expected a number > 0.0"),
+        ("run_name=a/b", "run_name: expected letters, digits"),
+        ("train.batchsize=64", "train.batchsize: unknown key (known here: epochs, batch_size"),
+        ("trian.epochs=1", "trian: unknown key"),
+        ("train=5", "train: expected a section of keys, got 5"),
+        ("train.epochs", "--set 'train.epochs': expected KEY=VALUE"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_params(PARAMS, [override])
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_key_in_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "params.yaml"
+    bad.write_text(PARAMS.read_text() + "\nextra_key: 1\n")
+    with pytest.raises(ConfigError, match=r"^extra_key: unknown key"):
+        load_params(bad)
+
+
+def test_missing_or_broken_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="params file not found"):
+        load_params(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(broken)
+
+
+def test_cli_config_error_is_one_line_exit_2(tmp_path: Path) -> None:
+    """No traceback, exit code 2, the key and an example (and no TensorFlow import needed)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "{{ cookiecutter.module_name }}", "train", "--set", "train.batch_size=abc"],
+        cwd=PROJECT,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "error: train.batch_size: expected a positive integer, got 'abc' "
+        "(example: --set train.batch_size=64)"
+    ]
+    assert "Traceback" not in proc.stdout + proc.stderr

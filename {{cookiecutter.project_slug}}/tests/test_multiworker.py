@@ -1,0 +1,90 @@
+"""Two workers on 127.0.0.1 train together under MultiWorkerMirroredStrategy (from TF_CONFIG).
+
+The chief/worker form (Vertex AI's) is exercised in test_chief_worker.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT, TINY, cli, cli_env, sets
+
+from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.trainer import EXIT_BUDGET
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _run_cluster(
+    tmp_path: Path, storage: Path, extra: list[list[str]]
+) -> list[tuple[Path, int, str]]:
+    """Start worker 0 and worker 1 (worker 0 is the chief), each in its own project copy (as on
+    separate machines) with the shared `storage`; return (project, exit code, output) for each."""
+    a, b = (f"127.0.0.1:{p}" for p in _free_ports(2))
+    procs = []
+    for index in (0, 1):
+        project = tmp_path / f"worker{index}"
+        project.mkdir(exist_ok=True)
+        shutil.copy(PROJECT / "params.yaml", project)
+        tf_config = json.dumps(
+            {"cluster": {"worker": [a, b]}, "task": {"type": "worker", "index": index}}
+        )
+        args = ["train", *sets([*TINY, "train.batch_size=16", "run_name=mw", *extra[index]])]
+        procs.append((project, cli(args, project, cli_env(storage, TF_CONFIG=tf_config))))
+    results = []
+    try:
+        for project, proc in procs:
+            out = proc.communicate(timeout=300)[0]
+            results.append((project, proc.returncode, out))
+    finally:
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return results
+
+
+@pytest.mark.slow
+def test_two_workers_stop_together_resume_and_end_with_the_same_weights(tmp_path: Path) -> None:
+    storage = tmp_path / "shared-storage"  # like a bucket both machines mount
+    # 1. Only worker 1 has a (tiny) time budget: both must stop at the same step, or worker 0
+    #    would wait forever in the next all-reduce.
+    first = _run_cluster(tmp_path, storage, [[], ["train.time_budget_minutes=0.00005"]])
+    stops = []
+    for _, code, out in first:
+        assert "MultiWorkerMirroredStrategy on CPU: 2 workers, 2 replicas" in out, out
+        assert "Global batch 32 = 16 per replica x 2 replicas" in out
+        assert code == EXIT_BUDGET, out
+        stops.append(int(re.search(r"Stopped at step (\d+) of 88", out).group(1)))
+    assert stops[0] == stops[1] and 0 < stops[0] < 88
+    assert "another worker stopped" in first[0][2]
+    assert list_checkpoints(storage / "checkpoints" / "mw")[-1][0] == stops[0]
+
+    # 2. Both resume from the chief's checkpoint and finish with identical weights.
+    second = _run_cluster(tmp_path, storage, [[], []])
+    digests = []
+    for _, code, out in second:
+        assert code == 0, out
+        assert f"from its checkpoint at step {stops[0]}" in out
+        digests.append(re.search(r"final weights sha256 (\w+)", out).group(1))
+    assert digests[0] == digests[1]
+
+    chief_project, worker_project = second[0][0], second[1][0]
+    metrics = json.loads((chief_project / "results/metrics/train.json").read_text())
+    assert metrics["workers"] == 2 and metrics["weights_sha256"] == digests[0]
+    assert metrics["steps"] == 2 * (1437 // 32)
+    assert (chief_project / "results/models/model.keras").is_file()
+    assert not (worker_project / "results").exists()  # the other worker keeps nothing
+    assert list_checkpoints(storage / "checkpoints" / "mw")[-1][0] == metrics["steps"]

@@ -1,0 +1,131 @@
+"""Exact resume: SIGKILL at a random step, restart, bit-identical weights; fallback; --fresh."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from conftest import PROJECT, TINY, cli, cli_env, sets
+
+from {{ cookiecutter.module_name }}.checkpoints import CheckpointMismatch, list_checkpoints
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.trainer import train
+
+# 1437 digits / 8 = 179 steps per epoch, 537 in all; a checkpoint every 6 steps, 3 per chunk.
+# Dropout stays on, so the RNG state must be restored too.
+LONG = [
+    "train.epochs=3",
+    "train.batch_size=8",
+    "train.steps_per_execution=3",
+    "train.checkpoint_every_steps=6",
+    "train.keep_checkpoints=2",
+    "model.hidden_units=[16]",
+    "model.dropout=0.2",
+    "repro.deterministic=true",
+    "distribute.strategy=default",
+    "run_name=kill",
+]
+TOTAL = 3 * (1437 // 8)
+
+
+def _weights(model_file: Path) -> list[np.ndarray]:
+    return keras.models.load_model(model_file).get_weights()
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.slow
+def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
+    tiny_project: Path, tmp_path: Path
+) -> None:
+    # The uninterrupted reference, in this process.
+    ref = train(load_params(tiny_project / "params.yaml", LONG), tiny_project)
+    assert ref.status == "completed" and ref.step == TOTAL
+
+    project = tmp_path / "killed"
+    project.mkdir()
+    shutil.copy(PROJECT / "params.yaml", project)
+    storage = tmp_path / "killed-storage"
+    env = cli_env(storage)
+    ckpt_dir = storage / "checkpoints" / "kill"
+    target = random.randint(7, TOTAL * 2 // 3)  # after at least one checkpoint
+    proc = cli(["train", *sets(LONG)], project, env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        steps = [s for s, _ in list_checkpoints(ckpt_dir)]
+        if steps and max(steps) >= target:
+            time.sleep(random.uniform(0, 0.02))  # land anywhere: mid-chunk or mid-save
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == -signal.SIGKILL, f"not killed (target step {target}):\n{out}"
+
+    resumed = cli(["train", *sets(LONG)], project, env)
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, out
+    match = re.search(r"Resuming run 'kill' from its checkpoint at step (\d+)", out)
+    assert match, out
+    assert 6 <= int(match.group(1)) < TOTAL
+    assert f"Done: step {TOTAL}" in out
+    assert _same(
+        _weights(project / "results/models/model.keras"),
+        _weights(tiny_project / "results/models/model.keras"),
+    ), f"weights differ after a kill at step {target}, resume from {match.group(1)}"
+    assert f"final weights sha256 {ref.metrics['weights_sha256']}" in out
+
+
+def test_damaged_newest_checkpoint_falls_back_and_still_ends_identical(
+    tiny_project: Path, capsys
+) -> None:
+    params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=fb"])
+    train(params, tiny_project)
+    reference = _weights(tiny_project / "results/models/model.keras")
+    ckpt_dir = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "fb"
+    steps = [s for s, _ in list_checkpoints(ckpt_dir)]
+    assert steps == [30, 40, 44]  # every 10 steps and at the epoch end, newest 3 kept
+    newest = list_checkpoints(ckpt_dir)[-1][1]
+    data = next(newest.glob("ckpt.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    capsys.readouterr()
+
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert "is damaged" in out and "falling back" in out
+    assert "from its checkpoint at step 40" in out
+    assert result.status == "completed" and result.step == 44
+    assert _same(_weights(tiny_project / "results/models/model.keras"), reference)
+
+
+def test_fresh_starts_over_and_a_finished_run_just_writes_results(
+    tiny_project: Path, capsys
+) -> None:
+    params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=f"])
+    first = train(params, tiny_project)
+    capsys.readouterr()
+    again = train(params, tiny_project)
+    assert "already complete" in capsys.readouterr().out
+    assert again.metrics["weights_sha256"] == first.metrics["weights_sha256"]
+    fresh = train(params, tiny_project, fresh=True)
+    out = capsys.readouterr().out
+    assert "Starting run 'f' from step 0" in out and "Resuming" not in out
+    assert fresh.metrics["weights_sha256"] == first.metrics["weights_sha256"]  # deterministic
+
+
+def test_changed_batch_size_refuses_to_resume(tiny_project: Path) -> None:
+    base = [*TINY, "train.epochs=1", "run_name=m", "train.time_budget_minutes=0.0001"]
+    stopped = train(load_params(tiny_project / "params.yaml", base), tiny_project)
+    assert stopped.status == "stopped"
+    changed = load_params(tiny_project / "params.yaml", [*base, "train.batch_size=16"])
+    with pytest.raises(CheckpointMismatch, match=r"global_batch was 32, now 16.*--fresh"):
+        train(changed, tiny_project)

@@ -1,0 +1,83 @@
+"""Clean stops: time budget, SIGINT (a notebook's interrupt) and SIGTERM, each resumable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT, TINY, cli, cli_env, sets
+
+from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.trainer import EXIT_BUDGET, train
+
+
+def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Path, capsys) -> None:
+    base = [*TINY, "train.epochs=3", "run_name=budget"]
+    reference = train(
+        load_params(tiny_project / "params.yaml", [*base, "run_name=ref"]), tiny_project
+    )
+    capsys.readouterr()
+
+    # 3 ms: the budget is over after the first chunk.
+    params = load_params(tiny_project / "params.yaml", [*base, "train.time_budget_minutes=0.00005"])
+    stopped = train(params, tiny_project, resume_command="python -m pkg train")
+    out = capsys.readouterr().out
+    assert stopped.status == "stopped" and stopped.exit_code == EXIT_BUDGET
+    assert 0 < stopped.step < stopped.total_steps
+    assert "time budget of" in out and "Continue with: python -m pkg train" in out
+    ckpt_dir = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "budget"
+    assert list_checkpoints(ckpt_dir)[-1][0] == stopped.step
+
+    done = train(load_params(tiny_project / "params.yaml", base), tiny_project)
+    assert f"from its checkpoint at step {stopped.step}" in capsys.readouterr().out
+    assert done.metrics["weights_sha256"] == reference.metrics["weights_sha256"]
+
+
+def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:
+    params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=30", "run_name=int"])
+    ckpt_dir = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "int"
+
+    def interrupt_after_first_checkpoint() -> None:
+        deadline = time.monotonic() + 120
+        while not list_checkpoints(ckpt_dir) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_after_first_checkpoint, daemon=True).start()
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert result.status == "stopped" and result.exit_code == 128 + signal.SIGINT
+    assert "Received SIGINT" in out and "Continue with:" in out
+    assert list_checkpoints(ckpt_dir)[-1][0] == result.step
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_subprocess(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(PROJECT / "params.yaml", project)
+    storage = tmp_path / "storage"
+    args = ["train", "--fresh", *sets([*TINY, "train.epochs=200", "run_name=term"])]
+    proc = cli(args, project, cli_env(storage))
+    ckpt_dir = storage / "checkpoints" / "term"
+    deadline = time.monotonic() + 300
+    while not list_checkpoints(ckpt_dir) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "Received SIGTERM" in out
+    match = re.search(r"Stopped at step (\d+) of (\d+)", out)
+    assert match and int(match.group(1)) < int(match.group(2)), out
+    assert list_checkpoints(ckpt_dir)[-1][0] == int(match.group(1))
+    resume = re.search(r"Continue with: (.*)", out).group(1)
+    assert resume.startswith("python -m {{ cookiecutter.module_name }} train --set")
+    assert "--fresh" not in resume  # continuing must not start over

@@ -1,0 +1,150 @@
+"""Strategy choice (faked hardware) and a real two-replica MirroredStrategy training."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TINY
+
+from {{ cookiecutter.module_name }} import strategy as strat
+from {{ cookiecutter.module_name }}.config import DistributeConfig, load_params
+from {{ cookiecutter.module_name }}.strategy import Hardware, StrategyError, choose_plan
+from {{ cookiecutter.module_name }}.trainer import train
+
+TF_CONFIG = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}
+
+
+def cfg(**kw) -> DistributeConfig:
+    return DistributeConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    ("hw", "config", "kind", "gpus", "logical"),
+    [
+        (Hardware(gpus=1, tpu=True), cfg(), "tpu", (), 0),
+        (Hardware(gpus=2, tf_config=TF_CONFIG), cfg(), "multiworker", (), 0),
+        (Hardware(gpus=2), cfg(), "mirrored", (), 0),
+        (Hardware(gpus=4), cfg(gpus=[1, 3]), "mirrored", (1, 3), 0),
+        (Hardware(gpus=1), cfg(logical_cpus=2), "mirrored", (), 0),  # GPUs win over CPUs
+        (Hardware(), cfg(logical_cpus=2), "mirrored", (), 2),
+        (Hardware(), cfg(logical_cpus=1), "default", (), 0),
+        (Hardware(), cfg(), "default", (), 0),
+        (Hardware(), cfg(strategy="mirrored"), "mirrored", (), 0),  # one CPU device
+        (Hardware(gpus=2), cfg(strategy="default"), "default", (), 0),
+        (Hardware(), cfg(strategy="multiworker"), "multiworker", (), 0),
+        (Hardware(tpu=True), cfg(strategy="mirrored", logical_cpus=3), "mirrored", (), 3),
+    ],
+)
+def test_choice_rules(hw: Hardware, config: DistributeConfig, kind: str, gpus, logical) -> None:
+    plan = choose_plan(hw, config)
+    assert (plan.kind, plan.gpus, plan.logical_cpus) == (kind, gpus, logical)
+
+
+def test_choice_errors_name_the_key() -> None:
+    with pytest.raises(StrategyError, match=r"^distribute.strategy: tpu, but no TPU"):
+        choose_plan(Hardware(gpus=1), cfg(strategy="tpu"))
+    with pytest.raises(StrategyError, match=r"^distribute.gpus: GPU 2 does not exist"):
+        choose_plan(Hardware(gpus=2), cfg(gpus=[0, 2]))
+
+
+def test_logical_cpus_ignored_with_gpus_says_so() -> None:
+    plan = choose_plan(Hardware(gpus=1), cfg(logical_cpus=2))
+    assert any("logical_cpus is ignored" in note for note in plan.notes)
+
+
+def test_mixed_precision_policy_per_device() -> None:
+    assert strat.mixed_precision_policy("GPU", True) == ("mixed_float16", None)
+    assert strat.mixed_precision_policy("TPU", True) == ("mixed_bfloat16", None)
+    policy, notice = strat.mixed_precision_policy("CPU", True)
+    assert policy == "float32" and "ignored on CPU" in notice
+    assert strat.mixed_precision_policy("GPU", False) == ("float32", None)
+
+
+def test_tpu_found_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(strat.glob, "glob", lambda pattern: [])
+    assert strat.tpu_present() is False
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-1")
+    assert strat.tpu_present() is True
+
+
+def test_tpu_without_tpu_tensorflow_falls_back_with_a_message(capsys) -> None:
+    """What Colab's TPU runtime gives today: a TPU, but no TensorFlow that can drive it."""
+    s, info = strat.make_strategy(cfg(logical_cpus=2), hw=Hardware(tpu=True))
+    out = capsys.readouterr().out
+    assert "A TPU was found but this TensorFlow cannot use it" in out
+    assert "tensorflow-tpu" in out
+    assert info.replicas == 2 and info.name == "MirroredStrategy"
+    with pytest.raises(StrategyError, match="tensorflow-tpu"):
+        strat.make_strategy(cfg(strategy="tpu"), hw=Hardware(tpu=True))
+
+
+def _fake_mwms(task_type: str | None, task_id: int, cluster: dict):
+    """An object shaped like MultiWorkerMirroredStrategy for the chief rules."""
+    resolver = types.SimpleNamespace(
+        task_type=task_type,
+        task_id=task_id,
+        cluster_spec=lambda: types.SimpleNamespace(as_dict=lambda: cluster),
+    )
+    fake_cls = type("MultiWorkerMirroredStrategy", (), {})
+    obj = fake_cls()
+    obj.cluster_resolver = resolver
+    return obj
+
+
+def test_chief_rules() -> None:
+    workers = {"worker": ["a:1", "b:2"]}
+    with_chief = {"chief": ["c:0"], "worker": ["a:1"]}
+    assert strat.is_chief(_fake_mwms("worker", 0, workers)) is True
+    assert strat.is_chief(_fake_mwms("worker", 1, workers)) is False
+    assert strat.is_chief(_fake_mwms("chief", 0, with_chief)) is True
+    assert strat.is_chief(_fake_mwms("worker", 0, with_chief)) is False
+    assert strat._workers(_fake_mwms("chief", 0, with_chief)) == 2
+    assert strat.is_chief(object()) is True  # any single-worker strategy
+
+
+def test_real_two_replica_mirrored_training(tiny_project: Path, capsys) -> None:
+    """MirroredStrategy over two logical CPU devices trains, with the global batch = 2 x 32."""
+    params = load_params(
+        tiny_project / "params.yaml", [*TINY, "distribute.logical_cpus=2", "run_name=two"]
+    )
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert "MirroredStrategy on CPU: 2 replicas" in out
+    assert "Global batch 64 = 32 per replica x 2 replicas" in out
+    assert result.status == "completed"
+    metrics = json.loads((tiny_project / "results/metrics/train.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["global_batch"] == 64
+    assert metrics["steps"] == 2 * (1437 // 64)
+    assert metrics["learning_rate"] == pytest.approx(2 * params.train.learning_rate)  # linear rule
+    assert metrics["val_accuracy"] > 0.2  # above chance (0.1) after 44 steps
+    assert (tiny_project / "results/models/model.keras").is_file()
+    assert np.isfinite(metrics["train_loss"])
+    events = list((tiny_project / "results/tensorboard/two").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+
+def test_xla_and_float16_loss_scaling_paths_train(tiny_project: Path, monkeypatch) -> None:
+    """XLA-compiled gradients, and the float16 policy with loss scaling (used on GPUs; forced
+    here on the CPU), both train and checkpoint."""
+    monkeypatch.setattr(
+        "{{ cookiecutter.module_name }}.trainer.mixed_precision_policy",
+        lambda device, enabled: ("mixed_float16", None),
+    )
+    params = load_params(
+        tiny_project / "params.yaml",
+        [*TINY, "train.epochs=1", "train.xla=true", "train.mixed_precision=true", "run_name=x"],
+    )
+    try:
+        result = train(params, tiny_project)
+    finally:
+        import keras
+
+        keras.mixed_precision.set_global_policy("float32")
+    assert result.status == "completed" and result.metrics["precision"] == "mixed_float16"
+    assert np.isfinite(result.metrics["val_loss"])
