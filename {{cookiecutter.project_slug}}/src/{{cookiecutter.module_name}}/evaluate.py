@@ -1,0 +1,86 @@
+"""`evaluate`: the trained model on the held-out test split.
+
+Reads `results/models/model.keras` and `data/processed/test.npz`; writes
+- `results/metrics/evaluate.json`: test loss and accuracy (`dvc metrics show`),
+- `results/plots/confusion_matrix.csv`: one row per test example, actual and predicted class,
+- `results/plots/training_curve.csv`: loss and accuracy per epoch, from `results/metrics/train.json`
+  (`dvc plots show` draws both, as declared in dvc.yaml).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import manifest
+from .config import ConfigError, Params
+from .data import load_processed
+from .storage import results_root
+
+# Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
+MODEL = "models/model.keras"
+TRAIN_METRICS = "metrics/train.json"
+METRICS = "metrics/evaluate.json"
+CONFUSION = "plots/confusion_matrix.csv"
+CURVE = "plots/training_curve.csv"
+CURVE_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy")
+
+
+def _csv(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def scores(logits: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Mean softmax cross-entropy and accuracy of `logits` against integer labels `y`."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = -log_probs[np.arange(len(y)), y].mean()
+    return {"test_loss": float(loss), "test_accuracy": float((logits.argmax(axis=1) == y).mean())}
+
+
+def training_curve(train_metrics: Path) -> list[list[Any]]:
+    """Rows of CURVE_COLUMNS from the `history` that `train` writes into train.json."""
+    if not train_metrics.is_file():
+        return []
+    history = json.loads(train_metrics.read_text()).get("history") or []
+    return [[rec.get(k) for k in CURVE_COLUMNS] for rec in history]
+
+
+def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
+    """Evaluate the saved model on the test split and write metrics and plot data."""
+    manifest.check(project_dir, module=__package__ or "")
+    results = results_root(project_dir)
+    model_file = results / MODEL
+    if not model_file.is_file():
+        raise ConfigError(
+            f"{model_file}: no trained model; train first: `python -m {__package__} train` "
+            "(or `dvc repro`, or `dvc pull` to fetch the versioned one)"
+        )
+    import keras
+
+    x, y, classes = load_processed(project_dir, "test")
+    model = keras.models.load_model(model_file, compile=False)
+    logits = np.asarray(model.predict(x, batch_size=1024, verbose=0), dtype=np.float64)
+    metrics = {**scores(logits, y), "test_examples": len(y), "classes": len(classes)}
+    manifest.atomic_write(results / METRICS, (json.dumps(metrics, indent=2) + "\n").encode())
+
+    predicted = logits.argmax(axis=1)
+    confusion = [[classes[a], classes[p]] for a, p in zip(y, predicted, strict=True)]
+    manifest.atomic_write(results / CONFUSION, _csv(["actual", "predicted"], confusion))
+    curve = training_curve(results / TRAIN_METRICS)
+    manifest.atomic_write(results / CURVE, _csv(CURVE_COLUMNS, curve))
+    print(
+        f"Test accuracy {metrics['test_accuracy']:.4f}, loss {metrics['test_loss']:.4f} on "
+        f"{len(y)} examples; wrote {METRICS}, {CONFUSION}, {CURVE} in {results}",
+        flush=True,
+    )
+    return metrics

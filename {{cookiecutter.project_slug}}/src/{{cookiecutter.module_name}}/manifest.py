@@ -1,0 +1,136 @@
+"""The data manifest, `data/manifest.json`: every data file with its size, SHA-256, source and DVC
+version. `prepare` writes it; `train` and `evaluate` check it first, so a run never trains on data
+that differs from what was prepared and versioned (a hand-edited file, a half-finished copy).
+
+"DVC version" is the file's MD5, which is its address in the DVC cache and remote
+(`.dvc/cache/files/md5/<first 2>/<rest>`), together with the DVC output it belongs to: that names
+exactly which stored object `dvc pull` / `dvc checkout` restores for this file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "data/manifest.json"
+CHUNK = 1 << 20
+
+
+class ManifestMismatch(Exception):
+    """A data file differs from the manifest; the message is one line naming the file."""
+
+
+def digests(path: Path) -> tuple[int, str, str]:
+    """(size, sha256, md5) of a file, reading it once."""
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha.update(chunk)
+            md5.update(chunk)
+            size += len(chunk)
+    return size, sha.hexdigest(), md5.hexdigest()
+
+
+def _files_under(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def build(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, Any]) -> dict:
+    """The manifest for the DVC outputs `outs` ({out folder: {file path: source}}), where a file
+    path is relative to the project; a file missing from a source map gets the source "prepare"."""
+    files = []
+    for out, sources in outs.items():
+        for path in _files_under(project_dir / out):
+            rel = path.relative_to(project_dir).as_posix()
+            size, sha, md5 = digests(path)
+            files.append(
+                {
+                    "path": rel,
+                    "size": size,
+                    "sha256": sha,
+                    "source": sources.get(rel, "prepare"),
+                    "dvc": {"out": out, "md5": md5},
+                }
+            )
+    return {"version": 1, **info, "outs": sorted(outs), "files": files}
+
+
+def temp_file(target: Path) -> str:
+    """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
+    plain open() would give (mkstemp's is 0600)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return tmp
+
+
+def atomic_write(target: Path, data: bytes) -> None:
+    """Write `data` to `target` atomically: a crash leaves the old or the new file, never half."""
+    tmp = temp_file(target)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, target)
+
+
+def write(project_dir: Path, manifest: dict) -> Path:
+    """Write the manifest atomically."""
+    target = project_dir / MANIFEST
+    atomic_write(target, (json.dumps(manifest, indent=2) + "\n").encode())
+    return target
+
+
+def load(project_dir: Path) -> dict | None:
+    """The manifest, or None when `prepare` has not run."""
+    target = project_dir / MANIFEST
+    if not target.is_file():
+        return None
+    return json.loads(target.read_text())
+
+
+def check(project_dir: Path, module: str = "<module>") -> int:
+    """Compare every file in the manifest (and every file of its outputs) with the disk.
+
+    Returns the number of files checked; raises ManifestMismatch naming the first bad file.
+    """
+    manifest = load(project_dir)
+    if manifest is None:
+        raise ManifestMismatch(
+            f"{MANIFEST}: not found; prepare the data first: `python -m {module} prepare` "
+            "(or `dvc pull` / `dvc repro prepare`)"
+        )
+    fix = (
+        f"restore the versioned data with `dvc checkout` (or `dvc pull`), or rerun "
+        f"`python -m {module} prepare` to make this the new version"
+    )
+    listed = set()
+    for entry in manifest["files"]:
+        rel = entry["path"]
+        listed.add(rel)
+        path = project_dir / rel
+        if not path.is_file():
+            raise ManifestMismatch(f"{rel}: missing, but listed in {MANIFEST}; {fix}")
+        size = path.stat().st_size
+        if size != entry["size"]:
+            raise ManifestMismatch(
+                f"{rel}: {size} bytes, but {MANIFEST} says {entry['size']}; {fix}"
+            )
+        sha = digests(path)[1]
+        if sha != entry["sha256"]:
+            raise ManifestMismatch(
+                f"{rel}: changed since prepare (sha256 {sha[:12]}..., {MANIFEST} says "
+                f"{entry['sha256'][:12]}...); {fix}"
+            )
+    for out in manifest.get("outs", []):
+        for path in _files_under(project_dir / out):
+            rel = path.relative_to(project_dir).as_posix()
+            if rel not in listed:
+                raise ManifestMismatch(f"{rel}: not in {MANIFEST} (added after prepare?); {fix}")
+    return len(listed)

@@ -1,0 +1,56 @@
+"""On Colab, the storage root mounts Google Drive when it is not mounted yet (a fake Colab here)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.module_name }} import storage
+
+
+def fake_colab(monkeypatch: pytest.MonkeyPatch, mount) -> None:
+    drive = types.SimpleNamespace(mount=mount)
+    colab = types.ModuleType("google.colab")
+    colab.drive = drive  # type: ignore[attr-defined]
+    try:
+        import google  # noqa: F401 - a namespace package (protobuf) to hang `colab` on
+    except ImportError:
+        monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setitem(sys.modules, "google.colab.drive", drive)
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "test")
+    monkeypatch.delenv("PROJECT_STORAGE_DIR", raising=False)
+
+
+def test_mounts_drive_when_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    my_drive = tmp_path / "drive" / "MyDrive"
+    monkeypatch.setattr(storage, "COLAB_DRIVE", my_drive)
+    calls = []
+
+    def mount(mountpoint: str) -> None:
+        calls.append(mountpoint)
+        my_drive.mkdir(parents=True)
+
+    fake_colab(monkeypatch, mount)
+    assert storage.storage_root(tmp_path / "project") == my_drive / storage.PROJECT_SLUG
+    assert calls == ["/content/drive"]
+    storage.storage_root(tmp_path / "project")
+    assert len(calls) == 1  # already mounted: not again
+
+
+def test_refused_mount_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(storage, "COLAB_DRIVE", tmp_path / "drive" / "MyDrive")
+
+    def mount(mountpoint: str) -> None:
+        raise ValueError("mount failed: credential propagation was unsuccessful")
+
+    fake_colab(monkeypatch, mount)
+    assert storage.storage_root(tmp_path / "project") == tmp_path / "project"
+    out = capsys.readouterr().out
+    assert "could not mount Google Drive (ValueError: mount failed" in out
+    assert "drive.mount('/content/drive')" in out and "WARNING" in out

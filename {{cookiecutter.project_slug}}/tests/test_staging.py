@@ -1,0 +1,109 @@
+"""`stage SRC DEST`: copies once, skips the second time, resumes, refuses to fill the disk."""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.module_name }} import staging
+from {{ cookiecutter.module_name }}.__main__ import main
+
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+
+
+def make_source(root: Path) -> dict[str, bytes]:
+    """A small dataset: a big file (resumable) and small files in subfolders."""
+    files = {
+        "big.bin": os.urandom(3 * 1024 * 1024 + 123),
+        "a/one.txt": b"one\n",
+        "a/b/two.txt": b"two\n" * 100,
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small chunks so that a 3 MiB file is "big": it resumes instead of starting over.
+    monkeypatch.setattr(staging, "CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(staging, "RESUME_MIN_BYTES", 1024 * 1024)
+
+
+def test_copies_once_then_skips(tmp_path: Path, small_chunks: None) -> None:
+    files = make_source(tmp_path / "src")
+    first = staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
+    assert (first.copied, first.skipped) == (3, 0)
+    assert first.bytes_copied == sum(len(d) for d in files.values())
+    for rel, data in files.items():
+        assert (tmp_path / "dest" / rel).read_bytes() == data
+
+    second = staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
+    assert (second.copied, second.skipped, second.bytes_copied) == (0, 3, 0)
+    # Without the index, equal files are recognised by size and SHA-256.
+    (tmp_path / "dest" / staging.INDEX).unlink()
+    third = staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
+    assert (third.copied, third.skipped) == (0, 3)
+
+
+def test_changed_file_is_copied_again(tmp_path: Path, small_chunks: None) -> None:
+    make_source(tmp_path / "src")
+    staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
+    (tmp_path / "src" / "a" / "one.txt").write_bytes(b"ONE\n")  # same size, new content
+    report = staging.stage(
+        tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False, verify=True
+    )
+    assert (report.copied, report.skipped) == (1, 2)
+    assert (tmp_path / "dest" / "a" / "one.txt").read_bytes() == b"ONE\n"
+
+
+def test_resumes_after_interruption(tmp_path: Path, small_chunks: None) -> None:
+    files = make_source(tmp_path / "src")
+    written = 0
+
+    def interrupt(n: int) -> None:
+        nonlocal written
+        written += n
+        if written >= 2 * 1024 * 1024:  # stop in the middle of big.bin
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        staging.stage(
+            tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False, on_bytes=interrupt
+        )
+    assert not (tmp_path / "dest" / "big.bin").exists()  # never a half file under the real name
+    assert list((tmp_path / "dest").glob(".big.bin.*.partial"))
+
+    report = staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
+    assert report.resumed == 1
+    big = len(files["big.bin"])
+    # Only the rest of big.bin (and the files not reached) is copied again.
+    assert report.bytes_copied == big - 2 * 1024 * 1024
+    for rel, data in files.items():
+        assert (tmp_path / "dest" / rel).read_bytes() == data
+    assert not list((tmp_path / "dest").glob(".*.partial"))
+
+
+def test_refuses_when_disk_too_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_source(tmp_path / "src")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(staging.shutil, "disk_usage", lambda _: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(staging.StagingError, match="free"):
+        staging.stage(tmp_path / "src", tmp_path / "dest", progress=False)
+    assert not (tmp_path / "dest" / "big.bin").exists()
+
+
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_source(tmp_path / "src")
+    args = ["stage", str(tmp_path / "src"), str(tmp_path / "dest"), "--params", str(PARAMS)]
+    assert main(args) == 0
+    assert "3 copied" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "0 copied" in capsys.readouterr().out
+    missing = ["stage", str(tmp_path / "nope"), str(tmp_path / "d"), "--params", str(PARAMS)]
+    assert main(missing) == 2
+    assert "does not exist" in capsys.readouterr().err
