@@ -1,0 +1,311 @@
+"""What a result was computed with: interpreter, packages, TensorFlow build, devices, git, data.
+
+`python -m <module> env` prints a summary and saves everything to `results/environment.json`;
+every run record embeds the same dictionary, so two runs that disagree can be compared field by
+field (a T4 and an A100, or a package that drifted, show up at once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .storage import on_colab
+
+DATA_MANIFESTS = ("data/manifest.json", "data/manifest.csv")
+
+
+def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, Any]:
+    """Everything about this runtime that can change a result, as a JSON-ready dictionary.
+
+    `devices=False` skips TensorFlow (importing it costs seconds) and reports only the rest.
+    """
+    project_dir = Path(project_dir)
+    tf_info = tensorflow_info(devices)
+    gpus = nvidia_gpus() or tf_info.get("gpus", [])
+    return {
+        "collected_at": utc_now().isoformat(timespec="seconds"),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "memory_gb": _memory_gb(),
+        },
+        "colab": {"on_colab": on_colab(), "accelerator": accelerator(gpus, tf_info)},
+        "tensorflow": tf_info,
+        "gpus": gpus,
+        "tpu": tpu_info(tf_info),
+        "git": git_info(project_dir),
+        "data": data_hashes(project_dir),
+        "packages": installed_packages(),
+    }
+
+
+def installed_packages() -> dict[str, str]:
+    """Every installed distribution and its version, sorted by name (like `pip freeze`)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(name.lower().replace("_", "-"), dist.version)
+    return dict(sorted(found.items()))
+
+
+def tensorflow_info(devices: bool = True) -> dict[str, Any]:
+    """TensorFlow and Keras versions, the CUDA/cuDNN TensorFlow was built with, and its devices."""
+    if not devices:
+        return {"skipped": True}
+    try:
+        import keras
+        import tensorflow as tf
+    except ModuleNotFoundError as exc:
+        return {"installed": False, "error": str(exc)}
+    build = dict(tf.sysconfig.get_build_info())
+    info: dict[str, Any] = {
+        "installed": True,
+        "version": tf.__version__,
+        "keras_version": keras.__version__,
+        "built_with_cuda": bool(build.get("is_cuda_build", False)),
+        "cuda_version": build.get("cuda_version"),
+        "cudnn_version": build.get("cudnn_version"),
+        "devices": [d.name for d in tf.config.list_physical_devices()],
+        "gpus": [],
+    }
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            details = tf.config.experimental.get_device_details(gpu)
+        except (RuntimeError, ValueError):
+            details = {}
+        capability = details.get("compute_capability")
+        info["gpus"].append(
+            {
+                "name": details.get("device_name", gpu.name),
+                "compute_capability": ".".join(map(str, capability)) if capability else None,
+                "memory_mb": None,  # TensorFlow does not say before allocating; nvidia-smi does
+            }
+        )
+    return info
+
+
+def nvidia_gpus() -> list[dict[str, Any]]:
+    """GPU name, memory and driver from `nvidia-smi` (empty without an NVIDIA driver)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = "name,memory.total,driver_version,compute_cap"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, memory, driver, capability = (part.strip() for part in line.split(","))
+        gpus.append(
+            {
+                "name": name,
+                "memory_mb": int(float(memory)) if memory.replace(".", "").isdigit() else None,
+                "driver": driver,
+                "compute_capability": capability,
+            }
+        )
+    return gpus
+
+
+def tpu_info(tf_info: dict[str, Any]) -> dict[str, Any] | None:
+    """The TPU this VM sees, from the variables and device files a TPU VM has; else None."""
+    variables = {
+        k: os.environ[k]
+        for k in ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_ID")
+        if k in os.environ
+    }
+    chips = sorted(str(p) for p in Path("/dev").glob("accel*")) if Path("/dev").is_dir() else []
+    tf_tpus = [d for d in tf_info.get("devices", []) if "TPU" in d]
+    if not (variables or chips or tf_tpus):
+        return None
+    return {"env": variables, "device_files": chips, "tensorflow_devices": tf_tpus}
+
+
+def accelerator(gpus: list[dict[str, Any]], tf_info: dict[str, Any]) -> str:
+    """'GPU: Tesla T4', 'TPU: v5litepod-1' or 'CPU': what this runtime computes on."""
+    if gpus:
+        names = sorted({g["name"] for g in gpus})
+        return f"GPU: {', '.join(names)}" + (f" x{len(gpus)}" if len(gpus) > 1 else "")
+    tpu = tpu_info(tf_info)
+    if tpu:
+        return "TPU: " + tpu["env"].get("TPU_ACCELERATOR_TYPE", "present")
+    return "CPU"
+
+
+def git_info(project_dir: Path) -> dict[str, Any]:
+    """Commit, branch, and whether tracked files differ from it (a dirty tree)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            run = subprocess.run(
+                ["git", *args], cwd=project_dir, capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return run.stdout.rstrip() if run.returncode == 0 else None  # porcelain starts with " "
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        inside = git("rev-parse", "--is-inside-work-tree") == "true"
+        return {"commit": None, "branch": None, "dirty": None, "repository": inside}
+    status = git("status", "--porcelain", "--untracked-files=no") or ""
+    return {
+        "commit": commit,
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(status),
+        "changed_files": [line[3:] for line in status.splitlines()][:50],
+        "repository": True,
+    }
+
+
+def data_hashes(project_dir: Path) -> dict[str, Any]:
+    """The data version: DVC's hashes of every tracked output, and the data manifest's sha256."""
+    hashes: dict[str, str] = {}
+    lock = project_dir / "dvc.lock"
+    if lock.is_file():
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+        for stage in stages.values():
+            for out in stage.get("outs", []):
+                hashes[out["path"]] = out.get("md5") or out.get("hash") or ""
+    # `dvc add` files sit beside what they track: look where they go, not through every data file.
+    patterns = ("*.dvc", "data/*.dvc", "data/*/*.dvc", "models/*.dvc")
+    found = {p for pattern in patterns for p in project_dir.glob(pattern) if p.is_file()}
+    for dvc_file in sorted(found):
+        for out in (yaml.safe_load(dvc_file.read_text()) or {}).get("outs", []):
+            rel = (dvc_file.parent / out["path"]).relative_to(project_dir)
+            hashes[str(rel)] = out.get("md5") or out.get("hash") or ""
+    manifest = data_manifest(project_dir)
+    return {"dvc": hashes, "manifest": manifest}
+
+
+def data_manifest(project_dir: Path) -> dict[str, str] | None:
+    """Path and sha256 of the data manifest `prepare` writes (None before the first `prepare`)."""
+    for name in DATA_MANIFESTS:
+        path = Path(project_dir) / name
+        if path.is_file():
+            return {"path": name, "sha256": file_sha256(path)}
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def summary(env: dict[str, Any]) -> str:
+    """A few readable lines: what a reviewer checks first when two results disagree."""
+    tf = env["tensorflow"]
+    git = env["git"]
+    lines = [
+        f"Python      {env['python']['version']} ({env['python']['executable']})",
+        f"Platform    {env['platform']['platform']}, {env['platform']['cpu_count']} CPUs, "
+        f"{env['platform']['memory_gb']} GB RAM",
+        f"Colab       {'yes' if env['colab']['on_colab'] else 'no'}; "
+        f"accelerator {env['colab']['accelerator']}",
+    ]
+    if tf.get("installed"):
+        lines.append(
+            f"TensorFlow  {tf['version']}, Keras {tf['keras_version']}; built with CUDA "
+            f"{tf['cuda_version'] or '-'}, cuDNN {tf['cudnn_version'] or '-'}"
+        )
+        lines.append(f"Devices     {', '.join(tf['devices'])}")
+    elif not tf.get("skipped"):
+        lines.append("TensorFlow  not installed")
+    for gpu in env["gpus"]:
+        lines.append(
+            f"GPU         {gpu['name']}, {gpu.get('memory_mb') or '?'} MB, "
+            f"compute capability {gpu.get('compute_capability') or '?'}"
+        )
+    if env["tpu"]:
+        lines.append(f"TPU         {env['tpu']}")
+    if git["commit"]:
+        lines.append(
+            f"Git         {git['commit'][:12]} on {git['branch']}"
+            f"{' (DIRTY: uncommitted changes)' if git['dirty'] else ' (clean)'}"
+        )
+    else:
+        lines.append("Git         no commit yet")
+    manifest = env["data"]["manifest"]
+    lines.append(
+        f"Data        manifest {manifest['path']} sha256 {manifest['sha256'][:12]}"
+        if manifest
+        else "Data        no data manifest yet (run `prepare`)"
+    )
+    for path, md5 in env["data"]["dvc"].items():
+        lines.append(f"            {path}: {md5}")
+    lines.append(f"Packages    {len(env['packages'])} installed (every one in the saved file)")
+    return "\n".join(lines)
+
+
+def save_json(data: Any, path: Path) -> Path:
+    """Write JSON atomically (temp file + rename): a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:
+    """Collect, print the summary (and every package if asked), save; return the dictionary."""
+    env = collect_environment(project_dir)
+    output = Path(output) if output else Path(project_dir) / "results" / "environment.json"
+    print(summary(env))
+    if packages:
+        print("Installed packages:")
+        print("\n".join(f"  {name}=={version}" for name, version in env["packages"].items()))
+    save_json(env, output)
+    print(f"Saved {output}")
+    return env
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (`datetime.UTC` needs Python 3.11)."""
+    return datetime.now(timezone.utc)  # noqa: UP017
+
+
+def _memory_gb() -> float | None:
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return round(pages / 2**30, 1)

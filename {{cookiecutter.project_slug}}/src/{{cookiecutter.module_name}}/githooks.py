@@ -1,0 +1,66 @@
+"""Notebook hygiene in git: nbstripout as a filter, nbdime for diffs and merges, pre-commit.
+
+`make hooks` (and the first cell of every notebook) calls `install`. What it registers:
+
+- nbstripout as the clean filter of `*.ipynb` (the attribute is in the committed
+  `.gitattributes`): outputs, execution counts and Colab's churn never reach git, whatever the
+  working copy holds. The runtime a notebook was written for (`metadata.accelerator`,
+  `metadata.colab.gpuType`, the kernelspec) is kept: it tells a reader which GPU it expects.
+- nbdime's diff and merge drivers. Both tools set the `diff` attribute of `*.ipynb`; the committed
+  `.gitattributes` names nbdime's (`diff=jupyternotebook`), and nbstripout is installed against
+  that same file, so it sees a diff attribute and adds none of its own. Nothing is lost: nbdime's
+  driver runs the nbstripout filter before diffing, so diffs show stripped notebooks.
+- the pre-commit hook (when pre-commit is installed: it is a dev tool, not on Colab).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+# Keys stripped on top of nbstripout's defaults (outputs, counts, metadata.widgets, ...).
+# The same list is in .pre-commit-config.yaml (tests/test_hygiene.py checks they agree).
+EXTRA_KEYS = (
+    "metadata.colab.provenance",  # Colab's history of where the notebook was opened from
+    "metadata.colab.authorship_tag",
+    "metadata.widgets",  # widget state (progress bars): large and different on every run
+    "cell.metadata.colab",  # output heights, base URIs
+    "cell.metadata.outputId",
+    "cell.metadata.executionInfo",  # run times, and the user's name and id
+    "cell.metadata.id",  # Colab's random cell ids
+)
+# Kept even if a future default strips them: they document the runtime the notebook expects.
+KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernelspec")
+
+
+def install(project_dir: Path, python: str | None = None) -> list[str]:
+    """Register nbstripout, nbdime and pre-commit in the git clone at `project_dir`.
+
+    Returns what was done, one line each. Safe to run again: nothing is added twice, and the
+    committed `.gitattributes` is left unchanged.
+    """
+    project_dir = Path(project_dir)
+    python = python or sys.executable
+    if not (project_dir / ".git").exists():
+        return [f"{project_dir} is not a git clone: `git init` first, then `make hooks`"]
+
+    def run(*args: str) -> None:
+        subprocess.run(args, cwd=project_dir, check=True, capture_output=True, text=True)
+
+    done = []
+    run("git", "config", "filter.nbstripout.extrakeys", " ".join(EXTRA_KEYS))
+    run("git", "config", "filter.nbstripout.keepmetadatakeys", " ".join(KEEP_KEYS))
+    # Against .gitattributes, which already names the filter and a diff driver: nbstripout then
+    # only writes its git config (clean filter, required) and no second `diff=` line.
+    run(python, "-m", "nbstripout", "--install", "--attributes", ".gitattributes")
+    done.append("nbstripout: clean filter for *.ipynb (outputs and Colab metadata stripped)")
+    run(python, "-m", "nbdime", "config-git", "--enable")
+    done.append("nbdime: diff and merge drivers for *.ipynb (git diff / git merge)")
+    if importlib.util.find_spec("pre_commit") is not None:
+        run(python, "-m", "pre_commit", "install")
+        done.append("pre-commit: hook installed (runs on git commit)")
+    else:
+        done.append("pre-commit: not installed here (dev tool; `make setup` installs it)")
+    return done

@@ -1,0 +1,212 @@
+"""Figures and tables for the notebooks: data exploration, training curves, evaluation.
+
+The notebooks only call these functions, so a figure looks the same from every notebook and from
+`make notebooks`, and the plotting code is reviewed and linted like the rest of the package.
+Every figure is also saved to `results/figures/<name>.png`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FIGURES = Path("results") / "figures"
+
+
+def save_figure(fig: Any, project_dir: Path, name: str) -> None:
+    """Save `fig` as results/figures/<name>.png (150 dpi) and say where."""
+    path = Path(project_dir) / FIGURES / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    print(f"Saved {FIGURES / path.name}")
+
+
+def plot_class_counts(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
+    """Examples per class in each split ({"train": y_train, ...}): imbalance shows at once."""
+    import matplotlib.pyplot as plt
+
+    labels = np.unique(np.concatenate(list(splits.values())))
+    width = 0.8 / len(splits)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for k, (split, y) in enumerate(splits.items()):
+        counts = [int((y == label).sum()) for label in labels]
+        ax.bar(np.arange(len(labels)) + k * width, counts, width, label=split)
+    ticks = [names[i] if names else str(i) for i in labels]
+    ax.set_xticks(np.arange(len(labels)) + width * (len(splits) - 1) / 2, ticks)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.set(xlabel="class", ylabel="examples", title="Examples per class and split")
+    return fig
+
+
+def as_image(features: np.ndarray) -> np.ndarray:
+    """One example as a 2-D array: square when the feature count is (8x8 digits, 28x28), else
+    one row, so tabular data still gets a picture."""
+    flat = np.asarray(features).reshape(-1)
+    side = int(round(np.sqrt(flat.size)))
+    return flat.reshape(side, side) if side * side == flat.size else flat.reshape(1, -1)
+
+
+def plot_examples(x: np.ndarray, y: np.ndarray, per_class: int = 6) -> Any:
+    """A grid of examples, one row per class (square images: 8x8 digits, 28x28, ...)."""
+    import matplotlib.pyplot as plt
+
+    classes = np.unique(y)
+    fig, axes = plt.subplots(
+        len(classes), per_class, figsize=(per_class, len(classes)), squeeze=False
+    )
+    for row, label in zip(axes, classes, strict=True):
+        picks = np.flatnonzero(y == label)[:per_class]
+        for ax, i in zip(row, picks, strict=False):
+            ax.imshow(as_image(x[i]), cmap="gray_r", aspect="auto")
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(str(label), rotation=0, labelpad=10)
+    fig.suptitle("Examples per class")
+    return fig
+
+
+def plot_mean_images(x: np.ndarray, y: np.ndarray) -> Any:
+    """The mean image of each class: what the model can tell apart on average."""
+    import matplotlib.pyplot as plt
+
+    classes = np.unique(y)
+    fig, axes = plt.subplots(1, len(classes), figsize=(len(classes), 1.4))
+    for ax, label in zip(np.atleast_1d(axes), classes, strict=True):
+        ax.imshow(as_image(x[y == label].mean(axis=0)), cmap="viridis", aspect="auto")
+        ax.set_title(str(label))
+        ax.axis("off")
+    return fig
+
+
+def load_history(project_dir: Path) -> list[dict[str, float]]:
+    """Per-epoch metrics of the last completed run (results/metrics/train.json)."""
+    from .storage import results_root
+
+    path = results_root(Path(project_dir)) / "metrics" / "train.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no training metrics yet; run the training notebook first")
+    return json.loads(path.read_text()).get("history", [])
+
+
+def plot_training_curves(history: list[dict[str, float]]) -> Any:
+    """Loss and accuracy per epoch, training and validation side by side."""
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, metric in ((left, "loss"), (right, "accuracy")):
+        ax.plot(epochs, [h[metric] for h in history], "o-", label=f"train {metric}")
+        ax.plot(epochs, [h[f"val_{metric}"] for h in history], "s-", label=f"validation {metric}")
+        ax.set(xlabel="epoch", ylabel=metric, title=metric)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return fig
+
+
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """counts[i, j] = examples of class i predicted as class j."""
+    counts = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(counts, (np.asarray(y_true), np.asarray(y_pred)), 1)
+    return counts
+
+
+def plot_confusion_matrix(counts: np.ndarray, classes: list[str] | None = None) -> Any:
+    """The confusion matrix as a heat map with the counts written in."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.imshow(counts, cmap="Blues")
+    n = counts.shape[0]
+    for i in range(n):
+        for j in range(n):
+            color = "white" if counts[i, j] > counts.max() / 2 else "black"
+            ax.text(j, i, str(counts[i, j]), ha="center", va="center", color=color, fontsize=8)
+    labels = classes or [str(i) for i in range(n)]
+    ax.set(xlabel="predicted", ylabel="actual", title="Confusion matrix (test split)")
+    ax.set_xticks(range(n), labels, rotation=90 if max(map(len, labels)) > 2 else 0)
+    ax.set_yticks(range(n), labels)
+    return fig
+
+
+def class_metrics(counts: np.ndarray, classes: list[str] | None = None) -> dict[str, Any]:
+    """Accuracy, and precision / recall / F1 / support per class, from a confusion matrix."""
+    tp = np.diag(counts).astype(float)
+    predicted = counts.sum(axis=0).astype(float)
+    actual = counts.sum(axis=1).astype(float)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(tp), where=denom > 0)
+    return {
+        "accuracy": float(tp.sum() / max(counts.sum(), 1)),
+        "per_class": [
+            {
+                "class": classes[i] if classes else str(i),
+                "precision": float(precision[i]),
+                "recall": float(recall[i]),
+                "f1": float(f1[i]),
+                "support": int(actual[i]),
+            }
+            for i in range(len(tp))
+        ],
+    }
+
+
+def load_confusion(project_dir: Path) -> tuple[np.ndarray, list[str]]:
+    """The confusion matrix and class names from `evaluate`'s results/plots/confusion_matrix.csv."""
+    import csv
+
+    from .evaluate import CONFUSION
+
+    path = _results_file(project_dir, CONFUSION)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+    with open(path, newline="") as f:
+        pairs = [(row["actual"], row["predicted"]) for row in csv.DictReader(f)]
+    classes = sorted({c for pair in pairs for c in pair}, key=_natural)
+    index = {c: i for i, c in enumerate(classes)}
+    actual = np.array([index[a] for a, _ in pairs], dtype=np.int64)
+    predicted = np.array([index[p] for _, p in pairs], dtype=np.int64)
+    return confusion_matrix(actual, predicted, len(classes)), classes
+
+
+def load_test_metrics(project_dir: Path) -> dict[str, Any]:
+    """`evaluate`'s results/metrics/evaluate.json (test loss and accuracy)."""
+    from .evaluate import METRICS
+
+    path = _results_file(project_dir, METRICS)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+    return json.loads(path.read_text())
+
+
+def _results_file(project_dir: Path, name: str) -> Path:
+    """`evaluate`'s output `name`, under the results root (`results/`, or $PROJECT_RESULTS_DIR)."""
+    from .storage import results_root
+
+    if name.startswith("results/"):  # a path from the project folder
+        return Path(project_dir) / name
+    return results_root(Path(project_dir)) / name
+
+
+def _natural(name: str) -> tuple[int, Any]:
+    """Sort '2' before '10', and names alphabetically."""
+    return (0, int(name)) if name.lstrip("-").isdigit() else (1, name)
+
+
+def metrics_table(metrics: dict[str, Any]) -> str:
+    """A Markdown table of per-class precision, recall, F1 and support, plus overall accuracy
+    (`metrics` as `class_metrics` returns it)."""
+    rows = ["| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
+    for c in metrics["per_class"]:
+        rows.append(
+            f"| {c['class']} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} "
+            f"| {c['support']} |"
+        )
+    total = sum(c["support"] for c in metrics["per_class"])
+    rows.append(f"| **all** | | | **accuracy {metrics['accuracy']:.4f}** | {total} |")
+    return "\n".join(rows)

@@ -1,0 +1,229 @@
+"""The record of a training run: `results/runs/<run_id>/manifest.json`.
+
+Everything needed to trace a result back and run it again: params (also saved beside the
+manifest as `params.yaml`), seed, environment, git commit, data manifest hash, checkpoint
+location, metrics, artifacts (with sha256) and timing. Every training run writes one, also a run
+that was stopped (its status says so), and sends it to the experiment tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .environment import collect_environment, file_sha256, save_json, utc_now
+from .storage import results_root
+
+MODULE = __package__
+# Fields every manifest has (tests/test_run_record.py checks each).
+FIELDS = (
+    "run_id",
+    "run_name",
+    "status",
+    "params",
+    "seed",
+    "environment",
+    "git",
+    "data",
+    "checkpoints",
+    "metrics",
+    "artifacts",
+    "timing",
+    "tracking",
+    "command",
+    "reproduce",
+)
+# Metrics (prefixes) sent to the tracker at the end of a run; the manifest keeps them all.
+FINAL_METRICS = ("val_", "train_", "test_", "examples_per_sec", "wall_time_s", "steps")
+
+
+def new_run_id(run_name: str, now: datetime | None = None) -> str:
+    """`20260101T120000Z-<run_name>-<4 hex>`: sorts by time, names the run, never collides."""
+    now = now or utc_now()
+    return f"{now:%Y%m%dT%H%M%SZ}-{run_name}-{secrets.token_hex(2)}"
+
+
+def artifact_entry(project_dir: Path, path: Path) -> dict[str, Any]:
+    """Path (relative to the project when inside it), size and sha256 of one output file."""
+    path = Path(path)
+    try:
+        shown = str(path.resolve().relative_to(Path(project_dir).resolve()))
+    except ValueError:
+        shown = str(path)
+    if not path.is_file():
+        return {"path": shown, "exists": False}
+    return {"path": shown, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def build_record(
+    project_dir: Path,
+    *,
+    run_id: str,
+    params: dict[str, Any],
+    status: str,
+    metrics: dict[str, Any],
+    artifacts: list[Path],
+    checkpoints: Path,
+    started_at: datetime,
+    finished_at: datetime,
+    reason: str = "",
+    command: str = "",
+    tracking: dict[str, str] | None = None,
+    environment: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest of one run as a dictionary (see FIELDS)."""
+    project_dir = Path(project_dir)
+    env = environment if environment is not None else collect_environment(project_dir)
+    run_dir = runs_dir(project_dir) / run_id
+    if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
+        run_dir = run_dir.relative_to(project_dir)
+    run_name = params.get("run_name", "")
+    command = command or f"python -m {MODULE} train"
+    return {
+        "run_id": run_id,
+        "run_name": run_name,
+        "status": status,
+        "reason": reason,
+        "params": params,
+        "seed": params.get("seed"),
+        "environment": env,
+        "git": {k: env["git"].get(k) for k in ("commit", "branch", "dirty")},
+        "data": {"manifest": env["data"]["manifest"], "dvc": env["data"]["dvc"]},
+        "checkpoints": str(checkpoints),
+        "metrics": metrics,
+        "artifacts": [artifact_entry(project_dir, p) for p in artifacts],
+        "timing": {
+            "started_at": started_at.isoformat(timespec="seconds"),
+            "finished_at": finished_at.isoformat(timespec="seconds"),
+            "duration_s": round((finished_at - started_at).total_seconds(), 2),
+        },
+        "tracking": tracking or {},
+        "command": command,
+        "reproduce": reproduce_commands(env["git"], run_dir, run_name),
+    }
+
+
+def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str) -> list[str]:
+    """The shell commands that rerun this run from scratch (README: "Reproducing a run")."""
+    commit = git.get("commit") or "<no commit: the run was made before the first commit>"
+    warning = ["# WARNING: the tree had uncommitted changes; the commit lacks them"]
+    return [
+        *(warning if git.get("dirty") else []),
+        f"git checkout {commit}",
+        "dvc pull  # the data version of that commit (checked against data.manifest)",
+        f"cp {run_dir / 'params.yaml'} params.yaml",
+        f"python -m {MODULE} train --fresh --set run_name={run_name}-repro",
+    ]
+
+
+def runs_dir(project_dir: Path) -> Path:
+    """`results/runs/` (under `$PROJECT_RESULTS_DIR` when that is set)."""
+    return results_root(Path(project_dir)) / "runs"
+
+
+def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
+    """Write `results/runs/<run_id>/manifest.json` and `params.yaml` beside it (atomically)."""
+    run_dir = runs_dir(project_dir) / record["run_id"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    params_text = yaml.safe_dump(record["params"], sort_keys=False)
+    tmp = run_dir / ".params.yaml.tmp"
+    tmp.write_text(f"# params of run {record['run_id']}\n{params_text}")
+    tmp.replace(run_dir / "params.yaml")
+    return save_json(record, run_dir / "manifest.json")
+
+
+def read_run_record(path: Path) -> dict[str, Any]:
+    """A manifest, from its file or its run folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "manifest.json"
+    return json.loads(path.read_text())
+
+
+def list_runs(project_dir: Path) -> list[dict[str, Any]]:
+    """Every run record of this project, oldest first (run ids sort by start time)."""
+    return [read_run_record(p) for p in sorted(runs_dir(project_dir).glob("*/manifest.json"))]
+
+
+def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
+    """A Markdown table comparing runs: id, status, commit, seed, chosen params, metrics."""
+    keys = keys or ("train.epochs", "train.batch_size", "train.learning_rate")
+    metric_keys = ("val_accuracy", "val_loss", "examples_per_sec")
+    head = ["run", "status", "commit", "seed", *keys, *metric_keys, "accelerator"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        commit = (run["git"].get("commit") or "-")[:8] + ("*" if run["git"].get("dirty") else "")
+        values = [_dotted(run["params"], k) for k in keys]
+        metrics = [_fmt(run["metrics"].get(k)) for k in metric_keys]
+        accel = run["environment"]["colab"]["accelerator"]
+        cells = [run["run_id"], run["status"], commit, str(run["seed"]), *values, *metrics, accel]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def record_run(
+    params: Any,
+    project_dir: Path,
+    paths: Any,
+    result: Any,
+    started_at: datetime,
+    command: str = "",
+) -> Path:
+    """Called by the trainer when a run ends: write its manifest, then send it to the tracker.
+
+    `params` is the Params dataclass, `paths` the run's RunPaths, `result` its TrainResult.
+    """
+    from .tracking import Tracker
+
+    project_dir = Path(project_dir)
+    flat_params = params.to_dict()
+    run_id = new_run_id(params.run_name, started_at)
+    tracker = Tracker(project_dir, params.run_name, run_id)
+    metrics = dict(result.metrics) if result.metrics else {"steps": result.step}
+    artifacts = [paths.model_file, paths.metrics_file] if result.status == "completed" else []
+    record = build_record(
+        project_dir,
+        run_id=run_id,
+        params=flat_params,
+        status=result.status,
+        reason=result.reason,
+        metrics=metrics,
+        artifacts=artifacts,
+        checkpoints=paths.checkpoints,
+        started_at=started_at,
+        finished_at=utc_now(),
+        command=command,
+        tracking=tracker.locations,
+    )
+    manifest = write_run_record(project_dir, record)
+    print(f"Run record: {manifest}", flush=True)
+    tracker.log_params(flat_params)
+    for epoch in metrics.get("history") or []:
+        tracker.log_metrics(epoch, step=int(epoch.get("step", 0)))
+    final = {k: v for k, v in metrics.items() if k.startswith(FINAL_METRICS)}
+    tracker.log_metrics(final, step=int(result.step))
+    for path in [*artifacts, manifest]:
+        tracker.log_artifact(path)
+    tracker.close(result.status)
+    return manifest
+
+
+def _dotted(params: dict[str, Any], key: str) -> str:
+    node: Any = params
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return _fmt(node)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return re.sub(r"\s+", " ", str(value))

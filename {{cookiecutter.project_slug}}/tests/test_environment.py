@@ -1,0 +1,82 @@
+"""`env`: what a result depends on, printed and saved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.module_name }}.environment import collect_environment, git_info, summary
+
+MODULE = "{{ cookiecutter.module_name }}"
+PROJECT = Path(__file__).resolve().parents[1]
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_git_commit_and_dirty_flag(tmp_path):
+    assert git_info(tmp_path)["commit"] is None
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "a")
+    info = git_info(tmp_path)
+    assert info["commit"] == git(tmp_path, "rev-parse", "HEAD")
+    assert info["dirty"] is False
+    (tmp_path / "a.txt").write_text("2")
+    assert git_info(tmp_path)["dirty"] is True
+    assert git_info(tmp_path)["changed_files"] == ["a.txt"]
+
+
+def test_packages_data_hashes_and_summary(tmp_path):
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  prepare:\n    outs:\n    - path: data/processed\n"
+        "      hash: md5\n      md5: 0123abcd.dir\n"
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    (tmp_path / "data" / "extra.dvc").write_text("outs:\n- md5: 99ff\n  path: extra\n")
+    env = collect_environment(tmp_path, devices=False)
+    assert env["python"]["version"].count(".") == 2
+    assert env["packages"]["numpy"] and env["packages"]["pyyaml"]
+    assert env["data"]["dvc"] == {"data/processed": "0123abcd.dir", "data/extra": "99ff"}
+    assert env["data"]["manifest"]["path"] == "data/manifest.json"
+    assert env["colab"]["on_colab"] is False
+    text = summary(env)
+    assert "Colab       no" in text and "data/processed: 0123abcd.dir" in text
+
+
+@pytest.mark.slow
+def test_env_command_prints_and_saves_everything(tmp_path):
+    output = tmp_path / "environment.json"
+    run = subprocess.run(
+        [sys.executable, "-m", MODULE, "env", "--output", str(output)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    env = json.loads(output.read_text())
+    tf = env["tensorflow"]
+    assert tf["version"] and tf["keras_version"]
+    assert "cuda_version" in tf and "cudnn_version" in tf and tf["devices"]
+    assert env["colab"]["accelerator"].startswith(("CPU", "GPU", "TPU"))
+    assert {"commit", "dirty"} <= set(env["git"])
+    assert f"tensorflow=={tf['version']}" in run.stdout  # every package is printed
+    assert "TensorFlow  " in run.stdout and "accelerator" in run.stdout

@@ -1,0 +1,161 @@
+"""A notebook committed with outputs and Colab's churn is stored without them.
+
+A real git repository, the hooks registered by `make hooks`, a real `git add` through the
+nbstripout filter; `git show :path` is what the repository holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from {{ cookiecutter.module_name }}.githooks import EXTRA_KEYS
+
+MODULE = "{{ cookiecutter.module_name }}"
+PROJECT = Path(__file__).resolve().parents[1]
+TOKEN = "PLANTED-TOKEN-5f3c9a"  # must never reach git
+SKIP = (".git", ".venv", "results", "data", "wandb", "checkpoints", "__pycache__", "*.egg-info")
+
+
+def colab_notebook() -> dict:
+    """A notebook as Colab saves it after a run: outputs, counts, widgets, provenance, ids."""
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "accelerator": "GPU",
+            "colab": {"gpuType": "T4", "provenance": [{"file_id": TOKEN}], "authorship_tag": TOKEN},
+            "kernelspec": {"display_name": "Python 3", "name": "python3", "language": "python"},
+            "language_info": {"name": "python"},
+            "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"w": TOKEN}}},
+        },
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "c0ffee",
+                "execution_count": 7,
+                "metadata": {
+                    "id": "colab-cell-id",
+                    "colab": {"base_uri": "https://localhost:8080/", "height": 35},
+                    "outputId": TOKEN,
+                    "executionInfo": {"elapsed": 5, "user": {"displayName": TOKEN}},
+                    "tags": ["parameters"],
+                },
+                "source": "answer = 42\nprint(answer)",
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": f"{TOKEN}\n"},
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 7,
+                        "data": {"text/plain": f"'{TOKEN}'"},
+                        "metadata": {},
+                    },
+                ],
+            }
+        ],
+    }
+
+
+def git(repo: Path, *args: str, env: dict | None = None) -> str:
+    run = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
+    assert run.returncode == 0, f"git {' '.join(args)}: {run.stdout}{run.stderr}"
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A fresh clone-like copy of the project with `make hooks` run in it."""
+    repo = tmp_path_factory.mktemp("hygiene") / "project"
+    shutil.copytree(PROJECT, repo, ignore=shutil.ignore_patterns(*SKIP))
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(repo / "src"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    git(repo, "init", "-q", env=env)
+    if shutil.which("make"):
+        command = ["make", "hooks", f"PYTHON={sys.executable}"]
+    else:  # what the Makefile's `hooks` target runs
+        command = [sys.executable, "-m", MODULE, "hooks"]
+    run = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return repo, env
+
+
+@pytest.mark.slow
+def test_outputs_and_colab_churn_never_reach_git(repo):
+    repo, env = repo
+    path = repo / "notebooks" / "99_planted.ipynb"
+    path.write_text(json.dumps(colab_notebook(), indent=1))
+    git(repo, "add", "notebooks/99_planted.ipynb", env=env)
+
+    stored_text = git(repo, "show", ":notebooks/99_planted.ipynb", env=env)
+    assert TOKEN not in stored_text
+    stored = json.loads(stored_text)
+    (cell,) = stored["cells"]
+    assert cell["outputs"] == []
+    assert cell["execution_count"] is None
+    assert "".join(cell["source"]) == "answer = 42\nprint(answer)"
+    assert cell["metadata"] == {"tags": ["parameters"]}  # papermill's tag stays
+    assert "widgets" not in stored["metadata"]
+    assert "provenance" not in stored["metadata"]["colab"]
+    # What documents the runtime stays: Colab reopens it on a T4 GPU.
+    assert stored["metadata"]["accelerator"] == "GPU"
+    assert stored["metadata"]["colab"]["gpuType"] == "T4"
+    assert stored["metadata"]["kernelspec"]["name"] == "python3"
+    # The working copy keeps its outputs: only what git stores is stripped.
+    assert TOKEN in path.read_text()
+
+
+@pytest.mark.slow
+def test_rerunning_a_committed_notebook_leaves_nothing_to_commit(repo):
+    repo, env = repo
+    path = repo / "notebooks" / "98_rerun.ipynb"
+    rel = str(path.relative_to(repo))
+    clean = colab_notebook()
+    clean["cells"][0]["outputs"] = []
+    path.write_text(json.dumps(clean, indent=1))
+    git(repo, "add", rel, env=env)
+    git(repo, "commit", "-q", "--no-verify", "-m", "notebook", env=env)
+    path.write_text(json.dumps(colab_notebook(), indent=1))  # run again: new outputs only
+    # `git status` may list it (the file's size changed), but its content as git sees it is the
+    # same: no diff, and staging it stages nothing.
+    assert git(repo, "diff", "--stat", "--", rel, env=env) == ""
+    git(repo, "add", rel, env=env)
+    assert git(repo, "diff", "--cached", "--stat", env=env) == ""
+
+
+@pytest.mark.slow
+def test_diff_and_merge_drivers_are_nbdime_and_the_filter_is_nbstripout(repo):
+    repo, env = repo
+    attrs = git(repo, "check-attr", "filter", "diff", "merge", "--", "notebooks/x.ipynb", env=env)
+    assert "filter: nbstripout" in attrs
+    assert "diff: jupyternotebook" in attrs  # nbdime's; it strips through the filter first
+    assert "merge: jupyternotebook" in attrs
+    assert "nbstripout" in git(repo, "config", "filter.nbstripout.clean", env=env)
+    assert git(repo, "config", "filter.nbstripout.extrakeys", env=env).split() == list(EXTRA_KEYS)
+    assert "git-nbdiffdriver" in git(repo, "config", "diff.jupyternotebook.command", env=env)
+    assert "git-nbmergedriver" in git(repo, "config", "merge.jupyternotebook.driver", env=env)
+    assert (repo / ".git" / "hooks" / "pre-commit").is_file()
+    # Registering the hooks leaves the committed .gitattributes as it is.
+    assert (repo / ".gitattributes").read_bytes() == (PROJECT / ".gitattributes").read_bytes()
+
+
+def test_pre_commit_strips_the_same_keys_as_the_git_filter():
+    config = yaml.safe_load((PROJECT / ".pre-commit-config.yaml").read_text())
+    hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+    args = shlex.split(hooks["nbstripout"]["entry"])
+    assert args[args.index("--extra-keys") + 1].split() == list(EXTRA_KEYS)

@@ -1,0 +1,130 @@
+"""Every training run writes results/runs/<run_id>/manifest.json holding each field."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from {{ cookiecutter.module_name }}.environment import collect_environment, file_sha256
+from {{ cookiecutter.module_name }}.run_record import (
+    FIELDS,
+    build_record,
+    list_runs,
+    new_run_id,
+    read_run_record,
+    runs_table,
+    write_run_record,
+)
+
+MODULE = "{{ cookiecutter.module_name }}"
+PROJECT = Path(__file__).resolve().parents[1]
+SKIP = (".git", ".venv", "results", "data", "wandb", "checkpoints", "__pycache__", "*.egg-info")
+
+
+def copy_project(tmp_path: Path) -> Path:
+    """This project's code and config in a fresh folder: runs write there, not here."""
+    target = tmp_path / "project"
+    shutil.copytree(PROJECT, target, ignore=shutil.ignore_patterns(*SKIP))
+    return target
+
+
+def run_module(project: Path, *args: str, storage: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "PROJECT_STORAGE_DIR": str(storage)}
+    for name in ("PROJECT_RESULTS_DIR", "TF_CONFIG", "CLUSTER_SPEC", "MLFLOW_TRACKING_URI"):
+        env.pop(name, None)
+    env["WANDB_MODE"] = "offline"
+    return subprocess.run(
+        [sys.executable, "-m", MODULE, *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_record_has_every_field_and_is_written_atomically(tmp_path):
+    model = tmp_path / "results" / "models" / "model.keras"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"weights")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text('{"files": []}')
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # noqa: UP017
+    params = {"seed": 11, "run_name": "unit", "train": {"epochs": 1}}
+    run_id = new_run_id("unit", started)
+    record = build_record(
+        tmp_path,
+        run_id=run_id,
+        params=params,
+        status="completed",
+        metrics={"val_accuracy": 0.9},
+        artifacts=[model, tmp_path / "missing.json"],
+        checkpoints=tmp_path / "storage" / "checkpoints" / "unit",
+        started_at=started,
+        finished_at=started + timedelta(seconds=90),
+        environment=collect_environment(tmp_path, devices=False),
+    )
+    path = write_run_record(tmp_path, record)
+
+    assert path == tmp_path / "results" / "runs" / run_id / "manifest.json"
+    assert run_id.startswith("20260102T030405Z-unit-")
+    saved = read_run_record(path.parent)
+    assert set(FIELDS) <= set(saved)
+    assert saved["seed"] == 11
+    assert saved["params"] == params
+    assert saved["timing"]["duration_s"] == 90.0
+    assert saved["data"]["manifest"]["sha256"] == file_sha256(tmp_path / "data" / "manifest.json")
+    assert saved["artifacts"][0] == {
+        "path": "results/models/model.keras",
+        "bytes": 7,
+        "sha256": file_sha256(model),
+    }
+    assert saved["artifacts"][1]["exists"] is False
+    assert saved["environment"]["packages"]["pyyaml"]
+    assert "params.yaml" in " ".join(saved["reproduce"])
+    assert yaml.safe_load((path.parent / "params.yaml").read_text()) == params
+    assert not list(path.parent.glob(".*"))  # no temp files left behind
+    assert run_id in runs_table(list_runs(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_training_run_writes_a_complete_manifest(tmp_path):
+    project = copy_project(tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    storage = tmp_path / "storage"
+    run = run_module(project, "prepare", storage=storage)
+    assert run.returncode == 0, run.stdout + run.stderr
+    tiny = ["--set=train.epochs=1", "--set=run_name=recorded", "--set=model.hidden_units=[8]"]
+    run = run_module(project, "train", *tiny, storage=storage)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    (manifest,) = (project / "results" / "runs").glob("*/manifest.json")
+    record = json.loads(manifest.read_text())
+    missing = [field for field in FIELDS if field not in record]
+    assert not missing, f"manifest lacks {missing}"
+    assert record["run_name"] == "recorded"
+    assert record["status"] == "completed"
+    assert record["params"]["train"]["epochs"] == 1
+    assert record["params"]["model"]["hidden_units"] == [8]
+    assert record["seed"] == record["params"]["seed"]
+    assert record["environment"]["tensorflow"]["version"]
+    assert "commit" in record["git"] and "dirty" in record["git"]
+    data_manifest = project / "data" / "manifest.json"
+    assert record["data"]["manifest"]["sha256"] == file_sha256(data_manifest)
+    assert record["checkpoints"] == str(storage / "checkpoints" / "recorded")
+    assert 0.0 <= record["metrics"]["val_accuracy"] <= 1.0
+    assert record["metrics"]["history"], "per-epoch metrics missing"
+    artifacts = {a["path"]: a for a in record["artifacts"]}
+    model = artifacts["results/models/model.keras"]
+    assert model["sha256"] == file_sha256(project / "results" / "models" / "model.keras")
+    assert record["timing"]["duration_s"] > 0
+    assert "tensorboard" in record["tracking"]
+    assert "Run record:" in run.stdout
