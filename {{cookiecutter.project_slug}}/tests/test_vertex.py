@@ -1,0 +1,447 @@
+"""`vertex`: the Vertex AI CustomJobSpec written from params, its checks and the gcloud command."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.vertex import (
+    ACCELERATOR_TYPES,
+    forwarded_overrides,
+    job_spec,
+    run_vertex,
+    validate,
+)
+
+MODULE = "{{ cookiecutter.module_name }}"
+SLUG = "{{ cookiecutter.project_slug }}"
+PROJECT = Path(__file__).resolve().parents[1]
+IMAGE = "us-central1-docker.pkg.dev/my-proj/ml/app:0.1.0"
+GOOD = [
+    "vertex.project=my-proj",
+    "vertex.bucket=gs://my-bucket/exp",
+    f"vertex.image_uri={IMAGE}",
+]
+
+# Field names of the Vertex AI v1 REST reference: CustomJobSpec, WorkerPoolSpec, MachineSpec,
+# ContainerSpec, PythonPackageSpec, EnvVar, GcsDestination. A typo here would make gcloud reject
+# the file (or, worse, silently ignore a field).
+SPEC_KEYS = {"workerPoolSpecs", "baseOutputDirectory", "serviceAccount", "scheduling"}
+SCHEDULING_KEYS = {"strategy", "restartJobOnWorkerRestart", "timeout"}
+POOL_KEYS = {"machineSpec", "replicaCount", "containerSpec", "pythonPackageSpec", "diskSpec"}
+MACHINE_KEYS = {"machineType", "acceleratorType", "acceleratorCount"}
+CONTAINER_KEYS = {"imageUri", "command", "args", "env"}
+PACKAGE_KEYS = {"executorImageUri", "packageUris", "pythonModule", "args", "env"}
+
+
+def params(*overrides: str):
+    return load_params(PROJECT / "params.yaml", [*GOOD, *overrides])
+
+
+def check_field_names(spec: dict) -> None:
+    assert set(spec) <= SPEC_KEYS
+    assert set(spec["baseOutputDirectory"]) == {"outputUriPrefix"}
+    assert set(spec.get("scheduling", {})) <= SCHEDULING_KEYS
+    for pool in spec["workerPoolSpecs"]:
+        assert set(pool) <= POOL_KEYS
+        assert set(pool["machineSpec"]) <= MACHINE_KEYS
+        assert isinstance(pool["replicaCount"], int)
+        if "containerSpec" in pool:
+            assert set(pool["containerSpec"]) <= CONTAINER_KEYS
+            program = pool["containerSpec"]
+        else:
+            assert set(pool["pythonPackageSpec"]) <= PACKAGE_KEYS
+            program = pool["pythonPackageSpec"]
+        for var in program["env"]:
+            assert set(var) == {"name", "value"}
+
+
+def env_of(pool: dict) -> dict[str, str]:
+    program = pool.get("containerSpec") or pool["pythonPackageSpec"]
+    return {var["name"]: var["value"] for var in program["env"]}
+
+
+def test_default_job_is_one_chief_with_a_gpu():
+    spec = job_spec(params())
+    check_field_names(spec)
+    (chief,) = spec["workerPoolSpecs"]
+    assert chief["replicaCount"] == 1
+    assert chief["machineSpec"] == {
+        "machineType": "g2-standard-8",
+        "acceleratorType": "NVIDIA_L4",
+        "acceleratorCount": 1,
+    }
+    assert chief["containerSpec"]["imageUri"] == IMAGE
+    assert chief["containerSpec"]["args"] == ["train"]  # the image's entrypoint runs the package
+    assert env_of(chief) == {
+        "PROJECT_STORAGE_DIR": "gs://my-bucket/exp",
+        "PROJECT_RESULTS_DIR": "gs://my-bucket/exp/results",
+    }
+    assert spec["baseOutputDirectory"] == {"outputUriPrefix": "gs://my-bucket/exp"}
+
+
+def test_workers_get_a_second_pool_with_the_same_machines():
+    spec = job_spec(params("vertex.worker_replicas=3", "vertex.bucket=gs://my-bucket/exp/"))
+    check_field_names(spec)
+    chief, workers = spec["workerPoolSpecs"]
+    assert (chief["replicaCount"], workers["replicaCount"]) == (1, 3)
+    assert workers["machineSpec"] == chief["machineSpec"]
+    assert workers["containerSpec"] == chief["containerSpec"]
+    assert env_of(workers)["PROJECT_STORAGE_DIR"] == "gs://my-bucket/exp"  # no trailing slash
+    # A replaced worker cannot rejoin MultiWorkerMirroredStrategy: restart all, then resume.
+    assert spec["scheduling"] == {"restartJobOnWorkerRestart": True}
+
+
+def test_single_machine_has_no_scheduling_unless_spot():
+    assert "scheduling" not in job_spec(params())
+    assert job_spec(params("vertex.spot=true"))["scheduling"] == {"strategy": "SPOT"}
+
+
+def test_cpu_only_job_has_no_accelerator_fields():
+    p = params(
+        "vertex.machine_type=n2-standard-8",
+        "vertex.accelerator_type=''",
+        "vertex.accelerator_count=0",
+    )
+    validate(p.vertex, p.run_name)
+    assert job_spec(p)["workerPoolSpecs"][0]["machineSpec"] == {"machineType": "n2-standard-8"}
+
+
+PACKAGE_MODE = [
+    "vertex.image_uri=''",
+    "vertex.python_package_uri=gs://my-bucket/dist/app-0.1.0.tar.gz",
+    "vertex.executor_image_uri=us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
+]
+
+
+def test_python_package_job_reads_params_from_the_bucket():
+    p = params(*PACKAGE_MODE)
+    validate(p.vertex, p.run_name)
+    spec = job_spec(p, ["train.epochs=2"])
+    check_field_names(spec)
+    package = spec["workerPoolSpecs"][0]["pythonPackageSpec"]
+    assert package["pythonModule"] == MODULE
+    assert package["packageUris"] == ["gs://my-bucket/dist/app-0.1.0.tar.gz"]
+    # A prebuilt image holds no params.yaml: the job reads the uploaded one through /gcs.
+    params_path = "/gcs/my-bucket/exp/params.yaml"
+    assert package["args"] == ["train", "--params", params_path, "--set", "train.epochs=2"]
+
+
+def test_python_package_dry_run_prints_the_upload_first(tmp_path, capsys):
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text((PROJECT / "params.yaml").read_text())
+    p = params(*PACKAGE_MODE)
+    assert run_vertex(p, tmp_path, dry_run=True, params_file=params_file) == 0
+    upload, create = capsys.readouterr().out.strip().splitlines()[-2:]
+    expected = ["gcloud", "storage", "cp", str(params_file), "gs://my-bucket/exp/params.yaml"]
+    assert shlex.split(upload) == [*expected, "--project=my-proj"]
+    assert shlex.split(create)[:4] == ["gcloud", "ai", "custom-jobs", "create"]
+
+
+def test_training_overrides_are_forwarded_vertex_ones_are_not():
+    items = ["train.epochs=50", "vertex.worker_replicas=2", "run_name=big"]
+    assert forwarded_overrides(items) == ["train.epochs=50", "run_name=big"]
+    spec = job_spec(params(), forwarded_overrides(items))
+    expected = ["train", "--set", "train.epochs=50", "--set", "run_name=big"]
+    assert spec["workerPoolSpecs"][0]["containerSpec"]["args"] == expected
+
+
+@pytest.mark.parametrize(
+    "machine, accelerator, count",
+    [
+        ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+        ("n1-highmem-16", "NVIDIA_TESLA_V100", 4),
+        ("n1-standard-4", "''", 0),
+        ("g2-standard-24", "NVIDIA_L4", 2),
+        ("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1),
+        ("a2-ultragpu-2g", "NVIDIA_A100_80GB", 2),
+        ("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
+        ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 4),
+        ("e2-standard-4", "''", 0),
+    ],
+)
+def test_valid_machines(machine, accelerator, count):
+    p = params(
+        f"vertex.machine_type={machine}",
+        f"vertex.accelerator_type={accelerator}",
+        f"vertex.accelerator_count={count}",
+    )
+    validate(p.vertex, p.run_name)
+
+
+BAD = [
+    # (overrides, the key the message must name)
+    (["vertex.region=US Central"], "region"),
+    (["vertex.region=us_central1"], "region"),
+    (["vertex.project=My_Project"], "project"),
+    (["vertex.bucket=''"], "bucket"),
+    (["vertex.bucket=my-bucket/exp"], "bucket"),
+    (["vertex.bucket=s3://my-bucket"], "bucket"),
+    (["vertex.accelerator_type=NVIDIA_TESLA_K80"], "accelerator_type"),
+    (["vertex.accelerator_type=NVIDIA_GTX_1080"], "accelerator_type"),
+    (["vertex.accelerator_type=NVIDIA_TESLA_T4"], "accelerator_type"),  # g2 carries L4s
+    (["vertex.machine_type=n2-standard-8"], "accelerator_type"),  # takes no GPU
+    (
+        [
+            "vertex.machine_type=a2-highgpu-1g",
+            "vertex.accelerator_type=''",
+            "vertex.accelerator_count=0",
+        ],
+        "accelerator_type",
+    ),
+    (["vertex.machine_type=x"], "machine_type"),
+    (["vertex.machine_type=z9-standard-8"], "machine_type"),
+    (["vertex.accelerator_count=0"], "accelerator_count"),
+    (["vertex.accelerator_count=2"], "accelerator_count"),  # g2-standard-8 has one L4
+    (
+        ["vertex.machine_type=a2-highgpu-2g", "vertex.accelerator_type=NVIDIA_TESLA_A100"],
+        "accelerator_count",
+    ),
+    (
+        [
+            "vertex.machine_type=n1-standard-8",
+            "vertex.accelerator_type=NVIDIA_TESLA_T4",
+            "vertex.accelerator_count=3",
+        ],
+        "accelerator_count",
+    ),
+    (["vertex.machine_type=n2-standard-8", "vertex.accelerator_type=''"], "accelerator_count"),
+    (["vertex.chief_replicas=0"], "chief_replicas"),
+    (["vertex.chief_replicas=2"], "chief_replicas"),
+    (["vertex.worker_replicas=-1"], "worker_replicas"),
+    (["vertex.worker_replicas=two"], "worker_replicas"),
+    (
+        [
+            "vertex.machine_type=ct5lp-hightpu-4t",
+            "vertex.accelerator_type=TPU_V5_LITEPOD",
+            "vertex.accelerator_count=4",
+            "vertex.worker_replicas=1",
+        ],
+        "worker_replicas",
+    ),
+    (["vertex.image_uri=''"], "image_uri"),
+    (["vertex.python_package_uri=gs://my-bucket/app.tar.gz"], "image_uri"),  # both set
+    (["vertex.image_uri=not an image"], "image_uri"),
+    (["vertex.image_uri=''", "vertex.python_package_uri=/tmp/app.tar.gz"], "python_package_uri"),
+    (
+        ["vertex.image_uri=''", "vertex.python_package_uri=gs://my-bucket/app.tar.gz"],
+        "executor_image_uri",
+    ),
+    (["vertex.service_account=trainer"], "service_account"),
+    (["vertex.display_name=" + "x" * 129], "display_name"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", BAD)
+def test_bad_fields_are_one_line_errors_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        p = params(*overrides)  # type errors (e.g. -1 replicas) stop here already
+        validate(p.vertex, p.run_name)
+    message = str(err.value)
+    assert message.startswith(f"vertex.{key}:"), message
+    assert f"example: --set vertex.{key}=" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["vertex.region=bad", "vertex.bucket=bad", "vertex.accelerator_count=5", "vertex.project=X"],
+)
+def test_following_the_example_fixes_the_error(bad):
+    with pytest.raises(ConfigError) as err:
+        p = params(bad)
+        validate(p.vertex, p.run_name)
+    example = str(err.value).split("(example: --set ")[-1].rstrip(")")
+    p = params(bad, example)
+    validate(p.vertex, p.run_name)
+
+
+def test_every_accelerator_is_allowed_on_some_machine():
+    from {{ cookiecutter.module_name }}.vertex import MACHINE_ACCELERATORS
+
+    carried = {acc for accs in MACHINE_ACCELERATORS.values() for acc in accs}
+    assert carried == set(ACCELERATOR_TYPES)
+
+
+def test_dry_run_prints_the_command_and_writes_the_spec(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out_file = tmp_path / "job.yaml"
+    argv = [
+        "vertex",
+        "--dry-run",
+        "--params",
+        str(PROJECT / "params.yaml"),
+        "--output",
+        str(out_file),
+    ]
+    for item in [*GOOD, "vertex.worker_replicas=1", "train.epochs=3"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert shlex.split(lines[-1]) == [
+        "gcloud",
+        "ai",
+        "custom-jobs",
+        "create",
+        "--region=us-central1",
+        f"--display-name={SLUG}-baseline",
+        f"--config={out_file}",
+        "--project=my-proj",
+    ]
+    text = out_file.read_text()
+    assert "&id" not in text and "*id" not in text  # plain YAML, no anchors
+    written = yaml.safe_load(text)
+    expected = job_spec(params("vertex.worker_replicas=1"), ["train.epochs=3"])
+    assert written == expected
+    check_field_names(written)
+    assert not list(tmp_path.glob(".job.yaml.*"))  # the atomic write left no temp file
+
+
+def test_default_output_is_under_results(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    p = load_params(project / "params.yaml", GOOD)
+    assert run_vertex(p, project, dry_run=True) == 0
+    assert (project / "results" / "vertex" / "job.yaml").is_file()
+
+
+def test_bad_params_exit_2_with_the_key(capsys):
+    argv = ["vertex", "--dry-run", "--params", str(PROJECT / "params.yaml")]
+    argv += ["--set", f"vertex.image_uri={IMAGE}", "--set", "vertex.bucket=my-bucket"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: vertex.bucket: ")
+
+
+def _fake_gcloud(folder: Path, record: Path) -> None:
+    folder.mkdir()
+    script = folder / "gcloud"
+    script.write_text(f'#!/bin/sh\necho "$*" >> "{record}"\nexit 0\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a shell-script stand-in for gcloud")
+def test_without_dry_run_gcloud_is_called(tmp_path, monkeypatch):
+    record = tmp_path / "args.txt"
+    _fake_gcloud(tmp_path / "bin", record)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    p = params()
+    assert run_vertex(p, tmp_path, output=str(tmp_path / "job.yaml")) == 0
+    (call,) = record.read_text().splitlines()
+    assert call.startswith("ai custom-jobs create --region=us-central1 ")
+    assert f"--config={tmp_path / 'job.yaml'}" in call
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a shell-script stand-in for gcloud")
+def test_python_package_mode_uploads_params_then_creates(tmp_path, monkeypatch):
+    record = tmp_path / "args.txt"
+    _fake_gcloud(tmp_path / "bin", record)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    params_file = PROJECT / "params.yaml"
+    p = params(*PACKAGE_MODE)
+    out = str(tmp_path / "job.yaml")
+    assert run_vertex(p, tmp_path, output=out, params_file=params_file) == 0
+    upload, create = record.read_text().splitlines()
+    assert upload == f"storage cp {params_file} gs://my-bucket/exp/params.yaml --project=my-proj"
+    assert create.startswith("ai custom-jobs create ")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a shell-script stand-in for gcloud")
+def test_a_failing_gcloud_stops_and_returns_its_code(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "gcloud"
+    script.write_text("#!/bin/sh\nexit 7\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    p = params(*PACKAGE_MODE)
+    out = str(tmp_path / "job.yaml")
+    assert run_vertex(p, tmp_path, output=out, params_file=PROJECT / "params.yaml") == 7
+
+
+def test_without_gcloud_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcloud here
+    with pytest.raises(ConfigError, match="gcloud is not on PATH.*--dry-run"):
+        run_vertex(params(), tmp_path, output=str(tmp_path / "job.yaml"))
+
+
+def test_vertex_params_do_not_block_training_params():
+    """An unfilled vertex section (no bucket, no image) must not stop `train`."""
+    p = load_params(PROJECT / "params.yaml")
+    assert dataclasses.asdict(p.vertex)["bucket"] == ""
+
+
+# Run by the Python that ships with the Google Cloud CLI: load the spec into gcloud's own
+# Vertex AI v1 message classes (what `gcloud ai custom-jobs create --config` does) and back.
+_GCLOUD_ROUND_TRIP = """
+import json, sys
+sys.path[:0] = [sys.argv[1] + "/lib", sys.argv[1] + "/lib/third_party"]
+from apitools.base.py import encoding
+from googlecloudsdk.api_lib.util import apis
+from googlecloudsdk.command_lib.export import util as export_util
+spec_type = apis.GetMessagesModule("aiplatform", "v1").GoogleCloudAiplatformV1CustomJobSpec
+message = export_util.Import(message_type=spec_type, stream=open(sys.argv[2]).read())
+print(json.dumps(encoding.MessageToPyValue(message)))
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="needs the Google Cloud CLI")
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["vertex.worker_replicas=2", "vertex.spot=true"],
+        [
+            "vertex.image_uri=''",
+            "vertex.python_package_uri=gs://my-bucket/dist/app-0.1.0.tar.gz",
+            "vertex.executor_image_uri=us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest",
+            "vertex.machine_type=n1-standard-8",
+            "vertex.accelerator_type=NVIDIA_TESLA_T4",
+            "vertex.service_account=trainer@my-proj.iam.gserviceaccount.com",
+        ],
+    ],
+)
+def test_gcloud_reads_every_field(tmp_path, extra):
+    """A misspelt field or enum value would be dropped by gcloud: the round trip would differ."""
+    info = subprocess.run(
+        ["gcloud", "info", "--format=value(installation.sdk_root,basic.python_location)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    sdk_root, python = (info.stdout.split() + ["", ""])[:2]
+    if info.returncode != 0 or not Path(python).is_file():
+        pytest.skip("could not locate the Google Cloud CLI's Python")
+    out = tmp_path / "job.yaml"
+    assert run_vertex(params(*extra), tmp_path, dry_run=True, output=str(out)) == 0
+    done = subprocess.run(
+        [python, "-c", _GCLOUD_ROUND_TRIP, sdk_root, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0 and "ModuleNotFoundError" in done.stderr:
+        pytest.skip(f"this Google Cloud CLI is laid out differently: {done.stderr[-200:]}")
+    assert done.returncode == 0, done.stderr
+    assert _leaves_as_text(json.loads(done.stdout)) == _leaves_as_text(
+        yaml.safe_load(out.read_text())
+    )
+
+
+def _leaves_as_text(value):
+    """JSON writes int64 fields (replicaCount) as strings: compare every leaf as text."""
+    if isinstance(value, dict):
+        return {key: _leaves_as_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_leaves_as_text(item) for item in value]
+    return value if isinstance(value, bool) else str(value)
