@@ -54,7 +54,7 @@ def answers_of(overrides: dict[str, str]) -> dict[str, str]:
 # The package and its tests, the same for every answer (the tracker is chosen inside tracking.py).
 PACKAGE_FILES = {
     "__init__.py", "__main__.py", "bench.py", "checkpoints.py", "config.py", "data.py",
-    "environment.py", "evaluate.py", "gcs.py", "githooks.py", "manifest.py", "model.py",
+    "environment.py", "evaluate.py", "files.py", "gcs.py", "githooks.py", "manifest.py", "model.py",
     "notebooks.py", "prepare.py", "report.py", "run_record.py", "seeding.py", "staging.py",
     "storage.py", "strategy.py", "tracking.py", "trainer.py", "vertex.py",
 }

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from {{ cookiecutter.module_name }}.environment import collect_environment, file_sha256
+from {{ cookiecutter.module_name }}.environment import collect_environment
+from {{ cookiecutter.module_name }}.files import file_sha256
 from {{ cookiecutter.module_name }}.run_record import (
     FIELDS,
     build_record,

@@ -7,7 +7,6 @@ field (a T4 and an A100, or a package that drifted, show up at once).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -15,13 +14,13 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .files import atomic_write, file_sha256
 from .storage import on_colab
 
 DATA_MANIFESTS = ("data/manifest.json", "data/manifest.csv")
@@ -215,15 +214,6 @@ def data_manifest(project_dir: Path) -> dict[str, str] | None:
     return None
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def summary(env: dict[str, Any]) -> str:
     """A few readable lines: what a reviewer checks first when two results disagree."""
     tf = env["tensorflow"]
@@ -271,18 +261,7 @@ def summary(env: dict[str, Any]) -> str:
 
 def save_json(data: Any, path: Path) -> Path:
     """Write JSON atomically (temp file + rename): a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(Path(path), json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:

@@ -20,6 +20,7 @@ import numpy as np
 from . import manifest
 from .config import ConfigError, Params
 from .data import load_processed
+from .files import atomic_write
 from .storage import results_root
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
@@ -71,13 +72,13 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     model = keras.models.load_model(model_file, compile=False)
     logits = np.asarray(model.predict(x, batch_size=1024, verbose=0), dtype=np.float64)
     metrics = {**scores(logits, y), "test_examples": len(y), "classes": len(classes)}
-    manifest.atomic_write(results / METRICS, (json.dumps(metrics, indent=2) + "\n").encode())
+    atomic_write(results / METRICS, (json.dumps(metrics, indent=2) + "\n").encode())
 
     predicted = logits.argmax(axis=1)
     confusion = [[classes[a], classes[p]] for a, p in zip(y, predicted, strict=True)]
-    manifest.atomic_write(results / CONFUSION, _csv(["actual", "predicted"], confusion))
+    atomic_write(results / CONFUSION, _csv(["actual", "predicted"], confusion))
     curve = training_curve(results / TRAIN_METRICS)
-    manifest.atomic_write(results / CURVE, _csv(CURVE_COLUMNS, curve))
+    atomic_write(results / CURVE, _csv(CURVE_COLUMNS, curve))
     print(
         f"Test accuracy {metrics['test_accuracy']:.4f}, loss {metrics['test_loss']:.4f} on "
         f"{len(y)} examples; wrote {METRICS}, {CONFUSION}, {CURVE} in {results}",

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .files import CHUNK, atomic_write
+
 MANIFEST = "data/manifest.json"
-CHUNK = 1 << 20
 
 
 class ManifestMismatch(Exception):
@@ -58,26 +57,6 @@ def build(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
                 }
             )
     return {"version": 1, **info, "outs": sorted(outs), "files": files}
-
-
-def temp_file(target: Path) -> str:
-    """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
-    plain open() would give (mkstemp's is 0600)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return tmp
-
-
-def atomic_write(target: Path, data: bytes) -> None:
-    """Write `data` to `target` atomically: a crash leaves the old or the new file, never half."""
-    tmp = temp_file(target)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
 
 
 def write(project_dir: Path, manifest: dict) -> Path:

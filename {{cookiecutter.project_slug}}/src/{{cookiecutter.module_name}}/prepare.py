@@ -26,6 +26,7 @@ import numpy as np
 
 from . import gcs, manifest
 from .config import ConfigError, Params
+from .files import atomic_write, temp_file
 from .staging import stage
 
 RAW = "data/raw"
@@ -62,7 +63,7 @@ def write_digits_csv(path: Path) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows.tolist())
-    manifest.atomic_write(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue().encode())
     return f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
 
 
@@ -180,7 +181,7 @@ def split_indices(
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
     """np.savez, but byte-identical for identical arrays (fixed zip timestamps), written atomically:
     the same data gives the same hash, so DVC stores it once."""
-    tmp = manifest.temp_file(path)
+    tmp = temp_file(path)
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
         for name, array in arrays.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
@@ -217,9 +218,7 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Loaded, dict[str, s
     if gcs.is_gcs(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
         listing = [{"path": p, "size": gcs.size(p)} for p in gcs.walk_files(path)]
-        manifest.atomic_write(
-            raw_dir / "source.json", (json.dumps(listing, indent=2) + "\n").encode()
-        )
+        atomic_write(raw_dir / "source.json", (json.dumps(listing, indent=2) + "\n").encode())
         sources[f"{RAW}/source.json"] = f"listing of {path}"
         read_from = path
     else:

@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from .environment import collect_environment, file_sha256, save_json, utc_now
+from .environment import collect_environment, save_json, utc_now
+from .files import atomic_write, file_sha256
 from .storage import results_root
 
 MODULE = __package__
@@ -132,9 +133,7 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
     run_dir = runs_dir(project_dir) / record["run_id"]
     run_dir.mkdir(parents=True, exist_ok=True)
     params_text = yaml.safe_dump(record["params"], sort_keys=False)
-    tmp = run_dir / ".params.yaml.tmp"
-    tmp.write_text(f"# params of run {record['run_id']}\n{params_text}")
-    tmp.replace(run_dir / "params.yaml")
+    atomic_write(run_dir / "params.yaml", f"# params of run {record['run_id']}\n{params_text}")
     return save_json(record, run_dir / "manifest.json")
 
 

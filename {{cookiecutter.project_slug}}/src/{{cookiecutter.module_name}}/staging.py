@@ -11,14 +11,14 @@ read them from a local copy instead. Staging
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import atomic_write, file_sha256
 
 INDEX = ".stage-index.json"
 CHUNK_BYTES = 4 << 20  # read/write unit; a resumed copy restarts at a chunk boundary
@@ -45,14 +45,6 @@ class StageReport:
             f"{self.files} files: {self.copied} copied ({self.resumed} resumed, "
             f"{self.bytes_copied / 2**20:,.1f} MiB), {self.skipped} already there"
         )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _source_files(src: Path) -> list[tuple[Path, str]]:
@@ -85,10 +77,7 @@ def _load_index(dest_dir: Path) -> dict[str, dict]:
 
 
 def _save_index(dest_dir: Path, index: dict[str, dict]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".stage-index-", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(index, f)
-    os.replace(tmp, dest_dir / INDEX)
+    atomic_write(dest_dir / INDEX, json.dumps(index))
 
 
 def _unchanged(src: Path, dest: Path, st: os.stat_result, entry: dict | None, verify: bool) -> bool:
@@ -104,7 +93,7 @@ def _unchanged(src: Path, dest: Path, st: os.stat_result, entry: dict | None, ve
         and entry.get("dest") == [d.st_size, d.st_mtime_ns]
     ):
         return True
-    return _sha256(src) == _sha256(dest)
+    return file_sha256(src) == file_sha256(dest)
 
 
 def stage(

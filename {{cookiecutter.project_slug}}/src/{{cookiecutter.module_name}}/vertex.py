@@ -19,18 +19,17 @@ ContainerSpec, PythonPackageSpec, GcsDestination).
 from __future__ import annotations
 
 import copy
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .config import ConfigError, Params, VertexConfig
+from .files import atomic_write
 
 PACKAGE = __package__ or "{{ cookiecutter.module_name }}"
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
@@ -346,14 +345,7 @@ def write_spec(spec: dict[str, Any], path: Path) -> None:
         f"{PACKAGE} vertex`; submit with `gcloud ai custom-jobs create --config=...`.\n"
         + yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
     )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text)
 
 
 def forwarded_overrides(overrides: list[str]) -> list[str]:

@@ -1,0 +1,49 @@
+"""Writes that survive a crash, and file digests: the one place every writer and checker uses.
+
+A crash (or a Colab disconnect) mid-write leaves either the old file or the new one, never half:
+the data goes to a temporary file beside the target (same disk) and `os.replace` swaps it in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def temp_file(target: Path) -> str:
+    """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
+    plain open() would give (mkstemp's is 0600)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return tmp
+
+
+def atomic_write(target: Path, data: bytes | str) -> Path:
+    """Write `data` (text is UTF-8) to `target` atomically; return `target`."""
+    target = Path(target)
+    tmp = temp_file(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
