@@ -1,0 +1,47 @@
+"""What `prepare` wrote, as the model and the trainer need to know it: `data/processed/spec.json`.
+
+`prepare` writes it beside the shards; `train`, `evaluate` and `predict` read it. The model is built
+from it (input shape, feature statistics for tabular inputs) and it names the classes or labels.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC = "spec.json"
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The shape and meaning of the processed data."""
+
+    kind: str  # "image" (pixel values 0-255, shape [h, w, c]) or "vector" (raw features)
+    input_shape: tuple[int, ...]  # (height, width, channels) or (num_features,)
+    task: str = "classification"  # classification / multilabel / regression
+    names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
+    counts: dict[str, int] = field(default_factory=dict)  # examples per split
+    feature_names: list[str] = field(default_factory=list)  # vectors: the input columns
+    feature_mean: list[float] | None = None  # vectors: per-feature mean of the training split
+    feature_var: list[float] | None = None  # vectors: per-feature variance of the training split
+    target_mean: float | None = None  # regression: mean of the training targets
+    target_std: float | None = None  # regression: standard deviation of the training targets
+    extra: dict[str, Any] = field(default_factory=dict)  # source-specific details (shards, ...)
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        doc["input_shape"] = list(self.input_shape)
+        return json.dumps(doc, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> DataSpec:
+        doc = json.loads(text)
+        doc["input_shape"] = tuple(doc["input_shape"])
+        return cls(**doc)
+
+
+def load_spec(processed_dir: Path) -> DataSpec:
+    """Read `<processed_dir>/spec.json`."""
+    return DataSpec.from_json((Path(processed_dir) / SPEC).read_text())
