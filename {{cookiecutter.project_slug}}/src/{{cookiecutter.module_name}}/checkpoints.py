@@ -216,9 +216,14 @@ def is_storage_fault(exc: BaseException) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
+    """`ErrorType: cause` in one short line. TensorFlow's message names the graph function and the
+    file, then `; <cause> [Op:SaveV2]`: the cause is the part after the last `; `."""
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {(lines or [''])[0][:160]}"
+    first = (lines or [""])[0]
+    first = re.sub(r"\s*\[Op:\w+\]$", "", first).rsplit("; ", 1)[-1]
+    first = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", first)
+    return f"{type(exc).__name__}: {first[:160]}"
 
 
 def _free_mib(directory: Path) -> float:
