@@ -250,6 +250,10 @@ def _load_source(
         x, y, classes = read_csv(read_from, cfg.label)
     elif cfg.source == "images":
         x, y, classes = read_images(read_from, cfg.image_size, cfg.image_channels)
+        # Staging copies files, not empty folders: an empty class folder is found in the source.
+        for name in gcs.list_dir(path):
+            if gcs.isdir(gcs.join(path, name)) and name not in classes + [".", ".."]:
+                classes.append(name)  # counted as a class with 0 examples below
     else:
         x, y, classes = read_tfrecords(read_from, cfg.features, cfg.label)
     return (x, y, classes), sources
@@ -310,6 +314,11 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
 def check_class_counts(y: np.ndarray, classes: list[str], cfg: Any) -> None:
     """Every class needs an example in each split (the split is stratified): an empty class
     folder or a class with one example is refused here, naming the class."""
+    if len(classes) < 2:
+        raise ConfigError(
+            f"data.path: {cfg.path} has {len(classes)} class(es); a classifier needs two or more "
+            "(example: pets/cat/1.png, pets/dog/2.png)"
+        )
     counts = np.bincount(y, minlength=len(classes))
     for name, n in zip(classes, counts, strict=True):
         n_test, n_val = round(n * cfg.test_fraction), round(n * cfg.validation_fraction)
