@@ -110,4 +110,3 @@ def test_bad_input_is_one_line_naming_it(
     assert len(errors) == 1 and errors[0].startswith("error: "), err  # beside progress bars
     assert names in errors[0] and "Traceback" not in err, errors[0]
     assert _snapshot(tiny_project) == before  # nothing half-written
-
