@@ -61,11 +61,11 @@ PACKAGE_FILES = {
 TEST_FILES = {
     "conftest.py", "test_bad_input.py", "test_bench.py", "test_checkpoints.py",
     "test_chief_worker.py", "test_config.py", "test_dockerfile.py", "test_drive_mount.py",
-    "test_environment.py", "test_hygiene.py", "test_lease.py", "test_storage_faults.py",
-    "test_manifest.py", "test_multiworker.py", "test_notebooks.py", "test_pipeline.py",
-    "test_precommit.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
-    "test_seeding.py", "test_staging.py", "test_stop.py", "test_strategy.py", "test_tracking.py",
-    "test_vertex.py",
+    "test_environment.py", "test_hygiene.py", "test_lease.py", "test_manifest.py",
+    "test_multiworker.py", "test_notebooks.py", "test_pipeline.py", "test_precommit.py",
+    "test_preflight.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
+    "test_seeding.py", "test_staging.py", "test_stop.py", "test_storage_faults.py",
+    "test_strategy.py", "test_tracking.py", "test_vertex.py",
 }
 NOTEBOOKS = {"01_setup_and_data.ipynb", "02_train.ipynb", "03_evaluate.ipynb"}
 
