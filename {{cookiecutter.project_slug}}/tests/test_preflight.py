@@ -58,9 +58,7 @@ def test_no_accelerator_stops_only_when_required() -> None:
     assert "CPU" in preflight.check_accelerator(Params(), CPU)
 
 
-def test_train_without_an_accelerator_when_required_is_one_line(
-    tiny_project: Path, capsys
-) -> None:
+def test_train_without_an_accelerator_when_required_is_one_line(tiny_project: Path, capsys) -> None:
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU: the run would start")
     args = ["train", *sets([*TINY, "distribute.require_accelerator=true"])]
