@@ -183,3 +183,18 @@ def test_a_heartbeat_on_full_storage_is_a_storage_fault_not_a_lost_lease(
     assert "taken over by host other-vm" in lease.lost_reason()
     lease.release()
     assert lease.path.exists()  # not ours any more: left to its holder
+
+
+def test_a_lease_that_cannot_be_written_at_start_is_a_storage_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(leases, "temp_file", full)
+    lease = Lease.acquire(tmp_path, "r")
+    assert "WARNING: lease not written" in capsys.readouterr().out and not lease.path.exists()
+    monkeypatch.undo()
+    lease.beat()  # the storage has room again: the next heartbeat writes it
+    assert json.loads(lease.path.read_text())["token"] == lease.token and not lease.lost
+    lease.release()

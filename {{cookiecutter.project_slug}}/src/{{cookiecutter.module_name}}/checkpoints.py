@@ -87,8 +87,8 @@ class CheckpointStore:
     def try_save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path | None:
         """`save`, but a storage fault is reported in one line and returns None (the run goes on;
         the next interval tries again). Any other error is raised."""
-        self._make_room()
         try:
+            self._make_room()
             return self.save(checkpoint, step, meta)
         except Exception as exc:
             if not is_storage_fault(exc):

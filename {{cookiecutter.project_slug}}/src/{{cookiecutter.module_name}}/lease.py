@@ -120,13 +120,22 @@ class Lease:
                 f"lease {lease.path}). Wait for it, use another run_name, or take the run over "
                 f"with `train --take-over` if that session is gone"
             )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if current is None:
-            lease._create()
-        else:
-            reason = reason or "its lease file was unreadable"
-            print(f"Taking over run '{run_name}' from {holder(current)}: {reason}.", flush=True)
-            atomic_write(lease.path, json.dumps(lease.doc, indent=1))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if current is None:
+                lease._create()
+            else:
+                reason = reason or "its lease file was unreadable"
+                print(f"Taking over run '{run_name}' from {holder(current)}: {reason}.", flush=True)
+                atomic_write(lease.path, json.dumps(lease.doc, indent=1))
+        except OSError as exc:  # a full or unreachable storage: a storage fault, not a refusal
+            lease.storage_fault = str(exc)
+            print(
+                f"WARNING: lease not written to {lease.path} ({exc.strerror or exc}); storage "
+                "fault, training goes on and each heartbeat tries to write it again",
+                flush=True,
+            )
+            return lease
         if (read_lease(lease.path) or {}).get("token") != lease.token:  # lost a race
             raise LeaseHeld(
                 f"run '{run_name}' was claimed by another session at the same moment "
