@@ -171,3 +171,29 @@ def test_a_results_write_that_fails_is_one_clear_error(
     with pytest.raises(ResultsWriteError, match=r"model.keras: the final results could not be"):
         write_results(model, {"val_loss": 1.0}, model_file, metrics_file)
     assert not model_file.exists() and not list(model_file.parent.glob("*"))  # nothing half
+
+
+def test_a_storage_that_turns_read_only_is_reported_and_the_next_save_works(
+    small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A dropped or read-only mount (EIO, EROFS) mid-run: one line, then the next save works."""
+    storage, mounted = small_storage
+    store = CheckpointStore(storage / "run", keep=2)
+    ckpt, var = _var(1000)
+    assert store.try_save(ckpt, 1, {}) is not None
+    if mounted:
+        subprocess.run(["mount", "-o", "remount,ro", str(storage)], check=True)
+    else:
+        monkeypatch.setattr(
+            CheckpointStore, "save", lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O"))
+        )
+    try:
+        assert store.try_save(ckpt, 2, {}) is None
+    finally:
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,rw", str(storage)], check=True)
+        monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert "WARNING: checkpoint at step 2 not saved" in out and out.count("\n") == 1
+    assert store.try_save(ckpt, 3, {}) is not None
+    assert [s for s, _ in list_checkpoints(storage / "run")] == [1, 3]
