@@ -149,13 +149,20 @@ def test_a_dead_pid_on_this_host_is_taken_over_at_once(tmp_path: Path, capsys) -
     assert not second.path.exists()
 
 
-def test_a_live_pid_on_this_host_holds(tmp_path: Path) -> None:
+def test_a_live_pid_on_this_host_holds_unless_the_pid_was_reused(tmp_path: Path) -> None:
     alive = subprocess.Popen(["sleep", "30"])
     try:
         doc = {"host": socket.gethostname(), "pid": alive.pid, "heartbeat": 0, "token": "x"}
         (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
         with pytest.raises(LeaseHeld, match=f"pid {alive.pid}"):
             Lease.acquire(tmp_path, "r")
+        doc["pid_start"] = leases._process_start(alive.pid)  # recorded by a real holder
+        (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
+        with pytest.raises(LeaseHeld, match=f"pid {alive.pid}"):
+            Lease.acquire(tmp_path, "r")
+        doc["pid_start"] = "1"  # the holder started at another time: its pid was reused
+        (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
+        Lease.acquire(tmp_path, "r").release()
     finally:
         alive.kill()
         alive.wait()

@@ -52,6 +52,15 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, Linux), or None: with the pid it names
+    one process, so a pid reused by an unrelated process does not keep a dead holder's lease."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def read_lease(path: Path) -> dict[str, Any] | None:
     """The lease in `path`, or None when there is none (or it is unreadable: a torn sync)."""
     try:
@@ -76,7 +85,9 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
         return ""
     if doc.get("host") == socket.gethostname():
         pid = int(doc.get("pid", 0))
-        if pid == os.getpid() or not _pid_alive(pid):
+        started = doc.get("pid_start")
+        reused = started is not None and _process_start(pid) not in (None, started)
+        if pid == os.getpid() or not _pid_alive(pid) or reused:
             return f"its process {pid} on this host is gone"
         return None
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
@@ -98,6 +109,7 @@ class Lease:
             "run_name": run_name,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
             "started": time.time(),
             "heartbeat": time.time(),
             "heartbeat_s": self.interval,
