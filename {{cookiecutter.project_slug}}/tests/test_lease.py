@@ -15,7 +15,7 @@ import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }} import lease as leases
-from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.checkpoints import CheckpointStore, list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST, Lease, LeaseHeld
 from {{ cookiecutter.module_name }}.trainer import train
@@ -205,4 +205,15 @@ def test_a_lease_that_cannot_be_written_at_start_is_a_storage_fault(
     monkeypatch.undo()
     lease.beat()  # the storage has room again: the next heartbeat writes it
     assert json.loads(lease.path.read_text())["token"] == lease.token and not lease.lost
+    lease.release()
+
+
+def test_fresh_clears_the_checkpoints_but_keeps_the_lease(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    lease = Lease.acquire(tmp_path, "r")
+    store = CheckpointStore(tmp_path, keep=2)
+    store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 1, {})
+    store.clear()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]
     lease.release()

@@ -30,6 +30,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .lease import LEASE_FILE
+
 _STEP_DIR = re.compile(r"step-(\d+)")
 MIB = 1 << 20
 
@@ -197,8 +199,17 @@ class CheckpointStore:
                 shutil.rmtree(child, ignore_errors=True)
 
     def clear(self) -> None:
-        """Delete every checkpoint of this run (`train --fresh`)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Delete every checkpoint of this run (`train --fresh`); the lease stays (this session
+        holds it: without it, another session could start on the run)."""
+        if not self.directory.is_dir():
+            return
+        for child in self.directory.iterdir():
+            if child.name == LEASE_FILE:
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
 
     def _prune(self) -> None:
         for _, path in list_checkpoints(self.directory)[: -self.keep]:
