@@ -38,7 +38,7 @@ COMMON_FILES = {
     ".pre-commit-config.yaml", "Makefile", "README.md", "pyproject.toml", "params.yaml",
     "requirements.in", "requirements.txt", "requirements-dev.in", "requirements-dev.txt",
     "requirements/colab-constraints.txt", "tools/lock.py", "dvc.yaml", "Dockerfile", ".dockerignore",
-    "data/interim/.gitkeep", "data/external/.gitkeep",
+    "data/interim/.gitkeep", "data/external/.gitkeep", "docs/training-faults.md",
     "results/models/.gitkeep", "results/metrics/.gitkeep", "results/runs/.gitkeep",
     "results/figures/.gitkeep", "results/reports/.gitkeep",
 }
@@ -54,17 +54,18 @@ def answers_of(overrides: dict[str, str]) -> dict[str, str]:
 # The package and its tests, the same for every answer (the tracker is chosen inside tracking.py).
 PACKAGE_FILES = {
     "__init__.py", "__main__.py", "bench.py", "checkpoints.py", "config.py", "data.py",
-    "environment.py", "evaluate.py", "files.py", "gcs.py", "githooks.py", "manifest.py", "model.py",
-    "notebooks.py", "prepare.py", "report.py", "run_record.py", "seeding.py", "staging.py",
-    "storage.py", "strategy.py", "tracking.py", "trainer.py", "vertex.py",
+    "environment.py", "evaluate.py", "files.py", "gcs.py", "githooks.py", "lease.py", "manifest.py",
+    "model.py", "notebooks.py", "preflight.py", "prepare.py", "report.py", "run_record.py",
+    "seeding.py", "staging.py", "storage.py", "strategy.py", "tracking.py", "trainer.py", "vertex.py",
 }
 TEST_FILES = {
-    "conftest.py", "test_bench.py", "test_checkpoints.py", "test_chief_worker.py", "test_config.py",
-    "test_dockerfile.py", "test_drive_mount.py", "test_environment.py", "test_hygiene.py",
-    "test_manifest.py", "test_multiworker.py", "test_notebooks.py", "test_pipeline.py",
-    "test_precommit.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
-    "test_seeding.py", "test_staging.py", "test_stop.py", "test_strategy.py", "test_tracking.py",
-    "test_vertex.py",
+    "conftest.py", "test_bad_input.py", "test_bench.py", "test_checkpoints.py",
+    "test_chief_worker.py", "test_config.py", "test_dockerfile.py", "test_drive_mount.py",
+    "test_environment.py", "test_hygiene.py", "test_lease.py", "test_manifest.py",
+    "test_multiworker.py", "test_notebooks.py", "test_pipeline.py", "test_precommit.py",
+    "test_preflight.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
+    "test_seeding.py", "test_staging.py", "test_stop.py", "test_storage_faults.py",
+    "test_strategy.py", "test_tracking.py", "test_vertex.py",
 }
 NOTEBOOKS = {"01_setup_and_data.ipynb", "02_train.ipynb", "03_evaluate.ipynb"}
 

@@ -150,3 +150,49 @@ def test_evaluate_helpers(tmp_path: Path) -> None:
     metrics.write_text(json.dumps({"history": [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}]}))
     assert training_curve(metrics) == [[1, 0.5, None, 0.6, None]]
     assert training_curve(tmp_path / "missing.json") == []
+
+
+def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
+    """Files a user put under data/raw/<name>/, data/interim/ and data/external/ survive prepare
+    runs with two sources and a switch back; a file where prepare would write is refused."""
+    from PIL import Image
+
+    project = tmp_path / "project"
+    user = {
+        "data/raw/mine/notes.txt": b"my notes",
+        "data/raw/mine/deep/table.csv": b"a,b\n1,2\n",
+        "data/raw/README.md": b"mine too",
+        "data/interim/cache.bin": b"\x00\x01",
+        "data/external/keep.txt": b"keep",
+    }
+    for rel, data in user.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_bytes(data)
+    pets = project / "data/external/pets"
+    for cls, value in (("cat", 30), ("dog", 220)):
+        (pets / cls).mkdir(parents=True)
+        for i in range(6):
+            Image.new("L", (6, 6), value).save(pets / cls / f"{i}.png")
+
+    run_prepare(project)  # digits
+    run_prepare(project, "data.source=images", "data.path=data/external/pets")
+    assert not (project / "data/raw/digits.csv").exists()  # prepare wrote it: removed
+    run_prepare(project)  # and back
+    assert not (project / "data/raw/pets").exists() and (project / "data/raw/digits.csv").is_file()
+    for rel, data in user.items():
+        assert (project / rel).read_bytes() == data, f"{rel} was changed or deleted"
+    assert len(list(pets.rglob("*.png"))) == 12
+    assert set(json.loads((project / manifest.MANIFEST).read_text())["written"]) == {
+        "data/raw/digits.csv",
+        "data/processed/train.npz",
+        "data/processed/validation.npz",
+        "data/processed/test.npz",
+    }
+
+    # A user's file exactly where prepare would stage: refused in one line, nothing deleted.
+    (project / "data/raw/keep.txt").write_bytes(b"the user's own")
+    before = sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file())
+    with pytest.raises(ConfigError, match=r"^data/raw/keep.txt: prepare would write here"):
+        run_prepare(project, "data.source=csv", "data.path=data/external/keep.txt")
+    after = sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file())
+    assert after == before and (project / "data/raw/keep.txt").read_bytes() == b"the user's own"

@@ -12,8 +12,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from .checkpoints import CheckpointMismatch
+from .checkpoints import CheckpointMismatch, ResultsWriteError
 from .config import ConfigError, Params, load_params
+from .lease import EXIT_LEASE_HELD, LeaseHeld
 from .manifest import ManifestMismatch
 from .staging import StagingError
 from .strategy import StrategyError
@@ -28,10 +29,11 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     """Train, resuming the run named `run_name` unless --fresh."""
     from .trainer import train
 
-    # The command to continue after a stop: the same one, without --fresh.
-    argv = [a for a in (args.argv or []) if a != "--fresh"]
+    # The command to continue after a stop: the same one, without --fresh or --take-over.
+    argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
-    result = train(params, Path(args.params).resolve().parent, args.fresh, resume)
+    project_dir = Path(args.params).resolve().parent
+    result = train(params, project_dir, args.fresh, resume, take_over=args.take_over)
     return result.exit_code
 
 
@@ -131,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
     p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="train this run even if another session holds its lease (that one then stops)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("prepare", parents=[common], help="write data/raw, the split, the manifest")
@@ -189,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except StrategyError as exc:
+    except LeaseHeld as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_LEASE_HELD
+    except (StrategyError, ResultsWriteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:

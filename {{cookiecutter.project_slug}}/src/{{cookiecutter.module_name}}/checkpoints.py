@@ -10,6 +10,12 @@ A checkpoint is written into a hidden `.tmp-*` folder, its files are flushed to 
 `step-*`: a rename is atomic, so a `step-*` folder is always complete. Restoring checks sizes and
 checksums too (a synced Drive folder can still lose or truncate files), and falls back to the
 previous checkpoint with a warning when the newest one is damaged.
+
+A save that fails (a full Drive, an I/O error from a dropped FUSE mount, a permission error) is a
+storage fault, not the end of a run: `try_save` removes the partial write, says so in one line with
+the cause and the free space, and returns None; the trainer goes on and tries again at the next
+interval. Before a save that would not fit, older checkpoints are pruned if that frees enough room,
+but never the newest complete one: it goes only once a newer one is complete.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .lease import LEASE_FILE
+
 _STEP_DIR = re.compile(r"step-(\d+)")
+MIB = 1 << 20
 
 
 class CheckpointMismatch(RuntimeError):
@@ -77,6 +86,43 @@ class CheckpointStore:
         self.keep = keep
         self.restore_from = restore_from or directory
 
+    def try_save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path | None:
+        """`save`, but a storage fault is reported in one line and returns None (the run goes on;
+        the next interval tries again). Any other error is raised."""
+        try:
+            self._make_room()
+            return self.save(checkpoint, step, meta)
+        except Exception as exc:
+            if not is_storage_fault(exc):
+                raise
+            cause = _first_line(exc)
+        with contextlib.suppress(OSError):
+            self.clean_partial()
+        print(
+            f"WARNING: checkpoint at step {step} not saved ({cause}); "
+            f"{_free_mib(self.directory):,.1f} MiB free in {self.directory}; "
+            f"partial write removed, training goes on and the next checkpoint tries again",
+            flush=True,
+        )
+        return None
+
+    def _make_room(self) -> None:
+        """Prune older checkpoints before a save that would not fit, if that frees enough room;
+        the newest complete checkpoint is never one of them."""
+        done = list_checkpoints(self.directory)
+        if len(done) < 2:
+            return
+        need = _folder_bytes(done[-1][1])  # the next one will be about as big
+        free = _free_mib(self.directory) * MIB
+        older = done[:-1]
+        if free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
+            return  # it fits, or pruning would not help: keep them
+        for _, path in older:  # oldest first
+            print(f"Pruning {path.name} early to make room for the next checkpoint.", flush=True)
+            shutil.rmtree(path, ignore_errors=True)
+            if _free_mib(self.directory) * MIB >= need:
+                return
+
     def save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) as step `step`, atomically."""
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -94,12 +140,22 @@ class CheckpointStore:
         _fsync(meta_tmp)
         os.replace(meta_tmp, tmp / "meta.json")
         _fsync(tmp)
-        if final.exists():  # the same step saved again (e.g. after a restart): replace it
-            shutil.rmtree(final)
+        # The same step saved again (e.g. after a restart): set the old one aside, not delete it,
+        # so a failing commit still leaves a complete checkpoint of that step.
+        aside = self.directory / f".tmp-old-{final.name}-{os.getpid()}"
+        if final.exists():
+            os.replace(final, aside)
         try:
-            os.replace(tmp, final)  # the commit: atomic
+            try:
+                os.replace(tmp, final)  # the commit: atomic
+            except OSError:
+                _commit_file_by_file(tmp, final)
         except OSError:
-            _commit_file_by_file(tmp, final)
+            if aside.exists():
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(aside, final)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
         _fsync(self.directory)
         self._prune()
         return final
@@ -131,18 +187,66 @@ class CheckpointStore:
         return None
 
     def clean_partial(self) -> None:
-        """Delete `.tmp-*` folders left by a crash during a save."""
+        """Delete `.tmp-*` folders left by a crash during a save (a complete checkpoint that a
+        crash left set aside goes back to its place first)."""
         if self.directory.is_dir():
+            for aside in self.directory.glob(".tmp-old-step-*"):
+                final = self.directory / aside.name[len(".tmp-old-") :].rsplit("-", 1)[0]
+                if not final.exists():
+                    with contextlib.suppress(OSError):
+                        os.replace(aside, final)
             for child in self.directory.glob(".tmp-*"):
                 shutil.rmtree(child, ignore_errors=True)
 
     def clear(self) -> None:
-        """Delete every checkpoint of this run (`train --fresh`)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Delete every checkpoint of this run (`train --fresh`); the lease stays (this session
+        holds it: without it, another session could start on the run)."""
+        if not self.directory.is_dir():
+            return
+        for child in self.directory.iterdir():
+            if child.name == LEASE_FILE:
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
 
     def _prune(self) -> None:
         for _, path in list_checkpoints(self.directory)[: -self.keep]:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    """True for a write that failed because of the storage (no space, I/O, permission, a dropped
+    mount): an OSError, or a TensorFlow OpError from the save op (`ResourceExhaustedError` out of
+    SaveV2 on a full disk, `UnknownError`/`PermissionDeniedError`/`UnavailableError` on I/O)."""
+    if isinstance(exc, OSError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "OpError" in names and type(exc).__name__ != "InvalidArgumentError"
+
+
+def _first_line(exc: BaseException) -> str:
+    """`ErrorType: cause` in one short line. TensorFlow's message names the graph function and the
+    file, then `; <cause> [Op:SaveV2]`: the cause is the part after the last `; `."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    first = (lines or [""])[0]
+    first = re.sub(r"\s*\[Op:\w+\]$", "", first).rsplit("; ", 1)[-1]
+    first = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", first)
+    return f"{type(exc).__name__}: {first[:160]}"
+
+
+def _free_mib(directory: Path) -> float:
+    """Free space where `directory` is (or its nearest existing parent), in MiB."""
+    for place in (directory, *directory.parents):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(place).free / MIB
+    return float("nan")
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else 0
 
 
 def _commit_file_by_file(tmp: Path, final: Path) -> None:
@@ -172,3 +276,37 @@ def verify(path: Path) -> str | None:
         if _crc32(file) != expected["crc32"]:
             return f"{name} checksum differs"
     return None
+
+
+class ResultsWriteError(RuntimeError):
+    """The final model or metrics could not be written; one line for the user."""
+
+
+def write_results(
+    model: Any, metrics: dict[str, Any], model_file: Path, metrics_file: Path
+) -> None:
+    """Save the final model and metrics, each atomically (a failure leaves the old file or none,
+    never half of one); a storage fault raises ResultsWriteError naming the file and the cause."""
+    from .files import atomic_write, temp_file
+
+    target = model_file
+    try:
+        model_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(temp_file(model_file))
+        keras_tmp = tmp.with_name(tmp.name + ".keras")  # Keras insists on the suffix
+        tmp.unlink()
+        try:
+            model.save(keras_tmp)
+            os.replace(keras_tmp, model_file)
+        finally:
+            keras_tmp.unlink(missing_ok=True)
+        target = metrics_file
+        atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")
+    except Exception as exc:
+        if not is_storage_fault(exc):
+            raise
+        raise ResultsWriteError(
+            f"{target}: the final results could not be written ({_first_line(exc)}; "
+            f"{_free_mib(target.parent):,.1f} MiB free); the checkpoints hold the trained run: "
+            "free some space and run the same train command again to write them"
+        ) from None

@@ -71,6 +71,8 @@ class DistributeConfig:
     logical_cpus: int = _opt(0, "2", min=0)
     gpus: list[int] = _opt([], "[0,1]", each_min=0)  # [] = every GPU found
     memory_growth: bool = _opt(True, "false")
+    # Stop before training when there is no GPU or TPU (the Colab notebooks set it on Colab).
+    require_accelerator: bool = _opt(False, "true")
 
 
 @dataclass

@@ -27,7 +27,7 @@ import numpy as np
 from . import gcs, manifest
 from .config import ConfigError, Params
 from .files import atomic_write, temp_file
-from .staging import stage
+from .staging import INDEX, stage
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
@@ -82,6 +82,11 @@ def read_csv(path: str, label: str) -> Loaded:
         for line, row in enumerate(reader, start=2):
             if not row:
                 continue
+            if len(row) != len(header):
+                raise ConfigError(
+                    f"{path}: line {line} has {len(row)} values, the header has {len(header)} "
+                    "(every row needs a value in every column, example: 0.5,1.2,cat)"
+                )
             labels.append(row[col])
             values = row[:col] + row[col + 1 :]
             try:
@@ -190,13 +195,17 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def _load_source(params: Params, project_dir: Path) -> tuple[Loaded, dict[str, str]]:
-    """Read the configured source; return ((x, y, classes), {raw file: source description})."""
+def _load_source(
+    params: Params, project_dir: Path, recorded: set[str]
+) -> tuple[Loaded, dict[str, str]]:
+    """Read the configured source; return ((x, y, classes), {raw file: source description}).
+    `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
     raw_dir = project_dir / RAW
     raw_dir.mkdir(parents=True, exist_ok=True)
     if cfg.source == "digits":
         target = raw_dir / "digits.csv"
+        refuse_unrecorded(project_dir, target, recorded)
         source = write_digits_csv(target)
         return read_csv(str(target), "label"), {f"{RAW}/digits.csv": source}
 
@@ -225,6 +234,7 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Loaded, dict[str, s
         # Staged: a local, versioned copy (fast to read; skipped when already there).
         local = Path(path)
         target_dir = raw_dir if local.is_file() else raw_dir / local.name
+        refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
         stage(local, target_dir, progress=True)
         read_from = str(raw_dir / local.name)
         for p in gcs.walk_files(read_from):
@@ -240,19 +250,84 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Loaded, dict[str, s
         x, y, classes = read_csv(read_from, cfg.label)
     elif cfg.source == "images":
         x, y, classes = read_images(read_from, cfg.image_size, cfg.image_channels)
+        # Staging copies files, not empty folders: an empty class folder is found in the source.
+        for name in gcs.list_dir(path):
+            if gcs.isdir(gcs.join(path, name)) and name not in classes + [".", ".."]:
+                classes.append(name)  # counted as a class with 0 examples below
     else:
         x, y, classes = read_tfrecords(read_from, cfg.features, cfg.label)
     return (x, y, classes), sources
 
 
-def _remove_stale(folder: Path, keep: set[str], project_dir: Path) -> None:
-    """Delete files of an earlier source from `folder` (it is kept between runs: persist)."""
-    for path in sorted(folder.rglob("*"), reverse=True):  # children before their folder
+def written_before(project_dir: Path) -> set[str]:
+    """The files an earlier `prepare` wrote, from `data/manifest.json`: its `written` list, or in
+    a manifest from before that list existed, the entries whose source prepare named itself (a
+    file prepare only found there got the source "prepare")."""
+    doc = manifest.load(project_dir) or {}
+    if "written" in doc:
+        return set(doc["written"])
+    return {e["path"] for e in doc.get("files", []) if e.get("source", "prepare") != "prepare"}
+
+
+def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:
+    """Stop, before anything is written, when `target` (a file, or a folder's files) exists and
+    an earlier `prepare` did not write it: it is the user's, and prepare would overwrite or mix
+    into it."""
+    files = [target] if target.is_file() else list(target.rglob("*")) if target.is_dir() else []
+    # Staging's index in the destination lists what it copied (also in a run that then failed).
+    dest = target if target.is_dir() else target.parent
+    try:
+        staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in _staged(dest)}
+    except (OSError, ValueError, TypeError):
+        staged = set()
+    for path in files:
         rel = path.relative_to(project_dir).as_posix()
-        if path.is_file() and not path.name.startswith(".") and rel not in keep:
-            path.unlink()
-        elif path.is_dir() and all(p.name.startswith(".") for p in path.iterdir()):
-            shutil.rmtree(path)  # nothing left but staging's bookkeeping
+        if path.is_file() and not path.name.startswith(".") and rel not in recorded | staged:
+            raise ConfigError(
+                f"{rel}: prepare would write here, but it did not write this file (it is yours); "
+                "move your data out of data/raw to data/external/ and point data.path at it "
+                "(example: --set data.path=data/external/my.csv)"
+            )
+
+
+def _staged(dest: Path) -> list[str]:
+    index = dest / INDEX
+    return list(json.loads(index.read_text())) if index.is_file() else []
+
+
+def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
+    """Delete the files an earlier `prepare` wrote (`recorded`) that this one did not (`written`),
+    and nothing else: never a file prepare did not write, never outside data/raw, data/processed.
+    Folders left empty by it go too (staging's own index file does not count)."""
+    outs = [(project_dir / out).resolve() for out in (RAW, PROCESSED)]
+    for rel in sorted(recorded - written):
+        path = project_dir / rel
+        if not path.is_file() or not any(path.resolve().is_relative_to(o) for o in outs):
+            continue
+        path.unlink()
+        folder = path.parent
+        while folder.resolve() not in outs and all(p.name == INDEX for p in folder.iterdir()):
+            shutil.rmtree(folder)
+            folder = folder.parent
+
+
+def check_class_counts(y: np.ndarray, classes: list[str], cfg: Any) -> None:
+    """Every class needs an example in each split (the split is stratified): an empty class
+    folder or a class with one example is refused here, naming the class."""
+    if len(classes) < 2:
+        raise ConfigError(
+            f"data.path: {cfg.path} has {len(classes)} class(es); a classifier needs two or more "
+            "(example: pets/cat/1.png, pets/dog/2.png)"
+        )
+    counts = np.bincount(y, minlength=len(classes))
+    for name, n in zip(classes, counts, strict=True):
+        n_test, n_val = round(n * cfg.test_fraction), round(n * cfg.validation_fraction)
+        if n_test < 1 or n_val < 1 or n - n_test - n_val < 1:
+            raise ConfigError(
+                f"data.path: class {name!r} has {n} example(s) in {cfg.path}, too few to have one "
+                "in each of train / validation / test; add examples or remove the class "
+                "(example: 10 or more per class)"
+            )
 
 
 def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
@@ -263,9 +338,9 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "data.validation_fraction + data.test_fraction: must be below 1 "
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
-    (x, y, classes), raw_sources = _load_source(params, project_dir)
-    _remove_stale(project_dir / RAW, set(raw_sources), project_dir)
-
+    recorded = written_before(project_dir)
+    (x, y, classes), raw_sources = _load_source(params, project_dir, recorded)
+    check_class_counts(y, classes, cfg)
     idx = split_indices(y, cfg.validation_fraction, cfg.test_fraction, params.seed)
     # Scale features into [-1, 1] by the training split's largest value (images are already in
     # [0, 1]): evaluation data never influences the scale.
@@ -273,9 +348,6 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     scale = scale if scale > 1.0 else 1.0
     processed = project_dir / PROCESSED
     processed.mkdir(parents=True, exist_ok=True)
-    for stale in processed.glob("*"):
-        if stale.is_file() and stale.name not in {f"{n}.npz" for n in SPLITS}:
-            stale.unlink()
     split_source = f"{cfg.source} split (seed {params.seed})"
     sources = {}
     for name in SPLITS:
@@ -286,6 +358,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             classes=np.array(classes),
         )
         sources[f"{PROCESSED}/{name}.npz"] = split_source
+    written = set(raw_sources) | set(sources)
+    remove_stale(project_dir, recorded, written)  # only what an earlier prepare wrote
     counts = {name: int(len(i)) for name, i in idx.items()}
     info = {
         "generated_by": f"python -m {__package__} prepare",
@@ -296,6 +370,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         "classes": classes,
         "features": int(x.shape[1]),
         "scale": scale,
+        "written": sorted(written),  # what prepare wrote: the only files it may delete later
     }
     doc = manifest.build(project_dir, {RAW: raw_sources, PROCESSED: sources}, info)
     manifest.write(project_dir, doc)

@@ -9,7 +9,6 @@ optimizer, RNG state and step atomically, and resumes at the very next batch.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import signal
 import threading
@@ -20,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from . import manifest
-from .checkpoints import CheckpointMismatch, CheckpointStore
+from . import manifest, preflight
+from .checkpoints import CheckpointMismatch, CheckpointStore, write_results
 from .config import ConfigError, Params
 from .data import (
     Split,
@@ -31,6 +30,7 @@ from .data import (
     steps_per_epoch,
 )
 from .environment import utc_now
+from .lease import EXIT_LEASE_LOST, Lease
 from .model import build_model
 from .run_record import record_run
 from .seeding import seed_everything
@@ -39,6 +39,7 @@ from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
 # Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
 # 128 + signal number when stopped by SIGINT (130) or SIGTERM (143). All stops are resumable.
+# 4 / 5: another session holds / took over the run (lease.py); docs/training-faults.md.
 EXIT_BUDGET = 3
 
 
@@ -61,7 +62,8 @@ class Stopper:
     cost at most the steps since the last chunk, not the run. A second SIGINT stops at once.
     """
 
-    def __init__(self, budget_minutes: float) -> None:
+    def __init__(self, budget_minutes: float, lease: Lease | None = None) -> None:
+        self.lease = lease  # issue 9: another session taking the run over also stops it
         self.start = time.monotonic()
         self.budget_s = budget_minutes * 60.0
         self.reason = ""
@@ -91,11 +93,17 @@ class Stopper:
         if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
             self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
             self.exit_code = EXIT_BUDGET
+        if not self.reason and self.lease is not None and self.lease.lost:
+            self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
         return self.reason
 
 
 def train(
-    params: Params, project_dir: Path, fresh: bool = False, resume_command: str = ""
+    params: Params,
+    project_dir: Path,
+    fresh: bool = False,
+    resume_command: str = "",
+    take_over: bool = False,
 ) -> TrainResult:
     """`python -m <module> train`: strategy, seeds, data, then `fit`."""
     # The data first (issue 4): a file that differs from data/manifest.json stops the run here,
@@ -104,6 +112,11 @@ def train(
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir, module=__package__ or "")
+    elif params.data.source != "digits":  # issue 9: never train on the example by surprise
+        raise ConfigError(
+            f"data.source: {params.data.source}, but {manifest.MANIFEST} is missing: run "
+            f"`python -m {__package__} prepare` (or `dvc repro prepare`) first"
+        )
     else:
         print(
             f"Note: {manifest.MANIFEST} not found, so training on the bundled digits split in "
@@ -126,12 +139,26 @@ def train(
         else load_digits_split(params.seed, params.data.validation_fraction)
     )
     paths = run_paths(project_dir, params.run_name, info.is_chief)
+    # Issue 9: preflight, then one writer per run (the chief holds the lease) before any write.
+    preflight.before_training(params, info, paths.restore_from.parents[1])
+    lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
     started_at = utc_now()
     try:
+        if lease is not None:
+            lease.start_heartbeat()
         result = fit(
-            params, strategy, info, split, paths, fresh=fresh, resume_command=resume_command
+            params,
+            strategy,
+            info,
+            split,
+            paths,
+            fresh=fresh,
+            resume_command=resume_command,
+            lease=lease,
         )
     finally:
+        if lease is not None:
+            lease.release()
         paths.cleanup()
     if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
         record_run(params, project_dir, paths, result, started_at, resume_command)
@@ -147,6 +174,7 @@ def fit(
     fresh: bool = False,
     resume_command: str = "",
     progress: bool = True,
+    lease: Lease | None = None,
 ) -> TrainResult:
     """Train `params.model` on `split` under `strategy`, resuming from `paths.checkpoints`."""
     import keras
@@ -199,6 +227,10 @@ def fit(
         model=list(model.variables), optimizer=list(optimizer.variables), step=step_var
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
+    held = preflight.data_bytes(split.x_train, split.y_train, split.x_val, split.y_val)
+    preflight.before_first_step(
+        params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
+    )
     meta_expected = {
         "global_batch": global_batch,
         "train_examples": n_train,
@@ -293,8 +325,10 @@ def fit(
 
     def save(at: int) -> None:
         nonlocal last_saved
-        if at != last_saved:
-            store.save(checkpoint, at, {**meta_expected, "epoch": at // per_epoch})
+        # A storage fault is reported by try_save and the run goes on (issue 9).
+        if at != last_saved and store.try_save(
+            checkpoint, at, {**meta_expected, "epoch": at // per_epoch}
+        ):
             last_saved = at
 
     bar = tqdm(
@@ -305,7 +339,7 @@ def fit(
         dynamic_ncols=True,
     )
     say = bar.write if not bar.disable else (lambda s: print(s, flush=True))
-    with Stopper(cfg.time_budget_minutes) as stopper, writer.as_default():
+    with Stopper(cfg.time_budget_minutes, lease) as stopper, writer.as_default():
         # Chunks of train.steps_per_execution steps, counted from each epoch start. A run only
         # stops (and so resumes) between chunks, so a resumed run cuts the same chunks as an
         # uninterrupted one: the same computation, bit for bit.
@@ -369,9 +403,14 @@ def fit(
 
     speed = trained_steps * global_batch / train_time if train_time else 0.0
     if result_reason:
+        saved = (
+            f"checkpoint saved in {paths.checkpoints}"
+            if last_saved == step
+            else f"its checkpoint could not be saved, the newest is at step {max(last_saved, 0)}"
+        )
         print(
-            f"Stopped at step {step} of {total} ({result_reason}); checkpoint saved in "
-            f"{paths.checkpoints}.\nContinue with: {resume_command or 'the same train command'}",
+            f"Stopped at step {step} of {total} ({result_reason}); {saved}.\n"
+            f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
         return TrainResult("stopped", step, total, stopper.exit_code, result_reason)
@@ -407,10 +446,7 @@ def fit(
         "weights_sha256": digest,
         "history": history,
     }
-    paths.model_file.parent.mkdir(parents=True, exist_ok=True)
-    model.save(paths.model_file)
-    paths.metrics_file.parent.mkdir(parents=True, exist_ok=True)
-    paths.metrics_file.write_text(json.dumps(metrics, indent=2) + "\n")
+    write_results(model, metrics, paths.model_file, paths.metrics_file)  # one line if it fails
     if info.is_chief:
         print(f"Saved {paths.model_file} and {paths.metrics_file}", flush=True)
     print(

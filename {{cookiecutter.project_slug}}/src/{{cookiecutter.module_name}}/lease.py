@@ -1,0 +1,221 @@
+"""One writer per run: a lease file in the run's checkpoint folder.
+
+`<storage>/checkpoints/<run_name>/lease.json` names the session that trains the run: host, pid,
+start time, a random token, and a heartbeat time that a background thread refreshes every
+`HEARTBEAT_S` seconds. A second `train` of the same run stops at once (`LeaseHeld`, exit code 4)
+and writes nothing there. A lease is taken over without asking when its holder is gone:
+
+- same host, and its pid is no longer running (the restart after a crash or SIGKILL);
+- another host, and its heartbeat is older than `STALE_AFTER` heartbeats (a VM that died);
+- `train --take-over` (you know the other session is gone, or you want it to stop).
+
+Across VMs the storage is usually Google Drive, which has no atomic create and syncs with a lag,
+so the lease is best effort there: the holder re-reads it at each heartbeat and, when another
+session's token is in it, reports `lost` and the trainer stops cleanly with a checkpoint
+(exit code 5). A heartbeat that cannot be written (a full Drive, an I/O error) is a storage fault:
+said once and retried, never taken for a lost lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .files import atomic_write, temp_file
+
+LEASE_FILE = "lease.json"
+# Seconds between heartbeats; `PROJECT_LEASE_HEARTBEAT_S` changes it (tests use a fraction).
+HEARTBEAT_S = float(os.environ.get("PROJECT_LEASE_HEARTBEAT_S", "30"))
+STALE_AFTER = 3  # missed heartbeats after which another host's lease is stale
+EXIT_LEASE_HELD = 4  # `train` refused: another session holds the run
+EXIT_LEASE_LOST = 5  # `train` stopped (with a checkpoint): another session took the run over
+
+
+class LeaseHeld(RuntimeError):
+    """Another live session holds the run; the message is one line naming it."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def _process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, Linux), or None: with the pid it names
+    one process, so a pid reused by an unrelated process does not keep a dead holder's lease."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def read_lease(path: Path) -> dict[str, Any] | None:
+    """The lease in `path`, or None when there is none (or it is unreadable: a torn sync)."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def holder(doc: dict[str, Any]) -> str:
+    """`host <h>, pid <p>, since <t>` for messages."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(doc.get("started", 0)))
+    return f"host {doc.get('host', '?')}, pid {doc.get('pid', '?')}, since {since}"
+
+
+def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
+    """Why the lease `doc` may be taken over without asking ('' = there is none), or None when
+    its holder may still be alive."""
+    if not doc:
+        return ""
+    if doc.get("host") == socket.gethostname():
+        pid = int(doc.get("pid", 0))
+        started = doc.get("pid_start")
+        reused = started is not None and _process_start(pid) not in (None, started)
+        if pid == os.getpid() or not _pid_alive(pid) or reused:
+            return f"its process {pid} on this host is gone"
+        return None
+    interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
+    age = now - float(doc.get("heartbeat", 0))
+    if age > STALE_AFTER * interval:
+        return f"its last heartbeat was {age:.0f} s ago ({STALE_AFTER} x {interval:g} s missed)"
+    return None
+
+
+class Lease:
+    """This session's claim on one run folder; `acquire` makes one."""
+
+    def __init__(self, run_dir: Path, run_name: str, interval: float | None = None) -> None:
+        self.path = run_dir / LEASE_FILE
+        self.run_name = run_name
+        self.interval = HEARTBEAT_S if interval is None else interval
+        self.token = uuid.uuid4().hex
+        self.doc = {
+            "run_name": run_name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
+            "started": time.time(),
+            "heartbeat": time.time(),
+            "heartbeat_s": self.interval,
+            "token": self.token,
+        }
+        self.lost = ""  # why another session has the run now, or ''
+        self.storage_fault = ""  # the last heartbeat write that failed, or ''
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def acquire(cls, run_dir: Path, run_name: str, take_over: bool = False) -> Lease:
+        """Claim `run_dir` for this process, or raise LeaseHeld naming the holder."""
+        lease = cls(run_dir, run_name)
+        current = read_lease(lease.path)
+        reason = "--take-over" if take_over and current else why_free(current, time.time())
+        if reason is None:
+            raise LeaseHeld(
+                f"run '{run_name}' is being trained by another session ({holder(current or {})}; "
+                f"lease {lease.path}). Wait for it, use another run_name, or take the run over "
+                f"with `train --take-over` if that session is gone"
+            )
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if current is None:
+                lease._create()
+            else:
+                reason = reason or "its lease file was unreadable"
+                print(f"Taking over run '{run_name}' from {holder(current)}: {reason}.", flush=True)
+                atomic_write(lease.path, json.dumps(lease.doc, indent=1))
+        except OSError as exc:  # a full or unreachable storage: a storage fault, not a refusal
+            lease.storage_fault = str(exc)
+            print(
+                f"WARNING: lease not written to {lease.path} ({exc.strerror or exc}); storage "
+                "fault, training goes on and each heartbeat tries to write it again",
+                flush=True,
+            )
+            return lease
+        if (read_lease(lease.path) or {}).get("token") != lease.token:  # lost a race
+            raise LeaseHeld(
+                f"run '{run_name}' was claimed by another session at the same moment "
+                f"({holder(read_lease(lease.path) or {})}); use another run_name"
+            )
+        return lease
+
+    def _create(self) -> None:
+        """Write the lease only if there is none: a hard link of a finished file is an atomic
+        create with content on local disks; file systems without links get a plain write."""
+        tmp = Path(temp_file(self.path))
+        try:
+            tmp.write_text(json.dumps(self.doc, indent=1))
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                raise LeaseHeld(
+                    f"run '{self.run_name}' was claimed by another session at the same moment "
+                    f"({holder(read_lease(self.path) or {})}); use another run_name"
+                ) from None
+            except OSError:  # no hard links (FUSE mounts such as Drive): best effort
+                os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def beat(self) -> None:
+        """One heartbeat: re-read the lease, then refresh its time (or note that it was lost)."""
+        try:
+            current = read_lease(self.path)
+            if current and current.get("token") != self.token:
+                self.lost = f"run '{self.run_name}' was taken over by {holder(current)}"
+                return
+            self.doc["heartbeat"] = time.time()
+            atomic_write(self.path, json.dumps(self.doc, indent=1))
+        except OSError as exc:  # ENOSPC, EIO, a dropped FUSE mount: a storage fault
+            if not self.storage_fault:
+                print(
+                    f"WARNING: lease heartbeat not written to {self.path} "
+                    f"({exc.strerror or exc}); storage fault, still training, retrying every "
+                    f"{self.interval:g} s",
+                    flush=True,
+                )
+            self.storage_fault = str(exc)
+            return
+        if self.storage_fault:
+            print(f"Lease heartbeat written again to {self.path}.", flush=True)
+            self.storage_fault = ""
+
+    def start_heartbeat(self) -> Lease:
+        """Beat every `interval` seconds in a daemon thread until `release`."""
+
+        def loop() -> None:
+            while not self._stop.wait(self.interval) and not self.lost:
+                self.beat()
+
+        self._thread = threading.Thread(target=loop, name="lease-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def lost_reason(self) -> str:
+        """Why training must stop now (another session took the run), or ''."""
+        return self.lost
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lease if it is still ours."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if (read_lease(self.path) or {}).get("token") == self.token:
+            with contextlib.suppress(OSError):
+                self.path.unlink()

@@ -1,0 +1,160 @@
+"""Checks before the first training step, one line per finding.
+
+Two findings stop the run, because nothing useful can come of it:
+- the storage root is under `/content/drive` but Google Drive is not mounted (checkpoints would go
+  to the VM's disk, under a path that looks like Drive, and vanish with the VM);
+- `distribute.require_accelerator: true` and there is no GPU or TPU (a Colab runtime that silently
+  fell back to CPU would take hours for minutes of work).
+Two are warnings, because the run can still work:
+- free space at the storage root below a checkpoint's size x (`train.keep_checkpoints` + 1):
+  a checkpoint that does not fit is reported and skipped (checkpoints.py), training goes on;
+- memory below what the data path holds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, Params
+from .strategy import StrategyInfo
+
+DRIVE_ROOT = Path("/content/drive")
+DRIVE_MOUNTED = DRIVE_ROOT / "MyDrive"
+MIB = 1 << 20
+
+
+class PreflightError(ConfigError):
+    """A finding that stops the run; one line for the user (printed as `error: ...`)."""
+
+
+def check_storage_root(root: Path) -> None:
+    """Stop when `root` is on Google Drive's path but Drive is not mounted."""
+    if root.resolve().is_relative_to(DRIVE_ROOT) and not DRIVE_MOUNTED.is_dir():
+        raise PreflightError(
+            f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {DRIVE_MOUNTED} is not mounted; "
+            "mount it first (from google.colab import drive; drive.mount('/content/drive'))"
+        )
+
+
+def check_accelerator(params: Params, info: StrategyInfo) -> str:
+    """Stop on a CPU when `distribute.require_accelerator` is true; the finding otherwise."""
+    if info.device in ("GPU", "TPU"):
+        return f"Preflight: {info.replicas} x {info.device} ({info.name})"
+    if params.distribute.require_accelerator:
+        raise PreflightError(
+            "distribute.require_accelerator: no GPU or TPU found, only the CPU (on Colab: "
+            "Runtime > Change runtime type > T4 GPU; to train on the CPU anyway: "
+            "--set distribute.require_accelerator=false)"
+        )
+    return "Preflight: no GPU or TPU, training on the CPU"
+
+
+def variable_bytes(variables: Iterable[Any]) -> int:
+    """Bytes of a list of TensorFlow/Keras variables: about the size of their checkpoint."""
+    total = 0
+    for v in variables:
+        count = 1
+        for dim in v.shape:
+            count *= int(dim)
+        total += count * _dtype_size(v.dtype)
+    return total
+
+
+def _dtype_size(dtype: Any) -> int:
+    import numpy as np
+
+    name = getattr(dtype, "name", dtype)
+    try:
+        return np.dtype(str(name)).itemsize
+    except TypeError:  # bfloat16 and other types NumPy does not know
+        return 2 if "16" in str(name) else 4
+
+
+def data_bytes(*arrays: Any) -> int:
+    """What the data path holds in memory. Today the whole split is in memory twice (the NumPy
+    arrays and their tensor copies); a streaming pipeline changes this to its buffers."""
+    return 2 * sum(int(getattr(a, "nbytes", 0)) for a in arrays)
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Free space where `folder` is (or would be created), or None when unknown."""
+    for place in (folder, *folder.parents):
+        try:
+            return shutil.disk_usage(place).free
+        except OSError:
+            continue
+    return None
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux, including Colab), or None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:
+    """One line: free space at the storage root against the checkpoints the run will keep."""
+    need = checkpoint_bytes * (keep + 1)  # `keep` kept plus the one being written
+    free = free_bytes(checkpoints)
+    what = f"checkpoints of ~{checkpoint_bytes / MIB:,.1f} MiB x ({keep} kept + 1 being written)"
+    if free is None:
+        return f"WARNING: preflight: free space at {checkpoints} unknown; {what}"
+    if free < need:
+        return (
+            f"WARNING: preflight: {free / MIB:,.1f} MiB free at {checkpoints}, below {what} = "
+            f"{need / MIB:,.1f} MiB; a checkpoint that does not fit is skipped and reported, "
+            "training goes on (free space, or lower train.keep_checkpoints)"
+        )
+    return f"Preflight: {free / MIB:,.1f} MiB free at {checkpoints} for {what}"
+
+
+def memory_finding(held_bytes: int) -> str:
+    """One line: available memory against what the data path holds."""
+    available = available_memory()
+    if available is None:
+        return f"Preflight: the data path holds ~{held_bytes / MIB:,.1f} MiB (free memory unknown)"
+    if held_bytes > 0.8 * available:
+        return (
+            f"WARNING: preflight: the data path holds ~{held_bytes / MIB:,.1f} MiB in memory, "
+            f"{available / MIB:,.0f} MiB available; the run may be killed for memory (use a "
+            "high-RAM runtime or smaller data)"
+        )
+    return (
+        f"Preflight: the data path holds ~{held_bytes / MIB:,.1f} MiB in memory, "
+        f"{available / MIB:,.0f} MiB available"
+    )
+
+
+def before_training(params: Params, info: StrategyInfo, storage: Path) -> None:
+    """The checks that need no model: stop on an unmounted Drive or a missing accelerator."""
+    check_storage_root(storage)
+    line = check_accelerator(params, info)
+    if info.is_chief:
+        print(line, flush=True)
+
+
+def before_first_step(
+    params: Params,
+    info: StrategyInfo,
+    checkpoints: Path,
+    variables: Iterable[Any],
+    held_bytes: int,
+) -> list[str]:
+    """The checks that need the built model and the data (warnings only); print and return
+    the findings."""
+    findings = [
+        space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints),
+        memory_finding(held_bytes),
+    ]
+    if info.is_chief:
+        for line in findings:
+            print(line, flush=True)
+    return findings

@@ -1,0 +1,112 @@
+"""Bad input is refused, not crashed on: one `error: ...` line naming the key or file, a non-zero
+exit, no traceback, nothing half-written. Each case runs the command line in this process."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import TINY, sets
+
+from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.trainer import train
+
+Setup = Callable[[Path], list[str]]  # prepares the project, returns the command line
+
+
+def _edit_params(old: str, new: str) -> Setup:
+    def setup(project: Path) -> list[str]:
+        params = project / "params.yaml"
+        text = params.read_text()
+        assert old in text
+        params.write_text(text.replace(old, new, 1))
+        return ["prepare"]
+
+    return setup
+
+
+def _images(counts: dict[str, int]) -> Setup:
+    def setup(project: Path) -> list[str]:
+        from PIL import Image
+
+        folder = project / "data/external/pets"
+        for name, n in counts.items():
+            (folder / name).mkdir(parents=True)
+            for i in range(n):
+                Image.new("L", (4, 4), 40 * i).save(folder / name / f"{i}.png")
+        return ["prepare", *sets(["data.source=images", "data.path=data/external/pets"])]
+
+    return setup
+
+
+def _csv(rows: list[str]) -> Setup:
+    def setup(project: Path) -> list[str]:
+        good = [f"{i},{i * 2},{'a' if i % 2 else 'b'}" for i in range(20)]
+        (project / "data/external").mkdir(parents=True)
+        (project / "data/external/mine.csv").write_text("\n".join(["x1,x2,label", *good, *rows]))
+        return ["prepare", *sets(["data.source=csv", "data.path=data/external/mine.csv"])]
+
+    return setup
+
+
+def _other_model(project: Path) -> list[str]:
+    """A checkpoint folder of the run written by a model with other layers."""
+    run = [*TINY, "train.epochs=1", "run_name=other", "distribute.strategy=default"]
+    train(load_params(project / "params.yaml", [*run, "model.hidden_units=[8]"]), project)
+    return ["train", *sets([*run, "model.hidden_units=[16]"])]
+
+
+CASES: dict[str, tuple[Setup, str]] = {
+    "set-wrong-type": (lambda p: ["prepare", "--set", "train.epochs=ten"], "train.epochs"),
+    "set-unknown-key": (lambda p: ["prepare", "--set", "train.epoch=3"], "train.epoch"),
+    "set-not-key-value": (lambda p: ["prepare", "--set", "train.epochs"], "train.epochs"),
+    "yaml-wrong-type": (_edit_params("epochs: 20", "epochs: twenty"), "train.epochs"),
+    "yaml-unknown-key": (_edit_params("seed: 42", "seed: 42\ncolour: red"), "colour"),
+    "yaml-malformed": (_edit_params("seed: 42", "seed: [42"), "params.yaml"),
+    "empty-class-folder": (_images({"cat": 10, "dog": 0}), "'dog'"),
+    "class-with-one-example": (_images({"cat": 10, "dog": 1}), "'dog'"),
+    "csv-missing-value": (_csv(["7,,a"]), "mine.csv"),
+    "csv-short-row": (_csv(["7,a"]), "mine.csv"),
+    "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv"),
+    "missing-data-path": (
+        lambda p: ["prepare", *sets(["data.source=csv", "data.path=data/external/none.csv"])],
+        "data.path",
+    ),
+    "train-unprepared-source": (lambda p: ["train", "--set", "data.source=csv"], "data.source"),
+    "checkpoint-of-another-model": (_other_model, "checkpoint"),
+}
+
+
+def _snapshot(project: Path) -> dict[str, str]:
+    """Digest of every output a command could half-write."""
+    outputs = ["data/processed", "data/manifest.json", "results/models", "results/metrics"]
+    found = {}
+    for out in outputs:
+        root = project / out
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if path.is_file():
+                found[path.relative_to(project).as_posix()] = hashlib.sha256(
+                    path.read_bytes()
+                ).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_naming_it(
+    case: str, tiny_project: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    setup, names = CASES[case]
+    monkeypatch.chdir(tiny_project)
+    args = setup(tiny_project)
+    before = _snapshot(tiny_project)
+    capsys.readouterr()
+    code = main([*args, "--params", str(tiny_project / "params.yaml")])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.strip() and "%|" not in line]
+    assert code != 0, err
+    assert len(errors) == 1 and errors[0].startswith("error: "), err  # beside progress bars
+    assert names in errors[0] and "Traceback" not in err, errors[0]
+    assert _snapshot(tiny_project) == before  # nothing half-written

@@ -1,0 +1,219 @@
+"""One writer per run: the lease (lease.py) with real processes, and its rules in-process."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT, TINY, cli, cli_env, sets
+
+from {{ cookiecutter.module_name }} import lease as leases
+from {{ cookiecutter.module_name }}.checkpoints import CheckpointStore, list_checkpoints
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST, Lease, LeaseHeld
+from {{ cookiecutter.module_name }}.trainer import train
+
+# Long enough to outlive a second process's start (a TensorFlow import), capped by the budget.
+SLOW = [
+    "train.epochs=200",
+    "train.batch_size=8",
+    "train.steps_per_execution=2",
+    "train.checkpoint_every_steps=20",
+    "train.keep_checkpoints=2",
+    "train.time_budget_minutes=4",
+    "model.hidden_units=[16]",
+    "distribute.strategy=default",
+    "run_name=shared",
+]
+BEAT = "0.5"  # seconds between heartbeats in these tests (30 by default)
+
+
+def foreign_lease(path: Path, heartbeat_age_s: float, interval: float = 0.5) -> dict:
+    """Write the lease of a session on another VM whose last heartbeat was `heartbeat_age_s` ago."""
+    doc = {
+        "run_name": path.parent.name,
+        "host": "other-vm",
+        "pid": 4242,
+        "started": time.time() - 3600,
+        "heartbeat": time.time() - heartbeat_age_s,
+        "heartbeat_s": interval,
+        "token": uuid.uuid4().hex,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".lease-test.tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)  # what another session's atomic write looks like
+    return doc
+
+
+def wait_for(condition, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met; process ended: {proc.poll()}")
+
+
+@pytest.mark.slow
+def test_second_session_is_refused_then_the_holder_stops_when_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_bytes((PROJECT / "params.yaml").read_bytes())
+    storage = tmp_path / "storage"
+    env = cli_env(storage, PROJECT_LEASE_HEARTBEAT_S=BEAT)
+    run_dir = storage / "checkpoints" / "shared"
+    lease_file = run_dir / leases.LEASE_FILE
+
+    holder = cli(["train", *sets(SLOW)], project, env)
+    try:
+        wait_for(lambda: bool(list_checkpoints(run_dir)), 180, holder)
+        ours = json.loads(lease_file.read_text())
+        assert ours["pid"] == holder.pid and ours["host"] == socket.gethostname()
+
+        # A second session of the same run: refused in one line naming the run and the holder.
+        started = time.monotonic()
+        second = cli(["train", *sets(SLOW)], project, env)
+        out = second.communicate(timeout=180)[0]
+        refused_after = time.monotonic() - started
+        assert second.returncode == EXIT_LEASE_HELD, out
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "Traceback" not in out, out
+        assert "run 'shared'" in errors[0] and f"pid {holder.pid}" in errors[0], errors[0]
+        assert f"host {socket.gethostname()}" in errors[0]
+        assert "Starting run" not in out and "Resuming" not in out
+        # It wrote nothing there: the lease is still the holder's, no file carries its pid.
+        assert json.loads(lease_file.read_text())["token"] == ours["token"]
+        assert not [p for p in run_dir.rglob("*") if str(second.pid) in p.name]
+        with capsys.disabled():  # a measurement for the reader, not an assertion
+            print(f"\nsecond session refused after {refused_after:.1f} s (its start included)")
+
+        # Another VM takes the run over (Drive: no atomic create): the holder sees it at its next
+        # heartbeat and stops with a checkpoint and its own exit code.
+        other = foreign_lease(lease_file, heartbeat_age_s=0)
+        out = holder.communicate(timeout=120)[0]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert holder.returncode == EXIT_LEASE_LOST, out
+    assert "taken over by host other-vm, pid 4242" in out and "checkpoint saved" in out, out
+    assert json.loads(lease_file.read_text())["token"] == other["token"]  # not removed by it
+    last = list_checkpoints(run_dir)[-1][0]
+    assert f"Stopped at step {last} " in out
+
+    # That VM dies: after 3 missed heartbeats its lease is stale and the next train takes the run
+    # over at once and resumes from the checkpoint (here in-process, stopped by a tiny budget).
+    foreign_lease(lease_file, heartbeat_age_s=10)
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    capsys.readouterr()
+    params = load_params(project / "params.yaml", [*SLOW, "train.time_budget_minutes=0.0001"])
+    result = train(params, project)
+    out = capsys.readouterr().out
+    assert "Taking over run 'shared' from host other-vm" in out and "missed" in out, out
+    assert f"from its checkpoint at step {last}" in out and result.status == "stopped"
+    assert not lease_file.exists()  # released at the end
+
+
+def test_take_over_and_fresh_respect_a_live_lease(tiny_project: Path, capsys) -> None:
+    params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=held"])
+    run_dir = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "held"
+    foreign_lease(run_dir / leases.LEASE_FILE, heartbeat_age_s=0, interval=30)
+    for fresh in (False, True):
+        with pytest.raises(LeaseHeld, match=r"run 'held' .*host other-vm, pid 4242.*--take-over"):
+            train(params, tiny_project, fresh=fresh)
+    assert sorted(p.name for p in run_dir.iterdir()) == [leases.LEASE_FILE]  # nothing written
+    result = train(params, tiny_project, take_over=True)
+    assert result.status == "completed"
+    assert "Taking over run 'held' from host other-vm, pid 4242" in capsys.readouterr().out
+    assert not (run_dir / leases.LEASE_FILE).exists() and list_checkpoints(run_dir)
+
+
+def test_a_dead_pid_on_this_host_is_taken_over_at_once(tmp_path: Path, capsys) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    first = Lease.acquire(tmp_path, "r")
+    doc = json.loads(first.path.read_text())
+    first.path.write_text(json.dumps({**doc, "pid": dead.pid, "token": "crashed"}))
+    second = Lease.acquire(tmp_path, "r")
+    assert f"its process {dead.pid} on this host is gone" in capsys.readouterr().out
+    assert json.loads(second.path.read_text())["token"] == second.token
+    second.release()
+    assert not second.path.exists()
+
+
+def test_a_live_pid_on_this_host_holds_unless_the_pid_was_reused(tmp_path: Path) -> None:
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        doc = {"host": socket.gethostname(), "pid": alive.pid, "heartbeat": 0, "token": "x"}
+        (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
+        with pytest.raises(LeaseHeld, match=f"pid {alive.pid}"):
+            Lease.acquire(tmp_path, "r")
+        doc["pid_start"] = leases._process_start(alive.pid)  # recorded by a real holder
+        (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
+        with pytest.raises(LeaseHeld, match=f"pid {alive.pid}"):
+            Lease.acquire(tmp_path, "r")
+        doc["pid_start"] = "1"  # the holder started at another time: its pid was reused
+        (tmp_path / leases.LEASE_FILE).write_text(json.dumps(doc))
+        Lease.acquire(tmp_path, "r").release()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_a_heartbeat_on_full_storage_is_a_storage_fault_not_a_lost_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    lease = Lease.acquire(tmp_path, "r", take_over=False)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(leases, "atomic_write", full)
+    lease.beat()
+    lease.beat()
+    out = capsys.readouterr().out
+    assert lease.lost == "" and "No space left on device" in lease.storage_fault
+    assert out.count("WARNING: lease heartbeat not written") == 1 and "storage fault" in out
+    monkeypatch.undo()
+    lease.beat()
+    assert lease.storage_fault == "" and "written again" in capsys.readouterr().out
+    foreign_lease(lease.path, heartbeat_age_s=0)
+    lease.beat()
+    assert "taken over by host other-vm" in lease.lost_reason()
+    lease.release()
+    assert lease.path.exists()  # not ours any more: left to its holder
+
+
+def test_a_lease_that_cannot_be_written_at_start_is_a_storage_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(leases, "temp_file", full)
+    lease = Lease.acquire(tmp_path, "r")
+    assert "WARNING: lease not written" in capsys.readouterr().out and not lease.path.exists()
+    monkeypatch.undo()
+    lease.beat()  # the storage has room again: the next heartbeat writes it
+    assert json.loads(lease.path.read_text())["token"] == lease.token and not lease.lost
+    lease.release()
+
+
+def test_fresh_clears_the_checkpoints_but_keeps_the_lease(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    lease = Lease.acquire(tmp_path, "r")
+    store = CheckpointStore(tmp_path, keep=2)
+    store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 1, {})
+    store.clear()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]
+    lease.release()

@@ -1,0 +1,92 @@
+"""The preflight: one line per finding; an unmounted Drive and a missing accelerator stop the run,
+a storage or memory shortfall only warns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import pytest
+import tensorflow as tf
+from conftest import TINY, sets
+
+from {{ cookiecutter.module_name }} import preflight
+from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import Params
+from {{ cookiecutter.module_name }}.preflight import PreflightError
+from {{ cookiecutter.module_name }}.strategy import StrategyInfo
+
+CPU = StrategyInfo(name="_DefaultDistributionStrategy", replicas=1, device="CPU", is_chief=True)
+GPU = StrategyInfo(name="MirroredStrategy", replicas=2, device="GPU", is_chief=True)
+
+
+@pytest.fixture
+def fake_drive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """/content/drive stand-in: the root exists, MyDrive (the mount) does not."""
+    root = tmp_path / "content" / "drive"
+    root.mkdir(parents=True)
+    monkeypatch.setattr(preflight, "DRIVE_ROOT", root)
+    monkeypatch.setattr(preflight, "DRIVE_MOUNTED", root / "MyDrive")
+    return root
+
+
+def test_unmounted_drive_stops_a_mounted_one_does_not(fake_drive: Path, tmp_path: Path) -> None:
+    with pytest.raises(PreflightError, match=r"^PROJECT_STORAGE_DIR: .* not mounted"):
+        preflight.check_storage_root(fake_drive / "MyDrive" / "project")
+    preflight.check_storage_root(tmp_path / "local")  # not on Drive: fine
+    (fake_drive / "MyDrive").mkdir()
+    preflight.check_storage_root(fake_drive / "MyDrive" / "project")
+
+
+def test_train_on_an_unmounted_drive_is_one_line_and_writes_nothing(
+    tiny_project: Path, fake_drive: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    storage = fake_drive / "MyDrive" / "project"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    code = main(["train", *sets(TINY), "--params", str(tiny_project / "params.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: PROJECT_STORAGE_DIR:"), err
+    assert not (fake_drive / "MyDrive").exists()
+
+
+def test_no_accelerator_stops_only_when_required() -> None:
+    required = Params()
+    required.distribute.require_accelerator = True
+    with pytest.raises(PreflightError, match=r"^distribute.require_accelerator: no GPU or TPU"):
+        preflight.check_accelerator(required, CPU)
+    assert "GPU" in preflight.check_accelerator(required, GPU)
+    assert "CPU" in preflight.check_accelerator(Params(), CPU)
+
+
+def test_train_without_an_accelerator_when_required_is_one_line(tiny_project: Path, capsys) -> None:
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU: the run would start")
+    args = ["train", *sets([*TINY, "distribute.require_accelerator=true"])]
+    code = main([*args, "--params", str(tiny_project / "params.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "distribute.require_accelerator" in err[0], err
+
+
+def test_checkpoint_size_estimate_matches_a_real_checkpoint(tmp_path: Path) -> None:
+    layers = [keras.Input(shape=(64,)), keras.layers.Dense(256), keras.layers.Dense(10)]
+    model = keras.Sequential(layers)
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    variables = [*model.variables, *optimizer.variables]
+    tf.train.Checkpoint(v=variables).write(str(tmp_path / "ckpt"))
+    written = sum(p.stat().st_size for p in tmp_path.iterdir())
+    estimate = preflight.variable_bytes(variables)
+    assert 0.9 < written / estimate < 1.1, (written, estimate)
+
+
+def test_space_and_memory_findings_are_one_line_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok = preflight.space_finding(tmp_path / "run", checkpoint_bytes=1 << 20, keep=3)
+    assert ok.startswith("Preflight: ") and "\n" not in ok
+    short = preflight.space_finding(tmp_path / "run", checkpoint_bytes=1 << 60, keep=3)
+    assert short.startswith("WARNING: preflight: ") and "keep_checkpoints" in short
+    monkeypatch.setattr(preflight, "available_memory", lambda: 1 << 30)
+    assert preflight.memory_finding(1 << 20).startswith("Preflight: ")
+    low = preflight.memory_finding(1 << 31)
+    assert low.startswith("WARNING: preflight: ") and "\n" not in low

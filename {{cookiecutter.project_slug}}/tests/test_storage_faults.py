@@ -1,0 +1,199 @@
+"""A full storage root does not end a run: a real small tmpfs (or, where mounting is refused, a
+simulated ENOSPC), checkpoints that fail are reported and skipped, the results are still written."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from conftest import PROJECT, cli, cli_env, sets
+
+from {{ cookiecutter.module_name }} import checkpoints
+from {{ cookiecutter.module_name }}.checkpoints import (
+    CheckpointStore,
+    ResultsWriteError,
+    list_checkpoints,
+    write_results,
+)
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.trainer import train
+
+# 64 -> 512 -> 512 -> 10: about 1.2 MB of weights, 3.6 MB with Adam's two slots per checkpoint.
+# A 6 MiB storage root holds the first checkpoint; the 2nd and every later one do not fit.
+BIG = [
+    "train.epochs=1",
+    "train.batch_size=32",
+    "train.checkpoint_every_steps=10",
+    "train.steps_per_execution=5",
+    "train.keep_checkpoints=3",
+    "model.hidden_units=[512,512]",
+    "distribute.strategy=default",
+    "run_name=full",
+]
+FAILED = re.compile(r"WARNING: checkpoint at step (\d+) not saved \((.+)\); ([\d.,]+) MiB free in ")
+
+
+@pytest.fixture
+def small_storage(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
+    """A 6 MiB tmpfs (True), or a plain folder where mounting is refused (False)."""
+    root = tmp_path / "storage"
+    root.mkdir()
+    mounted = (
+        shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(root)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        yield root, mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def _simulate_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no tmpfs can be mounted: every checkpoint after the first fails like a full disk."""
+    real_save = CheckpointStore.save
+    calls = {"n": 0}
+
+    def save(self, checkpoint, step, meta):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            (self.directory / f".tmp-step-{step:09d}-0").mkdir(parents=True, exist_ok=True)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(self, checkpoint, step, meta)
+
+    monkeypatch.setattr(CheckpointStore, "save", save)
+
+
+def test_a_run_on_a_full_storage_root_completes_and_says_which_checkpoints_failed(
+    tmp_path: Path, small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    storage, mounted = small_storage
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    if mounted:  # the real thing: TensorFlow's SaveV2 runs out of space in its own process
+        proc = cli(["train", *sets(BIG)], project, cli_env(storage))
+        out = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, out
+    else:
+        _simulate_full_disk(monkeypatch)
+        monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+        result = train(load_params(project / "params.yaml", BIG), project)
+        out = capsys.readouterr().out
+        assert result.status == "completed", out
+    print(out)
+    assert "Traceback" not in out
+    failed = FAILED.findall(out)
+    assert [int(step) for step, *_ in failed] == [20, 30, 40, 44], out
+    for _, cause, _free in failed:
+        assert "space" in cause.lower() or "ResourceExhausted" in cause, cause
+    run_dir = storage / "checkpoints" / "full"
+    assert [s for s, _ in list_checkpoints(run_dir)] == [10]  # the one that fit, kept
+    assert checkpoints.verify(run_dir / "step-000000010") is None
+    assert not list(run_dir.glob(".tmp-*"))  # partial writes removed
+    metrics = json.loads((project / "results/metrics/train.json").read_text())
+    assert metrics["steps"] == 44 and "val_accuracy" in metrics
+    assert (project / "results/models/model.keras").stat().st_size > 1_000_000
+    if mounted:  # the shortfall was foreseen before the first step
+        assert "WARNING: preflight:" in out and "MiB free at" in out
+
+
+def _var(size: int) -> tuple[tf.train.Checkpoint, tf.Variable]:
+    var = tf.Variable(tf.zeros([size]))
+    return tf.train.Checkpoint(v=var), var
+
+
+def test_failed_save_keeps_the_newest_complete_one_and_resume_uses_it(
+    small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    storage, mounted = small_storage
+    if not mounted:
+        _simulate_full_disk(monkeypatch)
+    store = CheckpointStore(storage / "run", keep=1)
+    ckpt, var = _var(900_000)  # 3.6 MB: one fits in 6 MiB, two do not
+    var.assign(tf.fill([900_000], 1.0))
+    assert store.try_save(ckpt, 1, {}) is not None
+    var.assign(tf.fill([900_000], 2.0))
+    assert store.try_save(ckpt, 2, {}) is None  # does not fit; keep=1 must not prune step 1
+    out = capsys.readouterr().out
+    assert len(FAILED.findall(out)) == 1 and "step 2 not saved" in out
+    assert [s for s, _ in list_checkpoints(storage / "run")] == [1]
+    assert not list((storage / "run").glob(".tmp-*"))
+    var.assign(tf.zeros([900_000]))
+    assert store.restore(ckpt)["step"] == 1 and float(var[0]) == 1.0
+
+
+def test_pruning_makes_room_but_never_takes_the_newest_complete_one(
+    small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    storage, mounted = small_storage
+    if not mounted:  # free space as a 6 MiB file system would report it
+        monkeypatch.setattr(
+            checkpoints,
+            "_free_mib",
+            lambda _: 6 - sum(p.stat().st_size for p in storage.rglob("*") if p.is_file()) / 2**20,
+        )
+    store = CheckpointStore(storage / "run", keep=3)
+    ckpt, var = _var(400_000)  # 1.6 MB each: three fit in 6 MiB, a fourth does not
+    for step in (1, 2, 3):
+        var.assign(tf.fill([400_000], float(step)))
+        assert store.try_save(ckpt, step, {}) is not None
+    var.assign(tf.fill([400_000], 4.0))
+    assert store.try_save(ckpt, 4, {}) is not None  # room made by pruning the oldest first
+    out = capsys.readouterr().out
+    assert "Pruning step-000000001 early" in out and "not saved" not in out
+    assert [s for s, _ in list_checkpoints(storage / "run")] == [2, 3, 4]
+    assert store.restore(ckpt)["step"] == 4 and float(var[0]) == 4.0
+
+
+def test_a_results_write_that_fails_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import keras
+
+    model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
+    model_file, metrics_file = tmp_path / "models/model.keras", tmp_path / "metrics/train.json"
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints.os, "replace", full)
+    with pytest.raises(ResultsWriteError, match=r"model.keras: the final results could not be"):
+        write_results(model, {"val_loss": 1.0}, model_file, metrics_file)
+    assert not model_file.exists() and not list(model_file.parent.glob("*"))  # nothing half
+
+
+def test_a_storage_that_turns_read_only_is_reported_and_the_next_save_works(
+    small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A dropped or read-only mount (EIO, EROFS) mid-run: one line, then the next save works."""
+    storage, mounted = small_storage
+    store = CheckpointStore(storage / "run", keep=2)
+    ckpt, var = _var(1000)
+    assert store.try_save(ckpt, 1, {}) is not None
+    if mounted:
+        subprocess.run(["mount", "-o", "remount,ro", str(storage)], check=True)
+    else:
+        monkeypatch.setattr(
+            CheckpointStore, "save", lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O"))
+        )
+    try:
+        assert store.try_save(ckpt, 2, {}) is None
+    finally:
+        if mounted:
+            subprocess.run(["mount", "-o", "remount,rw", str(storage)], check=True)
+        monkeypatch.undo()
+    out = capsys.readouterr().out
+    assert "WARNING: checkpoint at step 2 not saved" in out and out.count("\n") == 1
+    assert store.try_save(ckpt, 3, {}) is not None
+    assert [s for s, _ in list_checkpoints(storage / "run")] == [1, 3]
