@@ -176,12 +176,12 @@ def checked_answers(answers: dict[str, Any]) -> str:
 def slugify(text: str) -> str:
     """`Colab Project` -> `colab-project`, for copier, which has no `slugify` filter.
 
-    Cookiecutter's own filter (python-slugify) gives the same result for Latin text; it also
-    transliterates other scripts, which this one drops.
+    Cookiecutter's own filter (python-slugify) gives the same result for accented Latin text; it
+    also transliterates letters such as `ß` and other scripts, which this one drops. Only copier's
+    default for the slug uses this; the answer can be edited at the prompt.
     """
     ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode()
-    ascii_text = re.sub(r"['\"]", "", ascii_text.lower())
-    return re.sub(r"[^a-z0-9]+", "-", ascii_text).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
 
 
 class AnswerChecks(Extension):

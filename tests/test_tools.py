@@ -17,15 +17,16 @@ from copier import run_copy, run_update
 
 import copier_yml
 import project_env
+from local_extensions import CHOICES  # the template's root: copier_yml puts it on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 DEFAULTS = json.loads((ROOT / "cookiecutter.json").read_text())
-CHOICES = {"python_version": ["3.10", "3.11", "3.12", "3.13"]} | {
-    name: values for name, values in DEFAULTS.items() if isinstance(values, list) and not name.startswith("_")
-}
+DEFAULT_ANSWERS = {name: value[0] if isinstance(value, list) else value for name, value in DEFAULTS.items()}
 # The default bake, then each other choice of each option, one option changed at a time.
-ONE_CHANGE = [{}] + [{name: value} for name, values in CHOICES.items() for value in values[1:]]
+ONE_CHANGE = [{}] + [
+    {name: value} for name, allowed in CHOICES.items() for value in allowed if value != DEFAULT_ANSWERS[name]
+] + [{"project_name": "Ada's Café Classifier"}]  # the slug and module derived by both tools' slugify
 GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]
 # A later template change that both update tools must bring into a project.
 TEMPLATE_CHANGE = "# A later template change.\n"
@@ -181,3 +182,20 @@ def test_cookiecutter_prompt_refuses_a_bad_answer_before_the_next_question(tmp_p
     assert "Traceback" not in after
     assert child.exitstatus == 1
     assert list(out.iterdir()) == []
+
+
+def test_copier_prompt_asks_a_bad_answer_again(template: Path, tmp_path: Path) -> None:
+    child = pexpect.spawn(str(BIN / "copier"), ["copy", "--trust", str(template), str(tmp_path / "p")],
+                          encoding="utf-8", timeout=30, dimensions=(50, 200))
+    try:
+        for prompt in ("Project name", "Repository and folder name", "Python package name", "Your name"):
+            child.expect(prompt)
+            child.sendline("")
+        child.expect("Your email")
+        child.send("\x15ada@example\r")  # Ctrl-U clears the default copier put in the field
+        child.expect(r"author_email: 'ada@example' is not an email address \(example: ada@example.com\)")
+        child.send("\x15ada@example.com\r")  # the same question, answered again
+        child.expect("One-line description")
+    finally:
+        child.terminate(force=True)
+    assert not (tmp_path / "p").exists()
