@@ -19,7 +19,6 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.parser import Parser
 
-
 ANSWER_TYPES = (str, bool, int, float, list, dict)
 
 

@@ -20,7 +20,8 @@ import keyword
 import re
 import sys
 import unicodedata
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jinja2.ext import Extension
 

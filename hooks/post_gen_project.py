@@ -4,6 +4,8 @@ Shared by both tools: cookiecutter (and cruft) render this file with the answers
 new project; copier runs it unrendered as a task (copier.yml) with the answers as JSON in argv.
 """
 
+from __future__ import annotations
+
 import json
 import shutil
 import subprocess

@@ -9,14 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import copier_yml
 import cruft
 import pexpect
+import project_env
 import pytest
 import yaml
 from copier import run_copy, run_update
 
-import copier_yml
-import project_env
 from local_extensions import CHOICES  # the template's root: copier_yml puts it on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_copier_gives_cookiecutters_tree(answers: dict[str, str], template: Path
     cookiecutter_tree, copier_tree = tree(baked), tree(copied)
     assert sorted(cookiecutter_tree) == sorted(copier_tree)
     assert [name for name in cookiecutter_tree if cookiecutter_tree[name] != copier_tree[name]] == []
-    head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=copied, capture_output=True, text=True)
+    head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=copied, capture_output=True, text=True, check=True)
     assert head.stdout.strip() == "refs/heads/main"
 
 
@@ -131,7 +131,7 @@ def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     assert readme.read_text().endswith("A line of our own.\n")
     answers = _yaml(project / ".copier-answers.yml")
     assert answers["tracking"] == "mlflow"
-    assert answers["_commit"] == subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
+    assert answers["_commit"] == subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
                                                 capture_output=True, text=True).stdout.strip()
 
 
