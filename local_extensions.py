@@ -1,9 +1,17 @@
-"""Checks on the answers to the template's questions.
+"""Checks on the answers to the template's questions, for cookiecutter, cruft and copier.
 
-Cookiecutter renders the project's folder name before `hooks/pre_gen_project.py` runs, so a bad
-slug (empty, `../x`) would already have touched the disk by then. The `checked_answers` filter runs
-these checks while the answers are being collected, before anything is written; the pre-generation
-hook runs them again for `--replay`, which skips the questions.
+One check per question, run right after that question is answered:
+- cookiecutter and cruft render the private variable `__check_<question>` that follows each
+  question in `cookiecutter.json` (cookiecutter renders private variables in order, between the
+  questions); its `checked_answer` filter stops the run with the one-line message, before the next
+  question and before anything is written (the project folder is named from the slug before
+  `hooks/pre_gen_project.py` runs). That hook checks every answer again for `--replay`, which skips
+  the questions.
+- copier renders each question's `validator` (copier.yml, generated from cookiecutter.json and
+  `CHECKS` by scripts/copier_yml.py) with the `answer_error` filter, and re-asks a bad answer.
+
+This module imports only the standard library and Jinja at import time: a copier user has no
+cookiecutter installed.
 """
 
 from __future__ import annotations
@@ -11,9 +19,10 @@ from __future__ import annotations
 import keyword
 import re
 import sys
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
-from cookiecutter.exceptions import FailedHookException
 from jinja2.ext import Extension
 
 PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
@@ -42,24 +51,33 @@ EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
 GITHUB_OWNER = re.compile(r"(?=.{1,39}$)[A-Za-z0-9]+(-[A-Za-z0-9]+)*")
 
 
-def find_error(answers: dict[str, Any]) -> str | None:
-    """Return a one-line message about the first bad answer, or None when all are good."""
-    name = str(answers.get("project_name", ""))
-    slug = str(answers.get("project_slug", ""))
-    module = str(answers.get("module_name", ""))
-    owner = str(answers.get("github_owner", ""))
-    email = str(answers.get("author_email", ""))
+def _single_line(field: str) -> Callable[[str], str | None]:
+    """A check that refuses a line break (the answer lands in one-line TOML and YAML strings)."""
 
-    if not name.strip():
-        return "project_name: must not be empty (example: 'Digit Classifier')"
-    for field in ("project_name", "author_name", "description"):
-        if "\n" in str(answers.get(field, "")) or "\r" in str(answers.get(field, "")):
+    def check(value: str) -> str | None:
+        if "\n" in value or "\r" in value:
             return f"{field}: must be a single line (example: 'Digit Classifier')"
+        return None
+
+    return check
+
+
+def _project_name(value: str) -> str | None:
+    if not value.strip():
+        return "project_name: must not be empty (example: 'Digit Classifier')"
+    return _single_line("project_name")(value)
+
+
+def _project_slug(slug: str) -> str | None:
     if not SLUG.fullmatch(slug) or len(slug) > 100:
         return (
             f"project_slug: {slug!r} must be lowercase letters, digits and single hyphens, "
             "start with a letter, at most 100 characters (example: digit-classifier)"
         )
+    return None
+
+
+def _module_name(module: str) -> str | None:
     if not MODULE.fullmatch(module) or not module.isidentifier():
         return (
             f"module_name: {module!r} must be a Python identifier of lowercase letters, digits "
@@ -72,31 +90,108 @@ def find_error(answers: dict[str, Any]) -> str | None:
             f"module_name: {module!r} would shadow the module of that name in the standard "
             "library or a dependency (example: digit_classifier)"
         )
+    return None
+
+
+def _author_email(email: str) -> str | None:
     if not EMAIL.fullmatch(email):
         return f"author_email: {email!r} is not an email address (example: ada@example.com)"
+    return None
+
+
+def _github_owner(owner: str) -> str | None:
     if not GITHUB_OWNER.fullmatch(owner):
         return (
             f"github_owner: {owner!r} is not a GitHub user or organisation name: 1-39 letters, "
             "digits or single hyphens, not starting or ending with a hyphen (example: ada-lovelace)"
         )
-    for field, allowed in CHOICES.items():
-        value = str(answers.get(field, ""))
-        if value not in allowed:
-            return f"{field}: {value!r} is not supported; choose one of {', '.join(allowed)} (example: {allowed[0]})"
     return None
 
 
-def checked_answers(answers: dict[str, Any]) -> str:
-    """Jinja filter: stop generation with a one-line message when an answer is bad."""
-    error = find_error(dict(answers))
+def _one_of(field: str, allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+    """A check that accepts only the listed values (a replay or `--data` can hold any string)."""
+
+    def check(value: str) -> str | None:
+        if value not in allowed:
+            return (
+                f"{field}: {value!r} is not supported; choose one of {', '.join(allowed)} "
+                f"(example: {allowed[0]})"
+            )
+        return None
+
+    return check
+
+
+# One check per question, in the order of the questions.
+CHECKS: dict[str, Callable[[str], str | None]] = {
+    "project_name": _project_name,
+    "project_slug": _project_slug,
+    "module_name": _module_name,
+    "author_name": _single_line("author_name"),
+    "author_email": _author_email,
+    "description": _single_line("description"),
+    "github_owner": _github_owner,
+    **{field: _one_of(field, allowed) for field, allowed in CHOICES.items()},
+}
+
+
+def answer_error(value: Any, field: str) -> str:
+    """The one-line message about this answer, or '' when it is good (copier's validators)."""
+    return CHECKS[field](str(value)) or ""
+
+
+def find_error(answers: dict[str, Any]) -> str | None:
+    """Return a one-line message about the first bad answer, or None when all are good."""
+    for field, check in CHECKS.items():
+        error = check(str(answers.get(field, "")))
+        if error:
+            return error
+    return None
+
+
+def _stop(message: str) -> None:
+    """Stop cookiecutter (or cruft) with this one line and nothing written."""
+    # Imported here: only cookiecutter and cruft call the filters below, and a copier user
+    # has no cookiecutter installed.
+    from cookiecutter.exceptions import FailedHookException
+
+    raise FailedHookException(message)
+
+
+def checked_answer(answers: dict[str, Any], field: str) -> str:
+    """Jinja filter: stop generation with a one-line message when the answer to `field` is bad."""
+    error = CHECKS[field](str(dict(answers).get(field, "")))
     if error:
-        raise FailedHookException(error)
+        _stop(error)
     return "ok"
 
 
+def checked_answers(answers: dict[str, Any]) -> str:
+    """Jinja filter: stop generation with a one-line message when any answer is bad."""
+    error = find_error(dict(answers))
+    if error:
+        _stop(error)
+    return "ok"
+
+
+def slugify(text: str) -> str:
+    """`Colab Project` -> `colab-project`, for copier, which has no `slugify` filter.
+
+    Cookiecutter's own filter (python-slugify) gives the same result for accented Latin text; it
+    also transliterates letters such as `ß` and other scripts, which this one drops. Only copier's
+    default for the slug uses this; the answer can be edited at the prompt.
+    """
+    ascii_text = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+
+
 class AnswerChecks(Extension):
-    """Registers the `checked_answers` filter for cookiecutter.json."""
+    """Registers the checks as Jinja filters for cookiecutter.json, the hooks and copier.yml."""
 
     def __init__(self, environment):  # noqa: ANN001 - Jinja's signature
         super().__init__(environment)
+        environment.filters["checked_answer"] = checked_answer
         environment.filters["checked_answers"] = checked_answers
+        environment.filters["answer_error"] = answer_error
+        # Cookiecutter registers its own `slugify` first: keep it there.
+        environment.filters.setdefault("slugify", slugify)

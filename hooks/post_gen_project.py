@@ -1,15 +1,29 @@
-"""Remove what the answers did not choose, start a git repository, print the next steps."""
+"""Remove what the answers did not choose, start a git repository, print the next steps.
 
+Shared by both tools: cookiecutter (and cruft) render this file with the answers and run it in the
+new project; copier runs it unrendered as a task (copier.yml) with the answers as JSON in argv.
+"""
+
+from __future__ import annotations
+
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-# Paths that exist in the template for one answer only.
-UNCHOSEN = [
-{%- if cookiecutter.open_source_license == "none" %}
-    "LICENSE",
-{%- endif %}
-]
+# The copier answers file: copier fills it in; cookiecutter renders it empty.
+COPIER_ANSWERS = Path(".copier-answers.yml")
+
+
+def unchosen(answers: dict) -> list[Path]:
+    """Paths that exist in the template for another answer only."""
+    paths = []
+    if answers["open_source_license"] == "none":
+        paths.append(Path("LICENSE"))
+    if COPIER_ANSWERS.exists() and not COPIER_ANSWERS.read_text().strip():
+        paths.append(COPIER_ANSWERS)
+    return paths
 
 
 def remove(path: Path) -> None:
@@ -19,8 +33,13 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def git_init() -> str:
-    """`git init` on branch main; a note instead when git is missing."""
+def git_init() -> str | None:
+    """`git init` on branch main (a note when git is missing); None when a repository is there.
+
+    Copier runs this task again in the user's repository at each `copier update`: HEAD stays.
+    """
+    if Path(".git").exists():
+        return None
     if shutil.which("git") is None:
         return "git was not found: run `git init -b main` once it is installed."
     # `git init -b` needs git 2.28; setting HEAD works on any version.
@@ -29,22 +48,33 @@ def git_init() -> str:
     return "Initialised a git repository on branch main."
 
 
-for name in UNCHOSEN:
-    remove(Path(name))
-git_note = git_init()
-
-print(f"""
-Created {{ cookiecutter.project_slug }}/. {git_note}
+def next_steps(answers: dict, git_note: str) -> str:
+    slug, owner = answers["project_slug"], answers["github_owner"]
+    return f"""
+Created {slug}/. {git_note}
 
 Next steps:
-  cd {{ cookiecutter.project_slug }}
+  cd {slug}
   python3 -m venv .venv && . .venv/bin/activate
   make setup        # pinned requirements, editable install, git hooks
   make test
   git add -A && git commit -m "Start from cookiecutter-colab"
-  git remote add origin git@github.com:{{ cookiecutter.github_owner }}/{{ cookiecutter.project_slug }}.git
+  git remote add origin git@github.com:{owner}/{slug}.git
   git push -u origin main
 
 On Colab: push first, then open a notebook from the README's "Open in Colab" badges.
 `make` lists every target.
-""")
+"""
+
+
+def main(answers: dict) -> None:
+    for path in unchosen(answers):
+        remove(path)
+    git_note = git_init()
+    if git_note is not None:  # a new project, not an update
+        print(next_steps(answers, git_note))
+
+
+if __name__ == "__main__":
+    # copier passes the answers; cookiecutter has rendered them into the string below.
+    main(json.loads(sys.argv[1] if len(sys.argv) > 1 else r"""{{ cookiecutter | tojson }}"""))

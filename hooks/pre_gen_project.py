@@ -1,18 +1,10 @@
 """Refuse bad answers before any file is written.
 
-The checks live in `local_extensions.py` at the template's root, which cookiecutter already ran
-while collecting the answers; they run again here because `cookiecutter --replay` skips that step.
+Cookiecutter already checked each answer right after its question (the `__check_*` variables of
+cookiecutter.json); `--replay` skips the questions, so rendering this file checks every answer
+again: the `checked_answers` filter of `local_extensions.py` stops generation with the one-line
+message while this hook is rendered. Nothing here needs the template's path, which cruft does not
+give (`cookiecutter._repo_dir`).
 """
 
-import json
-import sys
-
-sys.path.insert(0, {{ cookiecutter._repo_dir | tojson }})
-
-from local_extensions import find_error  # noqa: E402
-
-answers = json.loads(r"""{{ cookiecutter | tojson }}""")
-error = find_error(answers)
-if error:
-    print(f"ERROR: {error}", file=sys.stderr)
-    sys.exit(1)
+# Answers checked: {{ cookiecutter | checked_answers }}

@@ -220,7 +220,9 @@ def test_replay_with_bad_answers_is_refused_by_the_hook(tmp_path: Path) -> None:
     # --replay skips the questions (and their checks): the pre-generation hook refuses instead.
     from cookiecutter.main import cookiecutter
 
-    context = {"cookiecutter": {**answers_of({}), "project_slug": "bad slug", "__answers": "ok", "_extensions": DEFAULTS["_extensions"],
+    # As cookiecutter writes it: every answer and the private variables (each check's "ok").
+    checks = {name: "ok" for name in DEFAULTS if name.startswith("__check_")}
+    context = {"cookiecutter": {**answers_of({}), "project_slug": "bad slug", **checks, "_extensions": DEFAULTS["_extensions"],
                                 "_copy_without_render": DEFAULTS["_copy_without_render"]}}
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps(context))

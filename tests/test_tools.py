@@ -1,0 +1,201 @@
+"""The same template through cookiecutter's prompts, cruft and copier."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import copier_yml
+import cruft
+import pexpect
+import project_env
+import pytest
+import yaml
+from copier import run_copy, run_update
+
+from local_extensions import CHOICES  # the template's root: copier_yml puts it on sys.path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+DEFAULTS = json.loads((ROOT / "cookiecutter.json").read_text())
+DEFAULT_ANSWERS = {name: value[0] if isinstance(value, list) else value for name, value in DEFAULTS.items()}
+# The default bake, then each other choice of each option, one option changed at a time.
+ONE_CHANGE = [{}] + [
+    {name: value} for name, allowed in CHOICES.items() for value in allowed if value != DEFAULT_ANSWERS[name]
+] + [{"project_name": "Ada's Café Classifier"}]  # the slug and module derived by both tools' slugify
+GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]
+# A later template change that both update tools must bring into a project.
+TEMPLATE_CHANGE = "# A later template change.\n"
+
+
+def tree(project: Path) -> dict[str, tuple[bytes, bool]]:
+    """Every file outside .git: content and whether it is executable."""
+    return {
+        path.relative_to(project).as_posix(): (path.read_bytes(), os.access(path, os.X_OK))
+        for path in project.rglob("*")
+        if path.is_file() and ".git" not in path.relative_to(project).parts
+    }
+
+
+def commit_all(repo: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*GIT, "commit", "--quiet", "--no-verify", "-m", message], cwd=repo, check=True)
+
+
+def template_repo(folder: Path) -> Path:
+    """A git repository holding this template's files (what a `git clone` of it would give)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, folder / name)
+    subprocess.run(["git", "init", "--quiet", "-b", "main"], cwd=folder, check=True)
+    commit_all(folder, "template, first version")
+    return folder
+
+
+def change_template(repo: Path) -> None:
+    """The template's second commit: a line added to the generated Makefile."""
+    makefile = repo / "{{cookiecutter.project_slug}}" / "Makefile"
+    makefile.write_text(makefile.read_text() + TEMPLATE_CHANGE)
+    commit_all(repo, "template, second version")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git copy of the template, for the copier bakes (copier clones a git template)."""
+    return template_repo(tmp_path_factory.mktemp("template"))
+
+
+def test_copier_yml_is_generated_from_cookiecutter_json() -> None:
+    assert (ROOT / "copier.yml").read_text() == copier_yml.render(), "run `python scripts/copier_yml.py`"
+
+
+@pytest.mark.parametrize("answers", ONE_CHANGE, ids=lambda a: "-".join(f"{k}={v}" for k, v in a.items()) or "defaults")
+def test_copier_gives_cookiecutters_tree(answers: dict[str, str], template: Path, tmp_path: Path) -> None:
+    baked = project_env.bake(tmp_path / "cookiecutter", **answers)
+    copied = tmp_path / "copier" / baked.name
+    run_copy(str(template), copied, data=answers, defaults=True, unsafe=True, quiet=True)
+    answers_file = copied / ".copier-answers.yml"
+    assert answers.items() <= _yaml(answers_file).items()
+    answers_file.unlink()
+    cookiecutter_tree, copier_tree = tree(baked), tree(copied)
+    assert sorted(cookiecutter_tree) == sorted(copier_tree)
+    assert [name for name in cookiecutter_tree if cookiecutter_tree[name] != copier_tree[name]] == []
+    head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=copied, capture_output=True, text=True, check=True)
+    assert head.stdout.strip() == "refs/heads/main"
+
+
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def test_copier_path_imports_no_cookiecutter(template: Path, tmp_path: Path) -> None:
+    # A copier user installs copier and copier-template-extensions only.
+    code = (
+        "import sys; sys.modules['cookiecutter'] = None\n"
+        "from copier import run_copy\n"
+        f"run_copy({str(template)!r}, {str(tmp_path / 'p')!r}, defaults=True, unsafe=True, quiet=True)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    assert (tmp_path / "p" / "pyproject.toml").is_file()
+
+
+@pytest.mark.parametrize(("answers", "field"), [
+    ({"author_email": "not-an-email"}, "author_email"),
+    ({"project_slug": "../escape"}, "project_slug"),
+    ({"module_name": "tensorflow"}, "module_name"),
+    ({"python_version": "3.9"}, "python_version"),
+])
+def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, template: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"Validation error for question '{field}': {field}: .*example: "):
+        run_copy(str(template), tmp_path / "out" / "p", data=answers, defaults=True, unsafe=True, quiet=True)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
+    repo = template_repo(tmp_path / "template")
+    project = tmp_path / "project"
+    run_copy(str(repo), project, data={"tracking": "mlflow"}, defaults=True, unsafe=True, quiet=True)
+    readme = project / "README.md"
+    readme.write_text(readme.read_text() + "A line of our own.\n")
+    commit_all(project, "start")
+    change_template(repo)
+    run_update(project, defaults=True, unsafe=True, overwrite=True, quiet=True)
+    assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
+    assert readme.read_text().endswith("A line of our own.\n")
+    answers = _yaml(project / ".copier-answers.yml")
+    assert answers["tracking"] == "mlflow"
+    assert answers["_commit"] == subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
+                                                capture_output=True, text=True).stdout.strip()
+
+
+def test_cruft_create_check_update(tmp_path: Path) -> None:
+    repo = template_repo(tmp_path / "template")
+    project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out", extra_context={"open_source_license": "none"})
+    assert not (project / "LICENSE").exists() and not (project / ".copier-answers.yml").exists()
+    assert json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]["open_source_license"] == "none"
+    readme = project / "README.md"
+    readme.write_text(readme.read_text() + "A line of our own.\n")
+    commit_all(project, "start")
+    assert cruft.check(project)
+    change_template(repo)
+    assert not cruft.check(project)
+    assert cruft.update(project, skip_apply_ask=True)
+    assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
+    assert readme.read_text().endswith("A line of our own.\n")
+    commit_all(project, "take the template's change")
+    assert cruft.check(project)
+
+
+def test_cruft_refuses_a_bad_answer(tmp_path: Path) -> None:
+    from cookiecutter.exceptions import FailedHookException
+
+    repo = template_repo(tmp_path / "template")
+    with pytest.raises(FailedHookException, match="^author_email: .*example: "):
+        cruft.create(repo.as_uri(), output_dir=tmp_path / "out", extra_context={"author_email": "a@b"})
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_cookiecutter_prompt_refuses_a_bad_answer_before_the_next_question(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"cookiecutters_dir: {tmp_path / 'cc'}\nreplay_dir: {tmp_path / 'replay'}\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    child = pexpect.spawn(str(BIN / "cookiecutter"), ["--config-file", str(config), "-o", str(out), str(ROOT)],
+                          encoding="utf-8", timeout=30, dimensions=(50, 200))
+    # Question 5 of 11 gets a typo; the first four keep their defaults.
+    for prompt, answer in [("Project name", ""), ("Repository and folder name", ""),
+                           ("Python package name", ""), ("Your name", ""), ("Your email", "ada@example")]:
+        child.expect(prompt)
+        child.sendline(answer)
+    child.expect(pexpect.EOF)
+    child.close()
+    after = child.before
+    assert "author_email: 'ada@example' is not an email address (example: ada@example.com)" in after
+    assert "One-line description" not in after, "the next question was asked"
+    assert "Traceback" not in after
+    assert child.exitstatus == 1
+    assert list(out.iterdir()) == []
+
+
+def test_copier_prompt_asks_a_bad_answer_again(template: Path, tmp_path: Path) -> None:
+    child = pexpect.spawn(str(BIN / "copier"), ["copy", "--trust", str(template), str(tmp_path / "p")],
+                          encoding="utf-8", timeout=30, dimensions=(50, 200))
+    try:
+        for prompt in ("Project name", "Repository and folder name", "Python package name", "Your name"):
+            child.expect(prompt)
+            child.sendline("")
+        child.expect("Your email")
+        child.send("\x15ada@example\r")  # Ctrl-U clears the default copier put in the field
+        child.expect(r"author_email: 'ada@example' is not an email address \(example: ada@example.com\)")
+        child.send("\x15ada@example.com\r")  # the same question, answered again
+        child.expect("One-line description")
+    finally:
+        child.terminate(force=True)
+    assert not (tmp_path / "p").exists()
