@@ -41,6 +41,8 @@ COMMON_FILES = {
     "data/interim/.gitkeep", "data/external/.gitkeep",
     "results/models/.gitkeep", "results/metrics/.gitkeep", "results/runs/.gitkeep",
     "results/figures/.gitkeep", "results/reports/.gitkeep",
+    ".github/workflows/ci.yml", "docs/training.md", "docs/data.md", "docs/reproducibility.md",
+    "docs/scaling.md", "docs/troubleshooting.md", "docs/customise.md",
 }
 
 
@@ -60,7 +62,7 @@ PACKAGE_FILES = {
 }
 TEST_FILES = {
     "conftest.py", "test_bench.py", "test_checkpoints.py", "test_chief_worker.py", "test_config.py",
-    "test_dockerfile.py", "test_drive_mount.py", "test_environment.py", "test_hygiene.py",
+    "test_docs.py", "test_dockerfile.py", "test_drive_mount.py", "test_environment.py", "test_hygiene.py",
     "test_manifest.py", "test_multiworker.py", "test_notebooks.py", "test_pipeline.py",
     "test_precommit.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
     "test_seeding.py", "test_staging.py", "test_stop.py", "test_strategy.py", "test_tracking.py",
