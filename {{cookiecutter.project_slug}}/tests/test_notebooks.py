@@ -13,7 +13,12 @@ import nbformat
 import papermill
 import pytest
 
-from {{ cookiecutter.module_name }}.notebooks import NotebookError, run_notebooks
+from {{ cookiecutter.module_name }}.notebooks import (
+    NotebookError,
+    keep_state_on_storage,
+    push_stage,
+    run_notebooks,
+)
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -73,6 +78,33 @@ def test_every_notebook_starts_with_the_same_setup():
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
     with pytest.raises(NotebookError, match=r"^-p epoch: no notebook has this parameter"):
         run_notebooks(PROJECT, {"epoch": 1})
+
+
+def test_state_kept_on_storage_both_ways_without_overwriting(tmp_path):
+    project, storage = tmp_path / "vm" / "project", tmp_path / "drive" / "project"
+    for root, run, text in ((project / "results", "run-new", "vm"), (storage, "run-old", "drive")):
+        (root / "runs" / run).mkdir(parents=True)
+        (root / "runs" / run / "manifest.json").write_text(text)
+    (storage / "runs" / "run-new").mkdir()
+    (storage / "runs" / "run-new" / "manifest.json").write_text("kept")  # never overwritten
+    (project / "results" / "runs" / "not-a-run").mkdir()  # no manifest: not copied
+
+    done = keep_state_on_storage(project, storage)
+    assert (project / "results" / "runs" / "run-old" / "manifest.json").read_text() == "drive"
+    assert (storage / "runs" / "run-new" / "manifest.json").read_text() == "kept"
+    assert not (storage / "runs" / "not-a-run").exists()
+    assert (project / "results" / "tensorboard").resolve() == (storage / "tensorboard").resolve()
+    assert any("Run records" in line and "1 copied" in line for line in done)
+    assert any("(0 copied)" in line for line in keep_state_on_storage(project, storage))  # again
+    assert keep_state_on_storage(project, project) == []  # off Colab: nothing moves
+
+
+def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
+    (tmp_path / "params.yaml").write_text("run_name: baseline\ntrain:\n  epochs: 20\n")
+    assert not push_stage(tmp_path, "train", {"run_name": "baseline", "train.epochs": 1})
+    note = capsys.readouterr().out  # run_name is params.yaml's: not named
+    expected = "NOTE: not recorded in DVC: this run used train.epochs=1 (params.yaml: 20);"
+    assert note.startswith(expected)
 
 
 def test_training_notebook_shows_tensorboard_on_colab():

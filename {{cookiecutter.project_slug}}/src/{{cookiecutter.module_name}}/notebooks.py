@@ -90,13 +90,17 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
     done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
 {%- if cookiecutter.dvc_remote == "drive" %}
     remote = storage / "dvc-storage"
-    subprocess.run(
+    run = subprocess.run(
         [sys.executable, "-m", "dvc", "remote", "modify", "--local", "storage", "url", str(remote)],
         cwd=project_dir,
-        check=False,
         capture_output=True,
+        text=True,
     )
-    done.append(f"DVC remote: {remote} (cache: {project_dir / '.dvc' / 'cache'}, this VM's disk)")
+    if run.returncode == 0:
+        done.append(f"DVC remote: {remote} (the cache stays in .dvc/cache, on this VM's disk)")
+    else:
+        reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
+        done.append(f"WARNING: DVC remote not moved to {remote}: {reason}")
 {%- endif %}
     return done
 
