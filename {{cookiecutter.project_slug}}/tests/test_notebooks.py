@@ -276,3 +276,13 @@ def test_setup_cell_on_colab_keeps_code_on_the_vm_and_state_on_drive(tmp_path):
     assert (checkout / "NOTES.md").is_file() and f"CWD {checkout}" in warm
     seconds = float(warm.split("SETUP ")[1].split()[0])
     print(f"warm start of the setup cell (fetch, reset, start_session): {seconds:.1f} s")
+
+    # Uncommitted edits on the VM are never thrown away by the next setup: it keeps them, says so.
+    (checkout / "params.yaml").write_text((checkout / "params.yaml").read_text() + "# mine\n")
+    (work / "NOTES.md").write_text("a second change\n")
+    git(work, "commit", "-q", "--no-verify", "-am", "teammate again")
+    git(work, "push", "-q", str(origin), "main")
+    kept = run_on_fake_colab(timed_setup(NOTEBOOKS[2]), colab_env)
+    assert f"NOTE: uncommitted edits in {checkout}: kept" in kept
+    assert (checkout / "params.yaml").read_text().endswith("# mine\n")
+    assert git(checkout, "rev-parse", "HEAD") != git(work, "rev-parse", "HEAD")
