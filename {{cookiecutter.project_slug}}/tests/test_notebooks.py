@@ -13,7 +13,12 @@ import nbformat
 import papermill
 import pytest
 
-from {{ cookiecutter.module_name }}.notebooks import NotebookError, run_notebooks
+from {{ cookiecutter.module_name }}.notebooks import (
+    NotebookError,
+    keep_state_on_storage,
+    push_stage,
+    run_notebooks,
+)
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -64,7 +69,8 @@ def test_every_notebook_starts_with_the_same_setup():
     for path in NOTEBOOKS:
         setup = next(c.source for c in code_cells(path) if "start_session(" in c.source)
         setups.append(setup)
-        for step in ("drive.mount", "git", "clone", "pull", "%pip install -q -r requirements.txt"):
+        steps = ("drive.mount", "clone", "fetch", "FETCH_HEAD", "%pip install -q -r requirements")
+        for step in steps:
             assert step in setup, f"{path.name}: setup lacks {step}"
     assert len(set(setups)) == 1, "the setup cell differs between notebooks"
 
@@ -72,6 +78,33 @@ def test_every_notebook_starts_with_the_same_setup():
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
     with pytest.raises(NotebookError, match=r"^-p epoch: no notebook has this parameter"):
         run_notebooks(PROJECT, {"epoch": 1})
+
+
+def test_state_kept_on_storage_both_ways_without_overwriting(tmp_path):
+    project, storage = tmp_path / "vm" / "project", tmp_path / "drive" / "project"
+    for root, run, text in ((project / "results", "run-new", "vm"), (storage, "run-old", "drive")):
+        (root / "runs" / run).mkdir(parents=True)
+        (root / "runs" / run / "manifest.json").write_text(text)
+    (storage / "runs" / "run-new").mkdir()
+    (storage / "runs" / "run-new" / "manifest.json").write_text("kept")  # never overwritten
+    (project / "results" / "runs" / "not-a-run").mkdir()  # no manifest: not copied
+
+    done = keep_state_on_storage(project, storage)
+    assert (project / "results" / "runs" / "run-old" / "manifest.json").read_text() == "drive"
+    assert (storage / "runs" / "run-new" / "manifest.json").read_text() == "kept"
+    assert not (storage / "runs" / "not-a-run").exists()
+    assert (project / "results" / "tensorboard").resolve() == (storage / "tensorboard").resolve()
+    assert any("Run records" in line and "1 copied" in line for line in done)
+    assert any("(0 copied)" in line for line in keep_state_on_storage(project, storage))  # again
+    assert keep_state_on_storage(project, project) == []  # off Colab: nothing moves
+
+
+def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
+    (tmp_path / "params.yaml").write_text("run_name: baseline\ntrain:\n  epochs: 20\n")
+    assert not push_stage(tmp_path, "train", {"run_name": "baseline", "train.epochs": 1})
+    note = capsys.readouterr().out  # run_name is params.yaml's: not named
+    expected = "NOTE: not recorded in DVC: this run used train.epochs=1 (params.yaml: 20);"
+    assert note.startswith(expected)
 
 
 def test_training_notebook_shows_tensorboard_on_colab():
@@ -133,36 +166,76 @@ def pip(line):
 """
 
 
-@pytest.mark.slow
-def test_setup_cell_on_colab_mounts_clones_installs_and_runs(tmp_path):
-    """The Colab branch of the setup cell, with Colab's services stood in for: a fake
-    `google.colab`, the GitHub URL redirected to a local repository, `%pip` recorded."""
-    from nbclient import NotebookClient
-
-    origin = tmp_path / "origin"
-    shutil.copytree(PROJECT, origin, ignore=shutil.ignore_patterns(*SKIP))
-    git_env = {
+def git(cwd: Path, *args: str) -> str:
+    """Run git in `cwd` with a committer set; return its output."""
+    env = {
         **os.environ,
         **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
            for what, value in (("NAME", "t"), ("EMAIL", "t@example.com"))},
     }  # fmt: skip
-    for command in (
-        ["git", "init", "-q"],
-        ["git", "symbolic-ref", "HEAD", "refs/heads/main"],
-        ["git", "add", "-A"],
-        ["git", "commit", "-q", "--no-verify", "-m", "start"],
-    ):
-        subprocess.run(command, cwd=origin, env=git_env, check=True, capture_output=True)
+    run = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return run.stdout.decode().strip()
+
+
+def run_on_fake_colab(nb, env: dict[str, str]) -> str:
+    """Execute `nb` in a kernel whose environment is `env`; return its printed text."""
+    from nbclient import NotebookClient
+
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        NotebookClient(nb, timeout=900, kernel_name="python3").execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def timed_setup(path: Path) -> nbformat.NotebookNode:
+    """The notebook's parameters and setup cells, timed (`SETUP <seconds>`), `%pip` recorded."""
+    nb = nbformat.read(path, as_version=4)
+    setup = next(i for i, c in enumerate(nb.cells) if "start_session(" in c.source)
+    nb.cells = [
+        nbformat.v4.new_code_cell(FAKE_PIP + "\nimport time"),
+        *[c for c in nb.cells[: setup + 1] if c.cell_type == "code"],
+        nbformat.v4.new_code_cell("print('PIP', PIP, 'CWD', os.getcwd())"),
+    ]
+    nb.cells.insert(-2, nbformat.v4.new_code_cell("started = time.monotonic()"))
+    nb.cells.insert(-1, nbformat.v4.new_code_cell("print(f'SETUP {time.monotonic()-started:.2f}')"))
+    return nb
+
+
+@pytest.mark.slow
+def test_setup_cell_on_colab_keeps_code_on_the_vm_and_state_on_drive(tmp_path):
+    """The Colab branch of the setup cell, with Colab's services stood in for: a fake
+    `google.colab`, GitHub a local bare repository, `%pip` recorded, the VM's disk and Drive
+    temporary folders. A new VM clones and runs notebook 01 (prepare, pushed to the DVC remote
+    on Drive); after a commit on GitHub the same VM runs the setup again (a warm start) and moves
+    to it.
+    """
+    work, origin = tmp_path / "work", tmp_path / "github" / "project.git"
+    shutil.copytree(PROJECT, work, ignore=shutil.ignore_patterns(*SKIP))
+    for keep in [*PROJECT.glob("data/*/.gitkeep"), *PROJECT.glob("results/*/.gitkeep")]:
+        (work / keep.relative_to(PROJECT)).parent.mkdir(parents=True, exist_ok=True)
+        (work / keep.relative_to(PROJECT)).touch()  # as in a clone: data/external/ is a DVC dep
+    git(work, "init", "-q")
+    git(work, "symbolic-ref", "HEAD", "refs/heads/main")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "--no-verify", "-m", "start")
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(origin))
     fake = tmp_path / "fake" / "google" / "colab"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "drive.py").write_text(FAKE_DRIVE)
     storage = tmp_path / "drive" / "MyDrive" / "{{ cookiecutter.project_slug }}"
+    checkout = tmp_path / "content" / "{{ cookiecutter.project_slug }}"
     colab_env = {
-        **git_env,
+        **os.environ,
         "COLAB_RELEASE_TAG": "simulated",
         "PYTHONPATH": str(tmp_path / "fake"),  # not src/: the notebook must find its clone
         "PROJECT_STORAGE_DIR": str(storage),
+        "PROJECT_CHECKOUT_DIR": str(checkout),  # /content/<slug> on Colab
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": f"url.{origin}.insteadOf",
         "GIT_CONFIG_VALUE_0": f"https://github.com/{REPO}.git",
@@ -170,19 +243,46 @@ def test_setup_cell_on_colab_mounts_clones_installs_and_runs(tmp_path):
     nb = nbformat.read(NOTEBOOKS[0], as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(FAKE_PIP))
     nb.cells.append(nbformat.v4.new_code_cell("print('PIP', PIP, 'CWD', os.getcwd())"))
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(colab_env)  # the kernel inherits this process's environment
-    try:
-        NotebookClient(nb, timeout=900, kernel_name="python3").execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    clone = storage / "repo"
-    assert (clone / ".git").is_dir() and (clone / "params.yaml").is_file()
-    assert "Colab       yes" in text
+    text = run_on_fake_colab(nb, colab_env)
+
+    # The code on the VM's disk, nothing of it on Drive.
+    assert (checkout / ".git").is_dir() and not (storage / "repo").exists()
+    assert f"CWD {checkout}" in text and "Colab       yes" in text
     assert "-q -r requirements.txt" in text and "-q --no-deps -e ." in text
-    assert f"CWD {clone}" in text
-    assert (clone / "results" / "figures" / "01_class_counts.png").is_file()
-    assert (clone / "data" / "manifest.json").is_file()
+    # DVC outputs in the workspace, the DVC cache on the VM's disk, the remote on Drive.
+    assert (checkout / "data" / "manifest.json").is_file()
+    assert list((checkout / "data" / "processed").iterdir())
+    assert list((checkout / ".dvc" / "cache").rglob("*"))
+    assert "DVC: `prepare` recorded in dvc.lock and pushed" in text, text
+    assert list((storage / "dvc-storage").rglob("*")), "prepare's outputs on the remote"
+    assert "prepare:" in (checkout / "dvc.lock").read_text()
+    # TensorBoard logs and run records go to Drive.
+    assert (checkout / "results" / "tensorboard").resolve() == (storage / "tensorboard").resolve()
+    assert (storage / "runs").is_dir()
+    assert (checkout / "results" / "figures" / "01_class_counts.png").is_file()
+
+    # The daily loop from Colab: commit dvc.lock and push; a teammate then pushes a commit.
+    git(checkout, "add", "dvc.lock")
+    git(checkout, "commit", "-q", "--no-verify", "-m", "Data prepared on Colab")
+    git(checkout, "-c", f"url.{origin}.insteadOf=https://github.com/{REPO}.git", "push", "-q")
+    git(work, "pull", "-q", "--ff-only", str(origin), "main")
+    (work / "NOTES.md").write_text("a teammate's change\n")
+    git(work, "add", "NOTES.md")
+    git(work, "commit", "-q", "--no-verify", "-m", "teammate")
+    git(work, "push", "-q", str(origin), "main")
+
+    warm = run_on_fake_colab(timed_setup(NOTEBOOKS[1]), colab_env)
+    assert git(checkout, "rev-parse", "HEAD") == git(work, "rev-parse", "HEAD")
+    assert (checkout / "NOTES.md").is_file() and f"CWD {checkout}" in warm
+    seconds = float(warm.split("SETUP ")[1].split()[0])
+    print(f"warm start of the setup cell (fetch, reset, start_session): {seconds:.1f} s")
+
+    # Uncommitted edits on the VM are never thrown away by the next setup: it keeps them, says so.
+    (checkout / "params.yaml").write_text((checkout / "params.yaml").read_text() + "# mine\n")
+    (work / "NOTES.md").write_text("a second change\n")
+    git(work, "commit", "-q", "--no-verify", "-am", "teammate again")
+    git(work, "push", "-q", str(origin), "main")
+    kept = run_on_fake_colab(timed_setup(NOTEBOOKS[2]), colab_env)
+    assert f"NOTE: uncommitted edits in {checkout}: kept" in kept
+    assert (checkout / "params.yaml").read_text().endswith("# mine\n")
+    assert git(checkout, "rev-parse", "HEAD") != git(work, "rev-parse", "HEAD")

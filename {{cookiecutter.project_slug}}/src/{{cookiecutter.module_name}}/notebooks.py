@@ -1,7 +1,11 @@
 """The notebooks' side of the package: the shared start of a session, and headless runs.
 
 - `start_session` is what every notebook's setup cell calls once the package is importable:
-  git hooks, the environment log, the seed.
+  git hooks, the environment log, the seed; on Colab also `keep_state_on_storage`.
+- `keep_state_on_storage`: on Colab the checkout is on the VM's disk, so what must outlive the VM
+  goes to the storage folder on Drive: TensorBoard logs, a copy of each run record, the DVC remote.
+- `push_stage`: record a stage that ran in `dvc.lock` and push it, with DVC's run cache, to the
+  remote, so another machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
 - `run_notebooks` (`make notebooks`, `python -m <module> notebooks`) executes every numbered
   notebook with papermill, in order, on the bundled data, and writes each executed notebook and
   an HTML report of it to `results/reports/`.
@@ -9,7 +13,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,11 @@ def start_session(project_dir: Path, seed: int | None = None, hooks: bool = True
 
     project_dir = Path(project_dir)
     params = load_params(project_dir / "params.yaml", [f"seed={seed}"] if seed is not None else [])
+    from .storage import on_colab, storage_root
+
+    if on_colab():
+        for line in keep_state_on_storage(project_dir, storage_root(project_dir)):
+            print(line)
     if hooks:
         try:
             for line in install(project_dir):
@@ -54,6 +65,102 @@ def start_session(project_dir: Path, seed: int | None = None, hooks: bool = True
         return params
     print(f"Seed {params.seed} ({', '.join(seeded)})")
     return params
+
+
+def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
+    """Put what must outlive this VM in `storage`, and bring back what earlier VMs left there.
+
+    - `results/tensorboard` becomes a link to `<storage>/tensorboard` (the logs are no DVC output);
+    - run records are copied both ways between `results/runs/` and `<storage>/runs/` (new folders
+      only: nothing is overwritten), so every VM's notebook compares every run;
+    - the DVC remote on Drive follows `storage` (a local setting, `.dvc/config.local`).
+    Returns what was done, one line each. Safe to run again.
+    """
+    project_dir, storage = Path(project_dir), Path(storage)
+    if project_dir.resolve() == storage.resolve():
+        return []
+    done = []
+    logs, kept_logs = project_dir / "results" / "tensorboard", storage / "tensorboard"
+    kept_logs.mkdir(parents=True, exist_ok=True)
+    if not logs.is_symlink() and not logs.exists():
+        logs.parent.mkdir(parents=True, exist_ok=True)
+        logs.symlink_to(kept_logs, target_is_directory=True)
+        done.append(f"TensorBoard logs: {kept_logs}")
+    copied = sync_run_records(project_dir / "results" / "runs", storage / "runs")
+    done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
+{%- if cookiecutter.dvc_remote == "drive" %}
+    remote = storage / "dvc-storage"
+    run = subprocess.run(
+        [sys.executable, "-m", "dvc", "remote", "modify", "--local", "storage", "url", str(remote)],
+        cwd=project_dir,
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode == 0:
+        done.append(f"DVC remote: {remote} (the cache stays in .dvc/cache, on this VM's disk)")
+    else:
+        reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
+        done.append(f"WARNING: DVC remote not moved to {remote}: {reason}")
+{%- endif %}
+    return done
+
+
+def sync_run_records(runs: Path, kept: Path) -> int:
+    """Copy each run folder that one side lacks to the other; return how many were copied."""
+    runs.mkdir(parents=True, exist_ok=True)
+    kept.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for src, dst in ((runs, kept), (kept, runs)):
+        for run in sorted(p for p in src.iterdir() if (p / "manifest.json").is_file()):
+            if not (dst / run.name).exists():
+                # Copied beside, then renamed: a half-copied run never looks like a run record.
+                partial = dst / f".{run.name}.partial"
+                shutil.rmtree(partial, ignore_errors=True)
+                shutil.copytree(run, partial)
+                partial.rename(dst / run.name)
+                copied += 1
+    return copied
+
+
+def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None = None) -> bool:
+    """Record `stage` (just run by the package) in `dvc.lock` and push its outputs and the run
+    cache to the DVC remote. True when pushed.
+
+    A stage is what `params.yaml` says: a run with other values (`overrides`, the notebook's
+    parameters) is not recorded, and the note says which values differ.
+    """
+    project_dir = Path(project_dir)
+    saved = yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8"))
+    differ = [
+        f"{key}={value!r} (params.yaml: {_dotted(saved, key)!r})"
+        for key, value in (overrides or {}).items()
+        if _dotted(saved, key) != value
+    ]
+    if differ:
+        print(
+            f"NOTE: not recorded in DVC: this run used {', '.join(differ)}; put the values in "
+            f"params.yaml to make it the `{stage}` stage"
+        )
+        return False
+    dvc = [sys.executable, "-m", "dvc"]
+    for command in (
+        [*dvc, "commit", "--force", "--quiet", stage],
+        [*dvc, "push", "--run-cache", stage],
+    ):
+        run = subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
+        if run.returncode != 0:
+            reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
+            print(f"WARNING: `dvc {' '.join(command[3:])}` failed: {reason}")
+            return False
+    print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
+    return True
+
+
+def _dotted(tree: dict[str, Any], key: str) -> Any:
+    """`_dotted(params, "train.epochs")`: the value at a dotted key, None when absent."""
+    for part in key.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
 
 
 def parse_parameters(items: list[str]) -> dict[str, Any]:
