@@ -1,0 +1,92 @@
+"""The optimizer and its learning-rate schedule, from `train.*` params.
+
+The schedule is a function of the optimizer's own step counter (`optimizer.iterations`), which a
+checkpoint saves: a resumed run continues at exactly the same learning rate, also across the
+fine-tune phase change (`train.fine_tune`), where the rate drops by `learning_rate_factor`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from .config import TrainConfig
+
+
+def build_optimizer(
+    cfg: TrainConfig, total_steps: int, replicas: int = 1, phase_change_step: int = 0
+) -> keras.optimizers.Optimizer:
+    """`train.optimizer` with `train.schedule`, `weight_decay`, `clip_norm`.
+
+    total_steps: the run's optimizer steps (the cosine decays to 0 there).
+    replicas: with `lr_scaling: linear` the peak rate is multiplied by it (it follows the batch).
+    phase_change_step: the step where fine-tuning starts (0 = none): the rate is then
+    multiplied by `fine_tune.learning_rate_factor`.
+    Under mixed precision wrap the result in `keras.optimizers.LossScaleOptimizer` (float16).
+    """
+    peak = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
+    rate = learning_rate_schedule(cfg, peak, total_steps, phase_change_step)
+    common: dict[str, Any] = {
+        "learning_rate": rate,
+        "global_clipnorm": cfg.clip_norm or None,
+        "weight_decay": cfg.weight_decay or None,
+    }
+    if cfg.optimizer == "sgd":
+        return keras.optimizers.SGD(momentum=cfg.momentum, **common)
+    if cfg.optimizer == "adamw":
+        return keras.optimizers.AdamW(**{**common, "weight_decay": cfg.weight_decay})
+    return keras.optimizers.Adam(**common)
+
+
+def learning_rate_schedule(
+    cfg: TrainConfig, peak: float, total_steps: int, phase_change_step: int = 0
+) -> float | keras.optimizers.schedules.LearningRateSchedule:
+    """A constant rate, or a cosine decay after a linear warm-up; then the fine-tune factor."""
+    rate: float | keras.optimizers.schedules.LearningRateSchedule = peak
+    if cfg.schedule == "cosine":
+        warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
+        rate = keras.optimizers.schedules.CosineDecay(
+            initial_learning_rate=0.0 if warmup else peak,
+            decay_steps=max(total_steps - warmup, 1),
+            warmup_target=peak if warmup else None,
+            warmup_steps=warmup,
+        )
+    if phase_change_step > 0:
+        rate = PhasedSchedule(rate, cfg.fine_tune.learning_rate_factor, phase_change_step)
+    return rate
+
+
+@keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
+class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`base` until `boundary_step`, then `base x factor` (the fine-tune phase)."""
+
+    def __init__(self, base: Any, factor: float, boundary_step: int) -> None:
+        self.base = base
+        self.factor = factor
+        self.boundary_step = boundary_step
+
+    def __call__(self, step: Any) -> Any:
+        base = self.base(step) if callable(self.base) else self.base
+        base = keras.ops.cast(base, "float32")
+        after = keras.ops.greater_equal(step, self.boundary_step)
+        return keras.ops.where(after, base * self.factor, base)
+
+    def get_config(self) -> dict[str, Any]:
+        base = self.base
+        if isinstance(base, keras.optimizers.schedules.LearningRateSchedule):
+            base = keras.optimizers.schedules.serialize(base)
+        return {"base": base, "factor": self.factor, "boundary_step": self.boundary_step}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> PhasedSchedule:
+        base = config["base"]
+        if isinstance(base, dict):
+            base = keras.optimizers.schedules.deserialize(base)
+        return cls(base, config["factor"], config["boundary_step"])
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The rate the next step uses (for logging)."""
+    rate = optimizer.learning_rate
+    return float(rate(optimizer.iterations) if callable(rate) else rate)
