@@ -88,5 +88,4 @@ class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The rate the next step uses (for logging)."""
-    rate = optimizer.learning_rate
-    return float(rate(optimizer.iterations) if callable(rate) else rate)
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))  # evaluated at iterations
