@@ -41,6 +41,7 @@ COMMON_FILES = {
     "data/interim/.gitkeep", "data/external/.gitkeep",
     "results/models/.gitkeep", "results/metrics/.gitkeep", "results/runs/.gitkeep",
     "results/figures/.gitkeep", "results/reports/.gitkeep",
+    "docs/customise-draft.md",
 }
 
 
@@ -54,6 +55,7 @@ def answers_of(overrides: dict[str, str]) -> dict[str, str]:
 # The package and its tests, the same for every answer (the tracker is chosen inside tracking.py).
 PACKAGE_FILES = {
     "__init__.py", "__main__.py", "bench.py", "checkpoints.py", "config.py", "data.py",
+    "dataspec.py", "early_stopping.py", "optim.py", "predict.py", "task.py",
     "environment.py", "evaluate.py", "files.py", "gcs.py", "githooks.py", "manifest.py", "model.py",
     "notebooks.py", "prepare.py", "report.py", "run_record.py", "seeding.py", "staging.py",
     "storage.py", "strategy.py", "tracking.py", "trainer.py", "vertex.py",
@@ -64,7 +66,7 @@ TEST_FILES = {
     "test_manifest.py", "test_multiworker.py", "test_notebooks.py", "test_pipeline.py",
     "test_precommit.py", "test_prepare.py", "test_resume.py", "test_run_record.py",
     "test_seeding.py", "test_staging.py", "test_stop.py", "test_strategy.py", "test_tracking.py",
-    "test_vertex.py",
+    "test_vertex.py", "test_models.py", "test_task.py", "test_optim.py", "test_predict.py",
 }
 NOTEBOOKS = {"01_setup_and_data.ipynb", "02_train.ipynb", "03_evaluate.ipynb"}
 

@@ -44,7 +44,8 @@ def test_cosine_with_warmup_and_the_fine_tune_factor() -> None:
     assert rate[10] == pytest.approx(0.1)
     assert rate[60] == pytest.approx(0.1 * 0.1 * 0.5, rel=1e-3)  # half-way down, then x factor
     assert rate[59] > 0.04 and rate[110] == pytest.approx(0.0, abs=1e-7)
-    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    schedules = keras.optimizers.schedules
+    restored = schedules.deserialize(schedules.serialize(schedule))
     assert float(restored(60)) == pytest.approx(rate[60])
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -136,13 +138,15 @@ def test_evaluate_reports_what_fits_each_task() -> None:
     report = task.evaluate([(y[:2], probs[:2]), (y[2:], probs[2:])])  # batches
     assert report.metrics["test_accuracy"] == pytest.approx(0.75)
     assert report.metrics["test_examples"] == 4
-    assert report.plots["confusion_matrix.csv"][1:] == [["a", "a"], ["b", "b"], ["c", "b"], ["c", "c"]]
+    confusion = report.plots["confusion_matrix.csv"]
+    assert confusion[1:] == [["a", "a"], ["b", "b"], ["c", "b"], ["c", "c"]]
     per_class = {row[0]: row[1:] for row in report.plots["per_class.csv"][1:]}
     assert per_class["b"] == pytest.approx([0.5, 1.0, 2 / 3, 1])
     assert per_class["c"] == pytest.approx([1.0, 0.5, 2 / 3, 2])
 
     multi = task_for("multilabel")
-    report = multi.evaluate([(np.array([[1, 0, 1], [0, 1, 0]]), np.array([[0.9, 0.2, 0.4], [0.1, 0.8, 0.3]]))])
+    truth = np.array([[1, 0, 1], [0, 1, 0]])
+    report = multi.evaluate([(truth, np.array([[0.9, 0.2, 0.4], [0.1, 0.8, 0.3]]))])
     per_label = {row[0]: row[1:] for row in report.plots["per_label.csv"][1:]}
     assert per_label["owl"] == pytest.approx([0.0, 0.0, 0.0, 1])
     assert report.metrics["test_binary_accuracy"] == pytest.approx(5 / 6)
@@ -174,3 +178,17 @@ def test_early_stopping_policy_tracks_the_best_and_resumes() -> None:
     assert not never.should_stop and never.best_step == 0
     with pytest.raises(ConfigError, match=r"^train\.monitor: 'val_auc' is not a validation"):
         EarlyStopping("val_auc").update({"val_loss": 1.0}, 5)
+
+
+def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
+    from {{ cookiecutter.module_name }}.evaluate import write_evaluation
+
+    (tmp_path / "metrics").mkdir()
+    history = [{"epoch": 1, "loss": 0.5, "val_loss": 0.6, "val_r2": 0.1}]
+    (tmp_path / "metrics" / "train.json").write_text(json.dumps({"history": history}))
+    evaluation = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    written = write_evaluation(tmp_path, evaluation)
+    assert {p.name for p in written} == {"evaluate.json", "predictions.csv", "training_curve.csv"}
+    assert json.loads((tmp_path / "metrics" / "evaluate.json").read_text())["test_mae"] == 3.0
+    curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
+    assert curve == ["epoch,loss,val_loss,val_r2", "1,0.5,0.6,0.1"]

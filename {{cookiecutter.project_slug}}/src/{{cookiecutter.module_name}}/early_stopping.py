@@ -21,7 +21,7 @@ LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge
 
 
 def mode_for(monitor: str) -> str:
-    """"min" for a loss or an error, "max" for the rest."""
+    """`min` for a loss or an error, `max` for the rest."""
     name = monitor.lower()
     return "min" if any(word in name for word in LOWER_IS_BETTER) else "max"
 
@@ -52,7 +52,10 @@ class EarlyStopping:
                 f"(known: {known}) (example: --set train.monitor=val_loss)"
             )
         value = float(metrics[self.monitor])
-        better = self.best is None or (value < self.best if self.mode == "min" else value > self.best)
+        if self.best is None:
+            better = True
+        else:
+            better = value < self.best if self.mode == "min" else value > self.best
         if better and not math.isnan(value):
             self.best, self.best_step, self.epochs_without_improvement = value, step, 0
             return True

@@ -36,7 +36,8 @@ def wrap_for_users(logits_model: Any, task: Task) -> Any:
     import keras
 
     outputs = task.output_layer()(logits_model.outputs[0])
-    return keras.Model(logits_model.inputs, outputs, name="model")
+    # One input tensor, not a list: the exported `serve` signature then takes a plain array.
+    return keras.Model(logits_model.inputs[0], outputs, name="model")
 
 
 def save_for_users(logits_model: Any, task: Task, spec: DataSpec, models_dir: Path) -> Path:
@@ -123,7 +124,8 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
         )
     for start in range(0, len(files), CHUNK):
         chunk = files[start : start + CHUNK]
-        yield [str(p) for p in chunk], np.stack([_read_image(p, info["input_shape"]) for p in chunk])
+        pixels = np.stack([_read_image(p, info["input_shape"]) for p in chunk])
+        yield [str(p) for p in chunk], pixels
 
 
 def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np.ndarray]]:

@@ -100,7 +100,9 @@ class Task:
         """Update every metric from targets and logits; call inside the (replica) step."""
         self.update_metrics_from_outputs(metrics, y_true, self.outputs(logits))
 
-    def update_metrics_from_outputs(self, metrics: Sequence[Any], y_true: Any, outputs: Any) -> None:
+    def update_metrics_from_outputs(
+        self, metrics: Sequence[Any], y_true: Any, outputs: Any
+    ) -> None:
         """The same from what the saved model gives (probabilities or values): `evaluate`."""
         import keras
 
@@ -229,7 +231,9 @@ def _regression_report(scores: dict, y_true: np.ndarray, predicted: np.ndarray) 
         residual_abs_p90=float(np.percentile(np.abs(residual), 90)),
     )
     rows = [["actual", "predicted", "residual"]]
-    rows += [[float(a), float(p), float(r)] for a, p, r in zip(y_true, predicted, residual)]
+    rows += [
+        [float(a), float(p), float(r)] for a, p, r in zip(y_true, predicted, residual, strict=True)
+    ]
     return Evaluation(scores, {"predictions.csv": rows})
 
 
@@ -248,11 +252,14 @@ def _label_report(task: Task, scores: dict, y_true: np.ndarray, outputs: np.ndar
     header = ["class" if task.type == "classification" else "label"]
     rows = [[*header, "precision", "recall", "f1", "support"]]
     for i, name in enumerate(task.names):
-        rows.append([name, float(precision[i]), float(recall[i]), float(f1[i]), int(truth[:, i].sum())])
+        support = int(truth[:, i].sum())
+        rows.append([name, float(precision[i]), float(recall[i]), float(f1[i]), support])
     if task.type == "multilabel":
         return Evaluation(scores, {"per_label.csv": rows})
     confusion = [["actual", "predicted"]]
-    confusion += [[task.names[int(a)], task.names[p]] for a, p in zip(y_true, predicted)]
+    confusion += [
+        [task.names[int(a)], task.names[p]] for a, p in zip(y_true, predicted, strict=True)
+    ]
     scores["classes"] = len(task.names)
     return Evaluation(scores, {"confusion_matrix.csv": confusion, "per_class.csv": rows})
 
