@@ -192,3 +192,24 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "metrics" / "evaluate.json").read_text())["test_mae"] == 3.0
     curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
     assert curve == ["epoch,loss,val_loss,val_r2", "1,0.5,0.6,0.1"]
+
+
+def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from {{ cookiecutter.module_name }} import report
+    from {{ cookiecutter.module_name }}.evaluate import write_evaluation
+
+    truth = np.array([[1, 0, 1], [0, 1, 0]])
+    write_evaluation(tmp_path / "results", task_for("multilabel").evaluate([(truth, truth * 0.9)]))
+    table = report.rows_table(report.load_plot_rows(tmp_path, "per_label.csv"))
+    assert table.splitlines()[0] == "| label | precision | recall | f1 | support |"
+    assert table.splitlines()[2] == "| cat | 1.000 | 1.000 | 1.000 | 1 |"
+    reg = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    write_evaluation(tmp_path / "results", reg)
+    fig = report.plot_predicted_vs_true(report.load_plot_rows(tmp_path, "predictions.csv"))
+    assert len(fig.axes) == 2
+    history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
+    assert report.main_metric(history) == "mae"
+    assert len(report.plot_training_curves(history).axes) == 2
