@@ -27,6 +27,7 @@ VECTORS = DataSpec(
     feature_var=[400.0, 1.0, 4.0],
 )
 DIGITS = DataSpec(kind="image", input_shape=(8, 8, 1))
+GRAY = DataSpec(kind="image", input_shape=(32, 32, 1))
 
 
 def cfg(**changes: object) -> ModelConfig:
@@ -42,8 +43,9 @@ def cfg(**changes: object) -> ModelConfig:
         (IMAGES, cfg(architecture="cnn")),
         (IMAGES, cfg(architecture="backbone", backbone="MobileNetV3Small")),
         (IMAGES, cfg(architecture="backbone", backbone="ResNet50")),  # preprocess_input layer
+        (GRAY, cfg(architecture="backbone", backbone="DenseNet121")),  # gray as RGB
     ],
-    ids=["mlp-vectors", "mlp-images", "cnn", "mobilenet", "resnet"],
+    ids=["mlp-vectors", "mlp-images", "cnn", "mobilenet", "resnet", "densenet-gray"],
 )
 def test_each_architecture_gives_float32_logits_from_raw_inputs(spec, model_cfg) -> None:
     model = build_model(spec, 3, model_cfg)
@@ -64,9 +66,9 @@ def test_vectors_are_standardised_inside_the_model() -> None:
     [
         (DIGITS, cfg(architecture="backbone"), "data.image_size: MobileNetV3Small needs"),
         (
-            DataSpec(kind="image", input_shape=(32, 32, 1)),
+            DataSpec(kind="image", input_shape=(32, 32, 4)),
             cfg(architecture="backbone", weights="imagenet"),
-            "data.image_channels: ImageNet weights need 3 channels",
+            "data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got 4",
         ),
         (VECTORS, cfg(architecture="backbone"), "model.architecture: backbone needs images"),
         (VECTORS, cfg(architecture="cnn"), "model.architecture: cnn needs images"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ CASES = {
         DataSpec(task="regression", names=["price"], target_mean=50.0, target_std=10.0, **VECTOR),
         "mlp",
     ),
+    # MobileNetV2: its preprocess_input is a layer of this package, loaded in a fresh process.
     "multilabel": (DataSpec(task="multilabel", names=["sky", "sea", "sun"], **IMAGE), "backbone"),
     "images": (DataSpec(task="classification", names=["a", "b", "c"], **IMAGE), "cnn"),
 }
@@ -47,7 +49,10 @@ def _project(root: Path, name: str) -> tuple[Path, np.ndarray, Path]:
     spec, architecture = CASES[name]
     task = Task(type=spec.task, names=spec.names, target_mean=spec.target_mean or 0.0,
                 target_std=spec.target_std or 1.0)  # fmt: skip
-    model_cfg = ModelConfig(architecture=architecture, hidden_units=[4], filters=[4], weights=None)
+    model_cfg = ModelConfig(
+        architecture=architecture, backbone="MobileNetV2", hidden_units=[4], filters=[4]
+    )
+    model_cfg = dataclasses.replace(model_cfg, weights=None)
     keras.utils.set_random_seed(0)
     logits_model = build_model(spec, task.num_outputs, model_cfg)
     project = root / name

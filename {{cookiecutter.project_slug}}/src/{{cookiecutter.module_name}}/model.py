@@ -85,12 +85,17 @@ def _backbone_features(
     """A keras.applications model without its top, with its own input preprocessing."""
     constructor = _backbone_constructor(cfg.backbone)
     _check_backbone_input(spec, cfg)
-    options = {"include_top": False, "weights": cfg.weights, "input_shape": spec.input_shape}
+    height, width, channels = spec.input_shape
+    options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
     x = inputs
+    if channels == 1:  # grayscale as RGB: what ImageNet weights and every family expect
+        x = keras.layers.Concatenate(name="gray_to_rgb")([x, x, x])
     if "include_preprocessing" in inspect.signature(constructor).parameters:
         options["include_preprocessing"] = True  # it takes 0-255 pixels itself
     else:
-        x = BackbonePreprocessing(constructor.__module__.rsplit(".", 1)[-1], name="preprocess")(x)
+        family = constructor.__module__.rsplit(".", 1)[-1]
+        # float32: mean subtraction in bfloat16 would lose the pixels' low bits.
+        x = BackbonePreprocessing(family, name="preprocess", dtype="float32")(x)
     try:
         backbone = constructor(**options)
     except ValueError as exc:
@@ -129,10 +134,10 @@ def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
             f"data.image_size: {cfg.backbone} needs images of at least {smallest}x{smallest}, "
             f"got {height}x{width} (example: --set data.image_size=[{smallest * 2},{smallest * 2}])"
         )
-    if cfg.weights == "imagenet" and channels != 3:
+    if channels not in (1, 3):
         raise ConfigError(
-            f"data.image_channels: ImageNet weights need 3 channels (RGB), got {channels} "
-            "(example: --set data.image_channels=3, or --set model.weights=null)"
+            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
+            f"{channels} (example: --set data.image_channels=3)"
         )
 
 

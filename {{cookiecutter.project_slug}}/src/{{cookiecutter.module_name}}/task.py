@@ -140,7 +140,8 @@ class Task:
         import keras
 
         metrics = []
-        for name in self.extra_metrics:
+        standard = {m.name for m in self._standard_metrics()}
+        for name in [n for n in self.extra_metrics if n not in standard]:
             try:
                 metric = keras.metrics.get(name)
             except ValueError:
