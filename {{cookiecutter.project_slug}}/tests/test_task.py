@@ -152,7 +152,7 @@ def test_evaluate_reports_what_fits_each_task() -> None:
     assert report.metrics["test_binary_accuracy"] == pytest.approx(5 / 6)
 
     reg = task_for("regression")
-    report = reg.evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    report = reg.evaluate([(np.array([50.0, 70.0]), np.array([[52.0], [66.0]]))])  # model: [n, 1]
     assert report.metrics["test_mae"] == pytest.approx(3.0)
     assert report.metrics["residual_mean"] == pytest.approx(-1.0)
     assert report.plots["predictions.csv"] == [

@@ -89,9 +89,16 @@ class Task:
     def make_metrics(self) -> list[Any]:
         """keras.metrics objects for training and validation, built and reset.
 
+        Classification: accuracy, top-5 accuracy (more than 5 classes), AUC (one-vs-rest,
+        macro), precision and recall (one-vs-rest at probability 0.5, pooled over classes),
+        F1 (macro, of the arg-max class). Multilabel: binary accuracy, AUC (macro over labels),
+        precision, recall (pooled, at 0.5), F1 (macro). Regression, in the user's units: MAE,
+        RMSE, R2. Then `task.metrics` by name.
+
         Create them inside `strategy.scope()`: their variables then sum over replicas, and
         `result()` is the metric of the whole global batch."""
-        metrics = [*self._standard_metrics(), *self._named_metrics()]
+        standard = self._standard_metrics()
+        metrics = [*standard, *self._named_metrics({m.name for m in standard})]
         for metric in metrics:
             _build(metric, self)
         return metrics
@@ -136,12 +143,12 @@ class Task:
         f1 = m.F1Score(average="macro", name="f1")  # threshold None: the arg-max class
         return [m.SparseCategoricalAccuracy(name="accuracy"), *top_k, *common, f1]
 
-    def _named_metrics(self) -> list[Any]:
+    def _named_metrics(self, taken: set[str]) -> list[Any]:
+        """`task.metrics` by keras name, except those already there."""
         import keras
 
         metrics = []
-        standard = {m.name for m in self._standard_metrics()}
-        for name in [n for n in self.extra_metrics if n not in standard]:
+        for name in [n for n in self.extra_metrics if n not in taken]:
             try:
                 metric = keras.metrics.get(name)
             except ValueError:
@@ -163,9 +170,11 @@ class Task:
         metrics = self.make_metrics()
         ys, outs = [], []
         for y_true, outputs in batches:
-            self.update_metrics_from_outputs(metrics, y_true, outputs)
+            out = np.asarray(outputs, dtype=np.float64)
+            out = out.reshape(-1) if self.type == "regression" else out  # [n, 1] -> [n]
+            self.update_metrics_from_outputs(metrics, y_true, out)
             ys.append(np.asarray(y_true))
-            outs.append(np.asarray(outputs, dtype=np.float64))
+            outs.append(out)
         if not ys:
             raise ConfigError("data.test_fraction: the test split is empty (example: 0.2)")
         y_all, out_all = np.concatenate(ys), np.concatenate(outs)
