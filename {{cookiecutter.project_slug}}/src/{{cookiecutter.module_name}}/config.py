@@ -131,7 +131,7 @@ class TrainConfig:
     momentum: Float = _key(0.9, "0.9", ge=0.0, lt=1.0)  # sgd
     schedule: Literal[SCHEDULES] = _key("constant", "cosine")
     warmup_steps: Int = _key(0, "500", ge=0)  # cosine: linear warm-up steps
-    weight_decay: Float = _key(0.0, "0.01", ge=0.0)  # adamw (decoupled) and sgd/adam (L2-like)
+    weight_decay: Float = _key(0.0, "0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
     clip_norm: Float = _key(0.0, "1.0", ge=0.0)  # 0 = no clipping
     label_smoothing: Float = _key(0.0, "0.1", ge=0.0, lt=1.0)
     fine_tune: FineTuneConfig = _section(FineTuneConfig)

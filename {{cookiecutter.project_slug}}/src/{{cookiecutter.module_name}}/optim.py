@@ -33,10 +33,14 @@ def build_optimizer(
         "weight_decay": cfg.weight_decay or None,
     }
     if cfg.optimizer == "sgd":
-        return keras.optimizers.SGD(momentum=cfg.momentum, **common)
-    if cfg.optimizer == "adamw":
-        return keras.optimizers.AdamW(**{**common, "weight_decay": cfg.weight_decay})
-    return keras.optimizers.Adam(**common)
+        optimizer = keras.optimizers.SGD(momentum=cfg.momentum, **common)
+    elif cfg.optimizer == "adamw":
+        optimizer = keras.optimizers.AdamW(**{**common, "weight_decay": cfg.weight_decay})
+    else:
+        optimizer = keras.optimizers.Adam(**common)
+    if cfg.weight_decay:  # decay the weights, not the biases and normalisation scales/offsets
+        optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
 
 
 def learning_rate_schedule(
