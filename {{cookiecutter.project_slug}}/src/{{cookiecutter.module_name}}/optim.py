@@ -17,21 +17,19 @@ from .config import TrainConfig
 def build_optimizer(
     cfg: TrainConfig, total_steps: int, replicas: int = 1, phase_change_step: int = 0
 ) -> keras.optimizers.Optimizer:
-    """`train.optimizer` with `train.schedule`, `weight_decay`, `clip_norm`.
+    """`train.optimizer` with `train.schedule` and `weight_decay`.
 
     total_steps: the run's optimizer steps (the cosine decays to 0 there).
     replicas: with `lr_scaling: linear` the peak rate is multiplied by it (it follows the batch).
     phase_change_step: the step where fine-tuning starts (0 = none): the rate is then
     multiplied by `fine_tune.learning_rate_factor`.
     Under mixed precision wrap the result in `keras.optimizers.LossScaleOptimizer` (float16).
+    `train.clip_norm` is not set here: the optimizer would clip each replica's share of the
+    gradient, not the sum; the step calls `clip_gradients` instead.
     """
     peak = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
     rate = learning_rate_schedule(cfg, peak, total_steps, phase_change_step)
-    common: dict[str, Any] = {
-        "learning_rate": rate,
-        "global_clipnorm": cfg.clip_norm or None,
-        "weight_decay": cfg.weight_decay or None,
-    }
+    common: dict[str, Any] = {"learning_rate": rate, "weight_decay": cfg.weight_decay or None}
     if cfg.optimizer == "sgd":
         optimizer = keras.optimizers.SGD(momentum=cfg.momentum, **common)
     elif cfg.optimizer == "adamw":
@@ -41,6 +39,27 @@ def build_optimizer(
     if cfg.weight_decay:  # decay the weights, not the biases and normalisation scales/offsets
         optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
+
+
+def clip_gradients(gradients: list[Any], clip_norm: float, loss_scale: Any = 1.0) -> list[Any]:
+    """Gradients clipped to the global norm `clip_norm` (0 = as they are), in a replica step.
+
+    Keras's own `global_clipnorm` clips each replica's share before the replicas' gradients are
+    summed, so two replicas clip differently from one device. Here the replicas first sum their
+    gradients, clip the sum, and hand the optimizer 1/N of it each: the optimizer's own sum then
+    gives exactly the clipped global gradient (one more all-reduce per step, only when clipping).
+    `loss_scale`: a LossScaleOptimizer's current scale, as the gradients are still scaled.
+    """
+    import tensorflow as tf
+
+    if not clip_norm:
+        return gradients
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync if context is not None else 1
+    if replicas > 1:
+        gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+    clipped, _ = tf.clip_by_global_norm(gradients, clip_norm * tf.cast(loss_scale, tf.float32))
+    return [g / replicas for g in clipped] if replicas > 1 else clipped
 
 
 def learning_rate_schedule(
