@@ -213,3 +213,40 @@ def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
     history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
     assert report.main_metric(history) == "mae"
     assert len(report.plot_training_curves(history).axes) == 2
+
+
+def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:
+    """Prices around 50 from features around 100, none rescaled by the user: the model's
+    normalisation and the task's standardised target do it (build_model + task + optim)."""
+    from {{ cookiecutter.module_name }}.model import build_model
+    from {{ cookiecutter.module_name }}.optim import build_optimizer
+    from {{ cookiecutter.module_name }}.predict import wrap_for_users
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(100.0, 20.0, size=(600, 3)).astype("float32")
+    y = (50.0 + 0.4 * (x[:, 0] - 100.0) - 0.2 * (x[:, 1] - 100.0)).astype("float32")
+    train, test = slice(0, 500), slice(500, None)
+    spec = DataSpec(
+        kind="vector", input_shape=(3,), task="regression", names=["price"],
+        feature_mean=x[train].mean(0).tolist(), feature_var=x[train].var(0).tolist(),
+        target_mean=float(y[train].mean()), target_std=float(y[train].std()),
+    )  # fmt: skip
+    overrides = ["task.type=regression", "model.hidden_units=[16]", "model.dropout=0"]
+    params = load_params(PROJECT / "params.yaml", [*overrides, "train.learning_rate=0.01"])
+    task = make_task(params, spec)
+    keras.utils.set_random_seed(0)
+    model = build_model(spec, task.num_outputs, params.model)
+    optimizer = build_optimizer(params.train, total_steps=150)
+
+    @tf.function
+    def step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(task.loss(yb, model(xb, training=True)))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    for _ in range(150):
+        step(x[train], y[train])
+    users = wrap_for_users(model, task)
+    report = task.evaluate([(y[test], users(x[test]))])
+    assert report.metrics["test_r2"] > 0.95, report.metrics
+    assert report.metrics["test_mae"] < 1.5
