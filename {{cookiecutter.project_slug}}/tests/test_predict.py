@@ -78,6 +78,8 @@ def test_predict_in_a_fresh_process_for_each_task(tmp_path: Path) -> None:
         ["predict", str(source), "--params", str(project / "params.yaml")]
         for project, _, source in projects.values()
     ]
+    exported = tmp_path / "served"
+    calls.append(["export", "--output", str(exported), "--params", calls[0][3]])
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"sys.exit(max(main(args) for args in {calls!r}))"
@@ -87,7 +89,8 @@ def test_predict_in_a_fresh_process_for_each_task(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("Wrote ") == len(CASES)
+    assert proc.stdout.count("Wrote ") == len(CASES) + 1
+    assert (exported / "saved_model.pb").is_file()
     for name, (project, expected, _) in projects.items():
         with (project / "results" / "predictions.csv").open() as handle:
             rows = list(csv.DictReader(handle))
