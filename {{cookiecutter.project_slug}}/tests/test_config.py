@@ -110,3 +110,77 @@ def test_cli_config_error_is_one_line_exit_2(tmp_path: Path) -> None:
         "(example: --set train.batch_size=64)"
     ]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_lists_of_any_scalar_optional_values_and_nested_sections() -> None:
+    p = load_params(
+        PARAMS,
+        [
+            "data.augment=[flip, zoom]",
+            "task.metrics=[auc, mean_squared_error]",
+            "model.weights=null",
+            "train.fine_tune.frozen_epochs=3",
+            "train.fine_tune.learning_rate_factor=0.05",
+            "train.profile_steps=[10, 20]",
+        ],
+    )
+    assert p.data.augment == ["flip", "zoom"]
+    assert p.task.metrics == ["auc", "mean_squared_error"]
+    assert p.model.weights is None
+    assert p.train.fine_tune.frozen_epochs == 3
+    assert p.train.fine_tune.learning_rate_factor == pytest.approx(0.05)
+    assert p.train.profile_steps == [10, 20]
+    assert p.to_dict()["train"]["fine_tune"]["frozen_epochs"] == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "train.fine_tune.frozen=1",
+            "train.fine_tune.frozen: unknown key (known here: frozen_epochs, unfreeze_layers, "
+            "learning_rate_factor)",
+        ),
+        (
+            "train.fine_tune.frozen_epochs=x",
+            "train.fine_tune.frozen_epochs: expected an integer >= 0, got 'x' "
+            "(example: --set train.fine_tune.frozen_epochs=3)",
+        ),
+        ("train.fine_tune=3", "train.fine_tune: expected a section of keys, got 3"),
+        ("model.weights=imagenet21k", "model.weights: expected imagenet or null"),
+        ("data.augment=[flap]", "data.augment: expected a list of flip / rotation / zoom"),
+        ("train.profile_steps=[5]", "train.profile_steps: expected [] or [from, to]"),
+        ("train.profile_steps=[9, 3]", "train.profile_steps: expected [] or [from, to]"),
+        ("task.type=ranking", "task.type: expected one of classification / multilabel"),
+        ("train.momentum=1.5", "train.momentum: expected a number >= 0.0 and < 1.0, got 1.5"),
+        ("data.image_size=[64, 0.5]", "data.image_size: expected a list of integers >= 1"),
+    ],
+)
+def test_bad_new_values_name_the_full_dotted_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_params(PARAMS, [override])
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_list_of_floats_and_a_typo_in_a_nested_section_of_the_file(tmp_path: Path) -> None:
+    import dataclasses
+
+    from {{ cookiecutter.module_name }}.config import TrainConfig, _key, schema
+
+    @schema
+    class Widths:
+        scales: list[float] = _key([0.5, 1.0], "[0.25,0.5]", "a list of numbers")
+
+    assert Widths(scales=[1, 2.5]).scales == [1.0, 2.5]
+    with pytest.raises(ValueError):
+        Widths(scales=["wide"])
+    bad = tmp_path / "params.yaml"
+    bad.write_text(PARAMS.read_text().replace("    frozen_epochs: 0", "    frozen_epoch: 0"))
+    with pytest.raises(ConfigError, match=r"^train\.fine_tune\.frozen_epoch: unknown key"):
+        load_params(bad)
+    # Still plain dataclasses: `dataclasses.replace` validates the new value too.
+    train = dataclasses.replace(TrainConfig(), epochs=3)
+    assert train.epochs == 3
+    with pytest.raises(ValueError):
+        dataclasses.replace(TrainConfig(), epochs=0)

@@ -53,6 +53,30 @@ def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace, params: Params) -> int:
+    """Score a CSV, an image or a folder of images with results/models/model.keras."""
+    from .predict import predict
+    from .storage import results_root
+
+    results = results_root(Path(args.params).resolve().parent)
+    output = Path(args.output) if args.output else results / "predictions.csv"
+    count = predict(Path(args.input), output, results / "models")
+    print(f"Wrote {count} predictions to {output}", flush=True)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, params: Params) -> int:
+    """Export results/models/model.keras as a TensorFlow SavedModel for serving."""
+    from .predict import export_saved_model
+    from .storage import results_root
+
+    results = results_root(Path(args.params).resolve().parent)
+    output = Path(args.output) if args.output else results / "models" / "saved_model"
+    export_saved_model(results / "models", output)
+    print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
+    return 0
+
+
 def cmd_stage(args: argparse.Namespace, params: Params) -> int:
     """Copy SRC to DEST (fast local disk), skipping what is already there."""
     from .staging import stage
@@ -145,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", parents=[common], help="score new data with the saved model")
+    p.add_argument("input", help="a CSV with the training features, an image, or a folder")
+    p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("export", parents=[common], help="SavedModel for serving (Vertex AI)")
+    p.add_argument("--output", default=None, help="folder (default: results/models/saved_model)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("stage", parents=[common], help="copy data to fast local disk (resumable)")
     p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")

@@ -3,119 +3,215 @@
 `params.yaml` is the one configuration of the project: the code, DVC and the notebooks read it.
 `load_params` reads it, applies `--set dotted.key=value` overrides and checks every value, so a
 typo stops the run at once with one line that names the key, instead of hours later.
+
+The schema is a set of pydantic dataclasses (they stay plain dataclasses for `dataclasses.replace`
+and `asdict`). Add a setting by adding one field: `_key(default, example)` plus its constraints.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from pydantic import dataclasses as pydantic_dataclasses
 
 STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
 LR_SCALING = ("linear", "none")
-DATA_SOURCES = ("digits", "csv", "images", "tfrecord")
+DATA_SOURCES = ("digits", "csv", "images", "tfrecord", "tfds")
+AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
+ARCHITECTURES = ("mlp", "cnn", "backbone")
+TASKS = ("classification", "multilabel", "regression")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULES = ("constant", "cosine")
 
 
 class ConfigError(ValueError):
     """A bad params file or override; the message is one line meant for the user."""
 
 
-def _opt(default: Any, example: str, **checks: Any) -> Any:
-    """A dataclass field with an example value (for error messages) and extra checks."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"example": example, **checks})
-    return field(default=default, metadata={"example": example, **checks})
+def _number_from_text(value: Any) -> Any:
+    """YAML reads `3e-4` (no dot) as text; accept it as the number it is."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
-@dataclass
+def _text_from_number(value: Any) -> Any:
+    """`run_name: 2024` is a name, not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# Strict: YAML already gives typed values, so `true` is not 1 and `2.5` is not an integer.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, BeforeValidator(_number_from_text), Strict()]
+Text = Annotated[str, BeforeValidator(_text_from_number), Strict()]
+Bool = Annotated[bool, Strict()]
+NonNegInt = Annotated[int, Strict(), Field(ge=0)]
+PosInt = Annotated[int, Strict(), Field(ge=1)]
+
+
+def _key(default: Any, example: str, expect: str = "", **constraints: Any) -> Any:
+    """A field with an example value and, where the type does not say it, what it expects."""
+    extra = {"example": example, "expect": expect}
+    if isinstance(default, (list, dict)):
+        return Field(default_factory=lambda: type(default)(default), json_schema_extra=extra)
+    return Field(default=default, json_schema_extra=extra, **constraints)
+
+
+def _section(cls: type) -> Any:
+    return Field(default_factory=cls, json_schema_extra={"example": "", "expect": ""})
+
+
+# Unknown keys are errors: a typo must not silently fall back to a default.
+schema = pydantic_dataclasses.dataclass(config=ConfigDict(extra="forbid"))
+
+
+@schema
 class DataConfig:
-    validation_fraction: float = _opt(0.2, "0.2", gt=0.0, lt=1.0)
-    # `prepare` (issue 4): where the data comes from and how it is split.
-    source: str = _opt("digits", "csv", choices=DATA_SOURCES)
-    path: str = _opt("data/external", "data/external/my.csv")
-    label: str = _opt("label", "label")  # csv column / TFRecord feature with the class
-    features: str = _opt("features", "features")  # TFRecord float feature with the inputs
-    image_size: list[int] = _opt([28, 28], "[64,64]", each_min=1)  # images: height, width
-    image_channels: int = _opt(1, "3", min=1)  # images: 1 grayscale, 3 RGB
-    test_fraction: float = _opt(0.2, "0.2", gt=0.0, lt=1.0)
+    validation_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
+    source: Literal[DATA_SOURCES] = _key("digits", "csv")
+    path: Text = _key("data/external", "data/external/my.csv")
+    name: Text = _key("", "mnist")  # tfds: the dataset's name
+    label: Text = _key("label", "label")  # csv column / TFRecord feature with the target
+    features: Text = _key("features", "features")  # TFRecord float feature with the inputs
+    image_size: list[PosInt] = _key([28, 28], "[64,64]", "a list of integers >= 1")
+    image_channels: Int = _key(1, "3", ge=1)
+    augment: list[Literal[AUGMENTATIONS]] = _key(
+        [], "[flip,rotation]", "a list of " + " / ".join(AUGMENTATIONS)
+    )
+    test_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
 
 
-@dataclass
+@schema
 class ModelConfig:
-    hidden_units: list[int] = _opt([64, 64], "[128,64]", each_min=1)
-    dropout: float = _opt(0.1, "0.1", ge=0.0, lt=1.0)
+    architecture: Literal[ARCHITECTURES] = _key("mlp", "cnn")
+    backbone: Text = _key("MobileNetV3Small", "EfficientNetV2B0")  # a keras.applications name
+    weights: Literal["imagenet"] | None = _key("imagenet", "null", "imagenet or null")
+    hidden_units: list[PosInt] = _key([64, 64], "[128,64]", "a list of integers >= 1")
+    filters: list[PosInt] = _key([32, 64], "[32,64,128]", "a list of integers >= 1")
+    dropout: Float = _key(0.1, "0.1", ge=0.0, lt=1.0)
 
 
-@dataclass
+@schema
+class TaskConfig:
+    type: Literal[TASKS] = _key("classification", "regression")
+    metrics: list[Text] = _key([], "[auc]", "a list of keras metric names")
+
+
+@schema
+class FineTuneConfig:
+    frozen_epochs: Int = _key(0, "3", ge=0)  # 0 = no phase change
+    unfreeze_layers: Int = _key(20, "20", ge=0)  # 0 = the whole backbone
+    learning_rate_factor: Float = _key(0.1, "0.1", gt=0.0, le=1.0)
+
+
+@schema
 class TrainConfig:
-    epochs: int = _opt(10, "10", min=1)
-    batch_size: int = _opt(32, "64", min=1)  # per replica
-    learning_rate: float = _opt(0.001, "0.001", gt=0.0)
-    lr_scaling: str = _opt("linear", "linear", choices=LR_SCALING)
-    checkpoint_every_steps: int = _opt(500, "500", min=1)
-    keep_checkpoints: int = _opt(3, "3", min=1)
-    steps_per_execution: int = _opt(100, "100", min=1)
-    mixed_precision: bool = _opt(False, "true")
-    xla: bool = _opt(False, "true")
-    time_budget_minutes: float = _opt(0.0, "690", ge=0.0)  # 0 = no budget
+    epochs: Int = _key(10, "10", ge=1)
+    batch_size: Int = _key(32, "64", ge=1)  # per replica
+    learning_rate: Float = _key(0.001, "0.001", gt=0.0)
+    lr_scaling: Literal[LR_SCALING] = _key("linear", "linear")
+    optimizer: Literal[OPTIMIZERS] = _key("adam", "adamw")
+    momentum: Float = _key(0.9, "0.9", ge=0.0, lt=1.0)  # sgd
+    schedule: Literal[SCHEDULES] = _key("constant", "cosine")
+    warmup_steps: Int = _key(0, "500", ge=0)  # cosine: linear warm-up steps
+    weight_decay: Float = _key(0.0, "0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
+    clip_norm: Float = _key(0.0, "1.0", ge=0.0)  # 0 = no clipping
+    label_smoothing: Float = _key(0.0, "0.1", ge=0.0, lt=1.0)
+    fine_tune: FineTuneConfig = _section(FineTuneConfig)
+    monitor: Text = _key("val_loss", "val_accuracy")
+    early_stopping_patience: Int = _key(0, "5", ge=0)  # 0 = off
+    profile_steps: list[NonNegInt] = _key([], "[10,20]", "[] or [from, to] with from <= to")
+    checkpoint_every_steps: Int = _key(500, "500", ge=1)
+    keep_checkpoints: Int = _key(3, "3", ge=1)
+    steps_per_execution: Int = _key(100, "100", ge=1)
+    mixed_precision: Bool = _key(False, "true")
+    xla: Bool = _key(False, "true")
+    time_budget_minutes: Float = _key(0.0, "690", ge=0.0)  # 0 = no budget
+
+    @field_validator("profile_steps")
+    @classmethod
+    def _window(cls, value: list[int]) -> list[int]:
+        if value and (len(value) != 2 or value[0] > value[1]):
+            raise ValueError("not a [from, to] window")
+        return value
 
 
-@dataclass
+@schema
 class DistributeConfig:
-    strategy: str = _opt("auto", "mirrored", choices=STRATEGIES)
-    logical_cpus: int = _opt(0, "2", min=0)
-    gpus: list[int] = _opt([], "[0,1]", each_min=0)  # [] = every GPU found
-    memory_growth: bool = _opt(True, "false")
-    # Stop before training when there is no GPU or TPU (the Colab notebooks set it on Colab).
-    require_accelerator: bool = _opt(False, "true")
+    strategy: Literal[STRATEGIES] = _key("auto", "mirrored")
+    logical_cpus: Int = _key(0, "2", ge=0)
+    gpus: list[NonNegInt] = _key([], "[0,1]", "a list of integers >= 0")  # [] = every GPU
+    memory_growth: Bool = _key(True, "false")
+    require_accelerator: Bool = _key(False, "true")  # refuse to train on a CPU-only machine
 
 
-@dataclass
+@schema
 class ReproConfig:
-    deterministic: bool = _opt(True, "false")
+    deterministic: Bool = _key(True, "false")
 
 
-@dataclass
+@schema
 class VertexConfig:
     """A Vertex AI custom job (`python -m <module> vertex`); vertex.py checks the values."""
 
-    project: str = _opt("", "my-gcp-project")  # "" = gcloud's configured project
-    region: str = _opt("us-central1", "europe-west4")
-    display_name: str = _opt("", "colab-project-baseline")  # "" = <project_slug>-<run_name>
-    machine_type: str = _opt("g2-standard-8", "n1-standard-8")
-    accelerator_type: str = _opt("NVIDIA_L4", "NVIDIA_TESLA_T4")  # "" = CPU only
-    accelerator_count: int = _opt(1, "1", min=0)  # per replica
-    chief_replicas: int = _opt(1, "1", min=0)  # worker pool 0: always exactly 1
-    worker_replicas: int = _opt(0, "1", min=0)  # worker pool 1: 0 = a single machine
-    spot: bool = _opt(False, "true")  # Spot VMs: much cheaper, may be preempted (we resume)
-    image_uri: str = _opt("", "us-central1-docker.pkg.dev/my-gcp-project/ml/app:0.1.0")
-    python_package_uri: str = _opt("", "gs://my-bucket/dist/app-0.1.0.tar.gz")  # or an image
-    executor_image_uri: str = _opt(  # the prebuilt image a python_package_uri runs in
+    project: Text = _key("", "my-gcp-project")  # "" = gcloud's configured project
+    region: Text = _key("us-central1", "europe-west4")
+    display_name: Text = _key("", "colab-project-baseline")  # "" = <project_slug>-<run_name>
+    machine_type: Text = _key("g2-standard-8", "n1-standard-8")
+    accelerator_type: Text = _key("NVIDIA_L4", "NVIDIA_TESLA_T4")  # "" = CPU only
+    accelerator_count: Int = _key(1, "1", ge=0)  # per replica
+    chief_replicas: Int = _key(1, "1", ge=0)  # worker pool 0: always exactly 1
+    worker_replicas: Int = _key(0, "1", ge=0)  # worker pool 1: 0 = a single machine
+    spot: Bool = _key(False, "true")  # Spot VMs: much cheaper, may be preempted (we resume)
+    image_uri: Text = _key("", "us-central1-docker.pkg.dev/my-gcp-project/ml/app:0.1.0")
+    python_package_uri: Text = _key("", "gs://my-bucket/dist/app-0.1.0.tar.gz")  # or an image
+    executor_image_uri: Text = _key(  # the prebuilt image a python_package_uri runs in
         "", "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
     )
-    bucket: str = _opt("", "gs://my-bucket/colab-project")  # checkpoints and results
-    service_account: str = _opt("", "trainer@my-gcp-project.iam.gserviceaccount.com")
-    output: str = _opt("results/vertex/job.yaml", "results/vertex/job.yaml")
+    bucket: Text = _key("", "gs://my-bucket/colab-project")  # checkpoints and results
+    service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
+    output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
 
 
-@dataclass
+@schema
 class Params:
-    seed: int = _opt(42, "1234", min=0)
-    run_name: str = _opt("baseline", "lr-1e-3", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]*")
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    distribute: DistributeConfig = field(default_factory=DistributeConfig)
-    repro: ReproConfig = field(default_factory=ReproConfig)
-    vertex: VertexConfig = field(default_factory=VertexConfig)
+    seed: Int = _key(42, "1234", ge=0)
+    run_name: Text = _key(
+        "baseline",
+        "lr-1e-3",
+        "letters, digits, '.', '_' or '-' (a folder name)",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    )
+    data: DataConfig = _section(DataConfig)
+    model: ModelConfig = _section(ModelConfig)
+    task: TaskConfig = _section(TaskConfig)
+    train: TrainConfig = _section(TrainConfig)
+    distribute: DistributeConfig = _section(DistributeConfig)
+    repro: ReproConfig = _section(ReproConfig)
+    vertex: VertexConfig = _section(VertexConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_PARAMS = TypeAdapter(Params)
 
 
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
@@ -133,7 +229,10 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     for item in overrides or []:
         key, value = _parse_override(item)
         _set_dotted(raw, key, value)
-    return _build(Params, raw, prefix="")
+    try:
+        return _PARAMS.validate_python(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, raw)) from None
 
 
 def _parse_override(item: str) -> tuple[str, Any]:
@@ -142,7 +241,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE (example: --set train.epochs=5)")
     try:
-        # YAML gives the same types on the command line as in the file: 5, 0.1, true, [0,1].
+        # YAML gives the same types on the command line as in the file: 5, 0.1, true, [0,1], null.
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
@@ -160,95 +259,47 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _build(cls: type, raw: Any, prefix: str) -> Any:
-    """Build dataclass `cls` from a mapping, checking every key and value."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix.rstrip('.')}: expected a section of keys, got {raw!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in fields:
-            known = ", ".join(fields)
-            raise ConfigError(f"{prefix}{key}: unknown key (known here: {known})")
-    values = {}
-    for name, f in fields.items():
-        if name not in raw:
-            continue
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, raw[name], prefix=f"{prefix}{name}.")
-        else:
-            values[name] = _check(f"{prefix}{name}", raw[name], hint, f.metadata)
-    return cls(**values)
+def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
+    """The first problem pydantic found, as `key: expected ..., got ... (example: --set ...)`."""
+    error = exc.errors()[0]
+    cls: Any = Params
+    node: Any = raw
+    info: Any = None
+    names: list[str] = []
+    for part in error["loc"]:
+        fields = getattr(cls, "__pydantic_fields__", None)
+        if fields is None or not isinstance(part, str):
+            break  # inside a list: the problem is the field's whole value
+        key = ".".join([*names, part])
+        if part not in fields:
+            return f"{key}: unknown key (known here: {', '.join(fields)})"
+        names.append(part)
+        node = node.get(part) if isinstance(node, dict) else node
+        info = fields[part]
+        cls = info.annotation
+    key = ".".join(names)
+    if dataclasses.is_dataclass(cls):
+        return f"{key}: expected a section of keys, got {node!r}"
+    extra = info.json_schema_extra or {}
+    expect = extra.get("expect") or _expect(info)
+    return f"{key}: expected {expect}, got {node!r} (example: --set {key}={extra['example']})"
 
 
-def _check(key: str, value: Any, hint: Any, meta: typing.Mapping[str, Any]) -> Any:
-    """Return `value` converted to `hint`, or raise ConfigError naming `key`."""
-    example = f"--set {key}={meta.get('example', '')}"
-
-    def fail(expected: str) -> typing.NoReturn:
-        raise ConfigError(f"{key}: expected {expected}, got {value!r} (example: {example})")
-
-    if hint is bool:
-        if not isinstance(value, bool):
-            fail("true or false")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            fail(_int_words(meta))
-        if value < meta.get("min", value):
-            fail(_int_words(meta))
-        return value
-    if hint is float:
-        if isinstance(value, str):  # YAML reads `3e-4` (no dot) as text
-            try:
-                value = float(value)
-            except ValueError:
-                fail("a number")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            fail("a number")
-        value = float(value)
-        if ("gt" in meta and not value > meta["gt"]) or ("ge" in meta and not value >= meta["ge"]):
-            fail(f"a number {_range_words(meta)}")
-        if "lt" in meta and not value < meta["lt"]:
-            fail(f"a number {_range_words(meta)}")
-        return value
-    if hint is str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = str(value)  # `run_name: 2024` is a name, not a number
-        if not isinstance(value, str):
-            fail("text")
-        if "choices" in meta and value not in meta["choices"]:
-            fail("one of " + " / ".join(meta["choices"]))
-        if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
-            fail("letters, digits, '.', '_' or '-' (a folder name)")
-        return value
-    if typing.get_origin(hint) is list:
-        ok = isinstance(value, list) and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= meta.get("each_min", v)
-            for v in value
-        )
-        if not ok:
-            fail(f"a list of integers >= {meta.get('each_min', 0)}")
-        return list(value)
-    raise TypeError(f"{key}: unsupported type {hint}")  # a bug in this file, not user input
-
-
-def _int_words(meta: typing.Mapping[str, Any]) -> str:
-    low = meta.get("min")
-    if low == 1:
-        return "a positive integer"
-    if low == 0:
-        return "an integer >= 0"
-    return "an integer"
-
-
-def _range_words(meta: typing.Mapping[str, Any]) -> str:
-    parts = []
-    if "gt" in meta:
-        parts.append(f"> {meta['gt']}")
-    if "ge" in meta:
-        parts.append(f">= {meta['ge']}")
-    if "lt" in meta:
-        parts.append(f"< {meta['lt']}")
-    return " and ".join(parts)
+def _expect(info: Any) -> str:
+    """Words for what a field takes, from its type and constraints."""
+    annotation = info.annotation
+    bounds = {
+        k: getattr(m, k) for m in info.metadata for k in ("gt", "ge", "lt", "le") if hasattr(m, k)
+    }
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return {1: "a positive integer", 0: "an integer >= 0"}.get(bounds.get("ge"), "an integer")
+    if annotation is float:
+        words = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+        limits = " and ".join(f"{words[k]} {float(v)}" for k, v in bounds.items())
+        return f"a number {limits}".rstrip()
+    choices = getattr(annotation, "__args__", ())
+    if choices and all(isinstance(c, str) for c in choices):
+        return "one of " + " / ".join(choices)
+    return "text"

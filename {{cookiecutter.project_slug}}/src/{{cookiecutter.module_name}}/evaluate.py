@@ -22,6 +22,7 @@ from .config import ConfigError, Params
 from .data import load_processed
 from .files import atomic_write
 from .storage import results_root
+from .task import Evaluation
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
 MODEL = "models/model.keras"
@@ -54,6 +55,27 @@ def training_curve(train_metrics: Path) -> list[list[Any]]:
         return []
     history = json.loads(train_metrics.read_text()).get("history") or []
     return [[rec.get(k) for k in CURVE_COLUMNS] for rec in history]
+
+
+def write_evaluation(results: Path, evaluation: Evaluation) -> list[Path]:
+    """Write what `Task.evaluate` found: evaluate.json, the task's plot files, the curve.
+
+    The training curve keeps every per-epoch number `train` recorded (the task's metrics
+    included), so it follows the task too."""
+    written = [atomic_write(results / METRICS, json.dumps(evaluation.metrics, indent=2) + "\n")]
+    for name, rows in evaluation.plots.items():
+        written.append(atomic_write(results / "plots" / name, _csv(rows[0], rows[1:])))
+    history = _history(results / TRAIN_METRICS)
+    columns = ["epoch", *sorted({k for rec in history for k in rec} - {"epoch"})]
+    curve = [[rec.get(k) for k in columns] for rec in history]
+    written.append(atomic_write(results / CURVE, _csv(columns, curve)))
+    return written
+
+
+def _history(train_metrics: Path) -> list[dict[str, Any]]:
+    if not train_metrics.is_file():
+        return []
+    return json.loads(train_metrics.read_text()).get("history") or []
 
 
 def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:

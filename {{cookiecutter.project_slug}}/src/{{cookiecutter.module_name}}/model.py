@@ -1,22 +1,193 @@
-"""The model, defined in one place."""
+"""The model, defined in one place: `build_model` is the function to edit for your own model.
+
+Every model takes RAW inputs (pixel values 0-255, or unscaled CSV features) and returns float32
+LOGITS: the input scaling lives inside the model, so the saved model needs nothing else, and the
+task (task.py) turns logits into probabilities or values. Build it inside `strategy.scope()` so
+its variables are mirrored. The last Dense computes in float32 even under a mixed-precision policy:
+a bfloat16/float16 softmax or loss loses too much precision.
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
 import keras
 
-from .config import ModelConfig
+from .config import ConfigError, ModelConfig
+from .dataspec import DataSpec
+
+# Smallest height/width keras.applications accepts (most families: 32).
+MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
 
 
-def build_model(input_dim: int, num_classes: int, cfg: ModelConfig) -> keras.Model:
-    """A small MLP classifier that returns logits.
+def build_model(spec: DataSpec | int, num_outputs: int, cfg: ModelConfig) -> keras.Model:
+    """Raw inputs of `spec.input_shape` -> `num_outputs` float32 logits, per `model.architecture`.
 
-    Build it inside `strategy.scope()` so its variables are mirrored. The last layer computes in
-    float32 even under a mixed-precision policy: a float16 softmax/loss loses too much precision.
+    Your own model: replace the body below (keep `inputs`, `_scaled` and the float32 `logits`
+    layer), or add an architecture name to config.py's ARCHITECTURES and a branch here.
     """
-    layers: list[keras.layers.Layer] = [keras.Input(shape=(input_dim,), name="features")]
-    for units in cfg.hidden_units:
-        layers.append(keras.layers.Dense(units, activation="relu"))
-        if cfg.dropout > 0:
-            layers.append(keras.layers.Dropout(cfg.dropout))
-    layers.append(keras.layers.Dense(num_classes, dtype="float32", name="logits"))
-    return keras.Sequential(layers, name="mlp")
+    if isinstance(spec, int):  # a flat input size: the trainer before it reads spec.json
+        spec = DataSpec(kind="vector", input_shape=(spec,))
+    inputs = keras.Input(shape=spec.input_shape, name="inputs")
+    if cfg.architecture == "backbone":
+        features = _backbone_features(inputs, spec, cfg)
+    elif cfg.architecture == "cnn":
+        features = _cnn_features(_scaled(inputs, spec), spec, cfg)
+    else:
+        features = _mlp_features(_scaled(inputs, spec), cfg)
+    if cfg.dropout > 0:
+        features = keras.layers.Dropout(cfg.dropout, name="head_dropout")(features)
+    logits = keras.layers.Dense(num_outputs, dtype="float32", name="logits")(features)
+    return keras.Model(inputs, logits, name=cfg.architecture)
+
+
+def _scaled(inputs: keras.KerasTensor, spec: DataSpec) -> keras.KerasTensor:
+    """Images: pixels to [0, 1]. Vectors: standardised with the training split's statistics."""
+    if spec.kind == "image":
+        return keras.layers.Rescaling(1.0 / 255, name="scale_pixels")(inputs)
+    if spec.feature_mean is None or spec.feature_var is None:
+        return inputs
+    return keras.layers.Normalization(
+        mean=spec.feature_mean, variance=spec.feature_var, name="standardise_features"
+    )(inputs)
+
+
+def _mlp_features(x: keras.KerasTensor, cfg: ModelConfig) -> keras.KerasTensor:
+    if len(x.shape) > 2:
+        x = keras.layers.Flatten(name="flatten")(x)
+    for i, units in enumerate(cfg.hidden_units):
+        if i and cfg.dropout > 0:  # the head's dropout follows the last one
+            x = keras.layers.Dropout(cfg.dropout)(x)
+        x = keras.layers.Dense(units, activation="relu")(x)
+    return x
+
+
+def _cnn_features(x: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+    """A small conv net: per block 3x3 conv + batch norm + ReLU, then 2x2 pooling if room."""
+    if spec.kind != "image":
+        raise ConfigError(
+            "model.architecture: cnn needs images (data.source images / tfrecord / tfds), got "
+            f"{spec.kind} inputs (example: --set model.architecture=mlp)"
+        )
+    for filters in cfg.filters:
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.Activation("relu")(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = keras.layers.MaxPooling2D()(x)
+    return keras.layers.GlobalAveragePooling2D(name="pool")(x)
+
+
+def _backbone_features(
+    inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig
+) -> keras.KerasTensor:
+    """A keras.applications model without its top, with its own input preprocessing."""
+    constructor = _backbone_constructor(cfg.backbone)
+    _check_backbone_input(spec, cfg)
+    height, width, channels = spec.input_shape
+    options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
+    x = inputs
+    if channels == 1:  # grayscale as RGB: what ImageNet weights and every family expect
+        x = keras.layers.Concatenate(name="gray_to_rgb")([x, x, x])
+    if "include_preprocessing" in inspect.signature(constructor).parameters:
+        options["include_preprocessing"] = True  # it takes 0-255 pixels itself
+    else:
+        family = constructor.__module__.rsplit(".", 1)[-1]
+        # float32: mean subtraction in bfloat16 would lose the pixels' low bits.
+        x = BackbonePreprocessing(family, name="preprocess", dtype="float32")(x)
+    try:
+        backbone = constructor(**options)
+    except ValueError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(
+            f"model.backbone: {cfg.backbone} cannot take inputs of shape {spec.input_shape} "
+            f"({first}) (example: --set data.image_size=[96,96])"
+        ) from None
+    # training=False: batch norm stays in inference mode, also once layers are unfrozen
+    # (Keras's transfer-learning guide), so fine-tuning does not wreck the learned statistics.
+    x = backbone(x, training=False)
+    return keras.layers.GlobalAveragePooling2D(name="pool")(x)
+
+
+def _backbone_constructor(name: str):  # noqa: ANN202 - a keras.applications function
+    constructor = getattr(keras.applications, name, None)
+    if not name[:1].isupper() or not callable(constructor):
+        raise ConfigError(
+            f"model.backbone: {name!r} is not a keras.applications model "
+            "(example: --set model.backbone=MobileNetV3Small)"
+        )
+    return constructor
+
+
+def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
+    """One line naming the key to change, before keras fails with a long message."""
+    if spec.kind != "image" or len(spec.input_shape) != 3:
+        raise ConfigError(
+            f"model.architecture: backbone needs images, got {spec.kind} inputs of shape "
+            f"{spec.input_shape} (example: --set model.architecture=mlp)"
+        )
+    height, width, channels = spec.input_shape
+    smallest = MIN_SIZE.get(cfg.backbone, 32)
+    if min(height, width) < smallest:
+        raise ConfigError(
+            f"data.image_size: {cfg.backbone} needs images of at least {smallest}x{smallest}, "
+            f"got {height}x{width} (example: --set data.image_size=[{smallest * 2},{smallest * 2}])"
+        )
+    if channels not in (1, 3):
+        raise ConfigError(
+            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
+            f"{channels} (example: --set data.image_channels=3)"
+        )
+
+
+@keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
+class BackbonePreprocessing(keras.layers.Layer):
+    """`keras.applications.<family>.preprocess_input` as a layer, so it is saved in the model."""
+
+    def __init__(self, family: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.family = family
+        module = importlib.import_module(f"keras.applications.{family}")
+        self._preprocess = module.preprocess_input
+
+    def call(self, inputs):  # noqa: ANN001, ANN201 - keras tensors
+        return self._preprocess(inputs)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "family": self.family}
+
+
+# Fine-tuning in two phases: the head alone on a frozen backbone, then the top of the backbone.
+
+
+def find_backbone(model: keras.Model) -> keras.Model | None:
+    """The keras.applications model inside `model`, or None (mlp, cnn)."""
+    return next((layer for layer in model.layers if isinstance(layer, keras.Model)), None)
+
+
+def set_backbone_trainable(model: keras.Model, unfreeze_layers: int | None) -> None:
+    """None: freeze the whole backbone. N: unfreeze its top N layers (0 = all of them).
+
+    Batch-normalization layers always stay frozen. Changing what is trainable changes the
+    variables a train step updates: retrace the step (a new tf.function) after calling this.
+    """
+    backbone = find_backbone(model)
+    if backbone is None:
+        return
+    backbone.trainable = unfreeze_layers is not None
+    if unfreeze_layers is None:
+        return
+    first = len(backbone.layers) - unfreeze_layers if unfreeze_layers else 0
+    for i, layer in enumerate(backbone.layers):
+        frozen = i < first or isinstance(layer, keras.layers.BatchNormalization)
+        layer.trainable = not frozen
+
+
+def fine_tune_variables(model: keras.Model, unfreeze_layers: int) -> list[keras.Variable]:
+    """Every variable trainable in either phase: build the optimizer over these once, so its
+    state (and the checkpoint's structure) is the same before and after the phase change."""
+    set_backbone_trainable(model, unfreeze_layers)
+    variables = list(model.trainable_variables)
+    set_backbone_trainable(model, None)
+    return variables

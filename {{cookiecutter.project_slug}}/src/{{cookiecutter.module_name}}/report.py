@@ -98,12 +98,63 @@ def plot_training_curves(history: list[dict[str, float]]) -> Any:
 
     epochs = [h["epoch"] for h in history]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, metric in ((left, "loss"), (right, "accuracy")):
+    for ax, metric in ((left, "loss"), (right, main_metric(history))):
         ax.plot(epochs, [h[metric] for h in history], "o-", label=f"train {metric}")
         ax.plot(epochs, [h[f"val_{metric}"] for h in history], "s-", label=f"validation {metric}")
         ax.set(xlabel="epoch", ylabel=metric, title=metric)
         ax.grid(alpha=0.3)
         ax.legend()
+    return fig
+
+
+def main_metric(history: list[dict[str, float]]) -> str:
+    """The task's headline metric in a history: accuracy, else the first with a val_ twin."""
+    keys = list(history[0]) if history else []
+    tracked = [k for k in keys if k not in ("epoch", "loss") and f"val_{k}" in keys]
+    return "accuracy" if "accuracy" in tracked else (tracked or ["loss"])[0]
+
+
+def load_plot_rows(project_dir: Path, name: str) -> list[dict[str, str]]:
+    """Rows of `evaluate`'s results/plots/<name> (e.g. per_label.csv, predictions.csv)."""
+    import csv
+
+    path = _results_file(project_dir, f"plots/{name}")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def rows_table(rows: list[dict[str, str]]) -> str:
+    """A Markdown table of CSV rows, numbers to 3 decimals (per-class or per-label metrics)."""
+
+    def cell(text: str) -> str:
+        try:
+            return text if float(text).is_integer() and "." not in text else f"{float(text):.3f}"
+        except ValueError:
+            return text
+
+    header = list(rows[0]) if rows else []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(row[k]) for k in header) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def plot_predicted_vs_true(rows: list[dict[str, str]]) -> Any:
+    """Regression: predicted against true values (the diagonal is perfect), and the residuals."""
+    import matplotlib.pyplot as plt
+
+    actual = np.array([float(r["actual"]) for r in rows])
+    predicted = np.array([float(r["predicted"]) for r in rows])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.scatter(actual, predicted, s=8, alpha=0.6)
+    low, high = float(min(actual.min(), predicted.min())), float(max(actual.max(), predicted.max()))
+    left.plot([low, high], [low, high], "k--", lw=1)
+    left.set(xlabel="true", ylabel="predicted", title="Predicted vs true (test split)")
+    right.hist(predicted - actual, bins=30)
+    right.set(xlabel="predicted - true", ylabel="examples", title="Residuals")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
     return fig
 
 

@@ -1,0 +1,81 @@
+"""Early stopping and the best model: a small policy object the trainer consults per epoch.
+
+The lockstep rule: on several workers every save and every stop must happen at the same step
+on all of them, or the others wait forever in a collective. This policy is a pure function of
+the validation metrics, which are aggregated across replicas and workers before it sees them,
+so every worker that feeds it the same numbers takes the same decision at the same step. Feed
+it only aggregated metrics (never a worker's local ones), and act on `should_stop` only at the
+same point of the loop on every worker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .config import ConfigError
+
+# Metric names that get better as they go down; every other metric (accuracy, auc, r2...) goes up.
+LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge", "residual")
+
+
+def mode_for(monitor: str) -> str:
+    """`min` for a loss or an error, `max` for the rest."""
+    name = monitor.lower()
+    return "min" if any(word in name for word in LOWER_IS_BETTER) else "max"
+
+
+@dataclass
+class EarlyStopping:
+    """Tracks the best value of `monitor` and stops after `patience` epochs without progress.
+
+    patience 0: never stops early, but still tracks the best (the model users get).
+    """
+
+    monitor: str = "val_loss"
+    patience: int = 0
+    best: float | None = None
+    best_step: int = -1
+    epochs_without_improvement: int = 0
+
+    @property
+    def mode(self) -> str:
+        return mode_for(self.monitor)
+
+    def update(self, metrics: dict[str, float], step: int) -> bool:
+        """Record one validation result; True when it is the best so far (save that model)."""
+        if self.monitor not in metrics:
+            known = ", ".join(sorted(metrics))
+            raise ConfigError(
+                f"train.monitor: {self.monitor!r} is not a validation metric of this task "
+                f"(known: {known}) (example: --set train.monitor=val_loss)"
+            )
+        value = float(metrics[self.monitor])
+        if self.best is None:
+            better = True
+        else:
+            better = value < self.best if self.mode == "min" else value > self.best
+        if better and not math.isnan(value):
+            self.best, self.best_step, self.epochs_without_improvement = value, step, 0
+            return True
+        self.epochs_without_improvement += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.epochs_without_improvement >= self.patience
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint's meta.json keeps, so a resumed run remembers the best so far."""
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, monitor: str, patience: int, state: dict[str, Any] | None) -> EarlyStopping:
+        """Today's settings, yesterday's progress (when it watched the same metric)."""
+        policy = cls(monitor=monitor, patience=patience)
+        if state and state.get("monitor") == monitor:
+            policy.best = state.get("best")
+            policy.best_step = int(state.get("best_step", -1))
+            policy.epochs_without_improvement = int(state.get("epochs_without_improvement", 0))
+        return policy

@@ -1,0 +1,192 @@
+"""The model users get, and predictions from it alone.
+
+`save_for_users` wraps the trained logits model (model.py) with the task's output layer (task.py)
+and saves `results/models/model.keras` (raw inputs in, outputs in the user's units out) with a
+sidecar, `results/models/model.json` (task, class or label names, feature names, input kind).
+`predict` scores a CSV with the training feature columns, an image file or a folder of images;
+`export_saved_model` writes a TensorFlow SavedModel for serving (e.g. Vertex AI).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ConfigError
+from .dataspec import DataSpec
+from .files import atomic_write
+from .task import Task
+
+MODEL = "model.keras"
+SIDECAR = "model.json"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+CHUNK = 256  # examples per model call: bounds memory for a large folder
+
+
+def wrap_for_users(logits_model: Any, task: Task) -> Any:
+    """Raw inputs -> outputs in the user's units (probabilities, or the value)."""
+    import keras
+
+    outputs = task.output_layer()(logits_model.outputs[0])
+    # One input tensor, not a list: the exported `serve` signature then takes a plain array.
+    return keras.Model(logits_model.inputs[0], outputs, name="model")
+
+
+def save_for_users(logits_model: Any, task: Task, spec: DataSpec, models_dir: Path) -> Path:
+    """Write `<models_dir>/model.keras` and `model.json`, each complete or not at all."""
+    models_dir.mkdir(parents=True, exist_ok=True)
+    target = models_dir / MODEL
+    partial = models_dir / f".{MODEL}.partial.keras"  # keras insists on the .keras suffix
+    wrap_for_users(logits_model, task).save(partial)
+    os.replace(partial, target)
+    sidecar = {
+        "task": task.type,
+        "names": task.names,
+        "input_kind": spec.kind,
+        "input_shape": list(spec.input_shape),
+        "feature_names": spec.feature_names,
+        "threshold": 0.5,
+    }
+    atomic_write(models_dir / SIDECAR, json.dumps(sidecar, indent=2) + "\n")
+    return target
+
+
+def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The saved model and its sidecar; model.py is imported so its custom layers load."""
+    import keras
+
+    from . import model as _custom_layers  # noqa: F401 - registers BackbonePreprocessing
+
+    target, sidecar = models_dir / MODEL, models_dir / SIDECAR
+    for path in (target, sidecar):
+        if not path.is_file():
+            raise ConfigError(
+                f"{path}: no saved model; train first (example: python -m {__package__} train)"
+            )
+    return keras.models.load_model(target, compile=False), json.loads(sidecar.read_text())
+
+
+def predict(source: Path, output: Path, models_dir: Path) -> int:
+    """Score `source` (a CSV, an image, or a folder of images); write the CSV `output`."""
+    model, info = load_for_users(models_dir)
+    ids, rows = [], []
+    for chunk_ids, inputs in _read_inputs(source, info):
+        outputs = np.asarray(model.predict(inputs, batch_size=CHUNK, verbose=0), dtype=np.float64)
+        ids += chunk_ids
+        rows += [_prediction_row(info, out) for out in outputs]
+    names = info["names"]
+    header = ["id", "prediction"]
+    if info["task"] != "regression":
+        header += [f"prob_{name}" for name in names]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[example_id, *row] for example_id, row in zip(ids, rows, strict=True)])
+    atomic_write(output, buf.getvalue())
+    return len(ids)
+
+
+def _prediction_row(info: dict[str, Any], out: np.ndarray) -> list[Any]:
+    names = info["names"]
+    if info["task"] == "regression":
+        return [f"{float(np.ravel(out)[0]):.6g}"]
+    probs = [f"{p:.6g}" for p in out]
+    if info["task"] == "classification":
+        return [names[int(np.argmax(out))], *probs]
+    chosen = [name for name, p in zip(names, out, strict=True) if p >= info["threshold"]]
+    return ["|".join(chosen), *probs]
+
+
+def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images."""
+    if not source.exists():
+        raise ConfigError(f"{source}: no such file or folder (example: predict data/new.csv)")
+    if info["input_kind"] == "vector":
+        if source.suffix.lower() != ".csv":
+            raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
+        yield from _read_csv(source, info["feature_names"])
+        return
+    if source.is_file():
+        files = [source]
+    else:
+        files = sorted(p for p in source.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files or files[0].suffix.lower() not in IMAGE_SUFFIXES:
+        raise ConfigError(
+            f"{source}: no images ({' '.join(IMAGE_SUFFIXES)}) (example: predict photos/)"
+        )
+    for start in range(0, len(files), CHUNK):
+        chunk = files[start : start + CHUNK]
+        pixels = np.stack([_read_image(p, info["input_shape"]) for p in chunk])
+        yield [str(p) for p in chunk], pixels
+
+
+def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np.ndarray]]:
+    with source.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [name for name in features if name not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(
+                f"{source}: missing feature column {missing[0]!r} "
+                f"(the training features: {', '.join(features)})"
+            )
+        ids, values = [], []
+        for number, row in enumerate(reader, start=1):
+            try:
+                values.append([float(row[name]) for name in features])
+            except (TypeError, ValueError):
+                bad = next(n for n in features if not _is_number(row[n]))
+                raise ConfigError(
+                    f"{source}: row {number}, column {bad!r}: expected a number, got {row[bad]!r}"
+                ) from None
+            ids.append(str(number))
+            if len(ids) == CHUNK:
+                yield ids, np.asarray(values, dtype=np.float32)
+                ids, values = [], []
+        if ids:
+            yield ids, np.asarray(values, dtype=np.float32)
+
+
+def _is_number(text: Any) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _read_image(path: Path, shape: list[int]) -> np.ndarray:
+    """Pixel values 0-255, resized to the training size (bilinear) with its channels."""
+    import tensorflow as tf
+
+    height, width, channels = shape
+    try:
+        image = tf.io.decode_image(path.read_bytes(), channels=channels, expand_animations=False)
+    except tf.errors.InvalidArgumentError:
+        raise ConfigError(f"{path}: not a readable image") from None
+    return tf.image.resize(image, (height, width)).numpy()
+
+
+def export_saved_model(models_dir: Path, destination: Path) -> Path:
+    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
+    model, _ = load_for_users(models_dir)
+    if destination.exists() and not (destination / "saved_model.pb").is_file():
+        raise ConfigError(
+            f"{destination}: exists and is not a SavedModel; not overwriting it "
+            "(example: --output results/models/saved_model)"
+        )
+    partial = destination.with_name(destination.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)  # our own leftover from an interrupted export
+    model.export(str(partial), format="tf_saved_model", verbose=False)
+    if destination.exists():
+        shutil.rmtree(destination)  # a SavedModel this command wrote before
+    os.replace(partial, destination)
+    return destination

@@ -1,0 +1,131 @@
+"""model.py: every architecture from params, raw inputs, float32 logits, fine-tuning helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PROJECT
+
+from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig, load_params
+from {{ cookiecutter.module_name }}.dataspec import DataSpec
+from {{ cookiecutter.module_name }}.model import (
+    build_model,
+    find_backbone,
+    fine_tune_variables,
+    set_backbone_trainable,
+)
+from {{ cookiecutter.module_name }}.optim import clip_gradients
+
+IMAGES = DataSpec(kind="image", input_shape=(32, 32, 3), names=["a", "b", "c"])
+VECTORS = DataSpec(
+    kind="vector",
+    input_shape=(3,),
+    feature_mean=[100.0, 0.0, -5.0],
+    feature_var=[400.0, 1.0, 4.0],
+)
+DIGITS = DataSpec(kind="image", input_shape=(8, 8, 1))
+GRAY = DataSpec(kind="image", input_shape=(32, 32, 1))
+
+
+def cfg(**changes: object) -> ModelConfig:
+    base = ModelConfig(hidden_units=[8], filters=[4, 8], weights=None)
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("spec", "model_cfg"),
+    [
+        (VECTORS, cfg(architecture="mlp")),
+        (DIGITS, cfg(architecture="mlp")),  # images flattened
+        (IMAGES, cfg(architecture="cnn")),
+        (IMAGES, cfg(architecture="backbone", backbone="MobileNetV3Small")),
+        (IMAGES, cfg(architecture="backbone", backbone="ResNet50")),  # preprocess_input layer
+        (GRAY, cfg(architecture="backbone", backbone="DenseNet121")),  # gray as RGB
+    ],
+    ids=["mlp-vectors", "mlp-images", "cnn", "mobilenet", "resnet", "densenet-gray"],
+)
+def test_each_architecture_gives_float32_logits_from_raw_inputs(spec, model_cfg) -> None:
+    model = build_model(spec, 3, model_cfg)
+    raw = np.random.default_rng(0).uniform(0, 255, size=(2, *spec.input_shape))
+    logits = model(raw.astype("float32"), training=False)
+    assert logits.shape == (2, 3) and logits.dtype == "float32"
+    assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_vectors_are_standardised_inside_the_model() -> None:
+    model = build_model(VECTORS, 1, cfg(architecture="mlp"))
+    scaled = model.get_layer("standardise_features")(np.array([[100.0, 0.0, -5.0]], "float32"))
+    np.testing.assert_allclose(np.asarray(scaled), 0.0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("spec", "model_cfg", "message"),
+    [
+        (DIGITS, cfg(architecture="backbone"), "data.image_size: MobileNetV3Small needs"),
+        (
+            DataSpec(kind="image", input_shape=(32, 32, 4)),
+            cfg(architecture="backbone", weights="imagenet"),
+            "data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got 4",
+        ),
+        (VECTORS, cfg(architecture="backbone"), "model.architecture: backbone needs images"),
+        (VECTORS, cfg(architecture="cnn"), "model.architecture: cnn needs images"),
+        (IMAGES, cfg(architecture="backbone", backbone="MobileNetV9"), "model.backbone: 'Mobil"),
+    ],
+)
+def test_inputs_a_model_cannot_take_are_one_line_errors(spec, model_cfg, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_model(spec, 3, model_cfg)
+    assert str(info.value).startswith(message)
+    assert "(example: --set " in str(info.value) and "\n" not in str(info.value)
+
+
+def test_fine_tune_unfreezes_the_top_layers_but_never_batch_norm() -> None:
+    model = build_model(IMAGES, 3, cfg(architecture="backbone"))
+    backbone = find_backbone(model)
+    set_backbone_trainable(model, None)
+    head_only = {v.path for v in model.trainable_variables}
+    assert head_only
+    assert not backbone.trainable_variables
+    set_backbone_trainable(model, 10)
+    unfrozen = [layer for layer in backbone.layers if layer.trainable and layer.weights]
+    top = backbone.layers[-10:]
+    assert unfrozen and all(layer in top for layer in unfrozen)
+    assert not any(isinstance(la, keras.layers.BatchNormalization) for la in unfrozen)
+    both = {v.path for v in fine_tune_variables(model, 10)}
+    assert head_only < both
+    assert not backbone.trainable_variables  # fine_tune_variables leaves phase 1 (frozen)
+
+
+def test_template_params_build_the_default_model() -> None:
+    params = load_params(PROJECT / "params.yaml", ["model.hidden_units=[16]"])
+    spec = DataSpec(kind="vector", input_shape=(64,), names=[str(i) for i in range(10)])
+    model = build_model(spec, 10, params.model)
+    assert model.output_shape == (None, 10)
+
+
+@pytest.mark.parametrize("architecture", ["cnn", "backbone"])
+def test_mixed_bfloat16_step_with_clipping_and_phase_change(architecture: str) -> None:
+    """bfloat16 compute on the CPU, float32 logits, a clipped step before and after unfreezing."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = build_model(IMAGES, 3, cfg(architecture=architecture))
+        assert model.get_layer("logits").compute_dtype == "float32"
+        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer.build(fine_tune_variables(model, 5))
+        x = tf.random.uniform((4, 32, 32, 3), 0, 255)
+        y = tf.constant([0, 1, 2, 0])
+        for phase in (None, 5):
+            set_backbone_trainable(model, phase)
+            with tf.GradientTape() as tape:
+                logits = model(x, training=True)
+                loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            variables = model.trainable_variables
+            optimizer.apply(clip_gradients(tape.gradient(loss, variables), 1.0), variables)
+            assert logits.dtype == "float32" and np.isfinite(float(tf.reduce_mean(loss)))
+        assert int(optimizer.iterations) == 2
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

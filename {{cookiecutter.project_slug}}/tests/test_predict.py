@@ -1,0 +1,147 @@
+"""predict.py: the saved model alone predicts in a fresh process, for each task; export."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import MODULE, PROJECT, cli_env
+
+from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig
+from {{ cookiecutter.module_name }}.dataspec import DataSpec
+from {{ cookiecutter.module_name }}.model import build_model
+from {{ cookiecutter.module_name }}.predict import (
+    export_saved_model,
+    load_for_users,
+    predict,
+    save_for_users,
+    wrap_for_users,
+)
+from {{ cookiecutter.module_name }}.task import Task
+
+FEATURES = ["height", "weight"]
+VECTOR = dict(kind="vector", input_shape=(2,), feature_names=FEATURES,
+              feature_mean=[170.0, 70.0], feature_var=[100.0, 225.0])  # fmt: skip
+IMAGE = dict(kind="image", input_shape=(32, 32, 3))
+CASES = {
+    "classification": (DataSpec(task="classification", names=["cat", "dog"], **VECTOR), "mlp"),
+    "regression": (
+        DataSpec(task="regression", names=["price"], target_mean=50.0, target_std=10.0, **VECTOR),
+        "mlp",
+    ),
+    # MobileNetV2: its preprocess_input is a layer of this package, loaded in a fresh process.
+    "multilabel": (DataSpec(task="multilabel", names=["sky", "sea", "sun"], **IMAGE), "backbone"),
+    "images": (DataSpec(task="classification", names=["a", "b", "c"], **IMAGE), "cnn"),
+}
+ROWS = [["height", "weight", "note"], ["180", "80", "x"], ["150", "50", "y"], ["170", "95", "z"]]
+
+
+def _project(root: Path, name: str) -> tuple[Path, np.ndarray, Path]:
+    """A project folder with a saved model of case `name`, an input, and the expected outputs."""
+    spec, architecture = CASES[name]
+    task = Task(type=spec.task, names=spec.names, target_mean=spec.target_mean or 0.0,
+                target_std=spec.target_std or 1.0)  # fmt: skip
+    model_cfg = ModelConfig(
+        architecture=architecture, backbone="MobileNetV2", hidden_units=[4], filters=[4]
+    )
+    model_cfg = dataclasses.replace(model_cfg, weights=None)
+    keras.utils.set_random_seed(0)
+    logits_model = build_model(spec, task.num_outputs, model_cfg)
+    project = root / name
+    (project / "inputs").mkdir(parents=True)
+    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    save_for_users(logits_model, task, spec, project / "results" / "models")
+    if spec.kind == "vector":
+        source = project / "inputs" / "new.csv"
+        source.write_text("\n".join(",".join(row) for row in ROWS) + "\n")
+        x = np.array([[float(v) for v in row[:2]] for row in ROWS[1:]], "float32")
+    else:
+        pixels = np.random.default_rng(0).integers(0, 256, size=(2, 32, 32, 3), dtype=np.uint8)
+        for i, image in enumerate(pixels):
+            (project / "inputs" / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+        source, x = project / "inputs", pixels.astype("float32")
+    expected = np.asarray(wrap_for_users(logits_model, task)(x))
+    return project, expected, source
+
+
+def test_predict_in_a_fresh_process_for_each_task(tmp_path: Path) -> None:
+    projects = {name: _project(tmp_path, name) for name in CASES}
+    calls = [
+        ["predict", str(source), "--params", str(project / "params.yaml")]
+        for project, _, source in projects.values()
+    ]
+    exported = tmp_path / "served"
+    calls.append(["export", "--output", str(exported), "--params", calls[0][3]])
+    script = (
+        f"import sys; from {MODULE}.__main__ import main\n"
+        f"sys.exit(max(main(args) for args in {calls!r}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=cli_env(tmp_path / "storage"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("Wrote ") == len(CASES) + 1
+    assert (exported / "saved_model.pb").is_file()
+    for name, (project, expected, _) in projects.items():
+        with (project / "results" / "predictions.csv").open() as handle:
+            rows = list(csv.DictReader(handle))
+        _check_rows(name, rows, expected)
+
+
+def _check_rows(name: str, rows: list[dict[str, str]], expected: np.ndarray) -> None:
+    spec = CASES[name][0]
+    assert len(rows) == len(expected)
+    if name == "regression":
+        assert list(rows[0]) == ["id", "prediction"] and [r["id"] for r in rows] == ["1", "2", "3"]
+        got = [float(r["prediction"]) for r in rows]
+        np.testing.assert_allclose(got, expected[:, 0], rtol=1e-5)
+        return
+    assert list(rows[0]) == ["id", "prediction", *[f"prob_{n}" for n in spec.names]]
+    probs = np.array([[float(r[f"prob_{n}"]) for n in spec.names] for r in rows])
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-6)
+    if name == "multilabel":
+        chosen = [
+            "|".join(n for n, p in zip(spec.names, row, strict=True) if p >= 0.5)
+            for row in expected
+        ]
+        assert [r["prediction"] for r in rows] == chosen
+        assert rows[0]["id"].endswith("0.png")
+    else:
+        assert [r["prediction"] for r in rows] == [spec.names[i] for i in expected.argmax(1)]
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    project, _, source = _project(tmp_path, "classification")
+    models = project / "results" / "models"
+    source.write_text("height,mass\n1,2\n")
+    with pytest.raises(ConfigError, match=r"missing feature column 'weight' \(the training"):
+        predict(source, tmp_path / "out.csv", models)
+    source.write_text("height,weight\n1,heavy\n")
+    with pytest.raises(ConfigError, match=r"row 1, column 'weight': expected a number"):
+        predict(source, tmp_path / "out.csv", models)
+    with pytest.raises(ConfigError, match="no saved model"):
+        load_for_users(tmp_path / "nowhere")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
+    project, expected, _ = _project(tmp_path, "regression")
+    destination = project / "results" / "models" / "saved_model"
+    export_saved_model(project / "results" / "models", destination)
+    export_saved_model(project / "results" / "models", destination)  # again: replaces its own
+    served = tf.saved_model.load(str(destination))
+    x = np.array([[float(v) for v in row[:2]] for row in ROWS[1:]], "float32")
+    np.testing.assert_allclose(np.asarray(served.serve(x))[:, 0], expected[:, 0], rtol=1e-5)
+    other = tmp_path / "mine"
+    other.mkdir()
+    with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
+        export_saved_model(project / "results" / "models", other)

@@ -1,0 +1,252 @@
+"""task.py: loss, metrics across replicas, outputs, label encoding, evaluation per task."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PROJECT
+
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.dataspec import DataSpec
+from {{ cookiecutter.module_name }}.early_stopping import EarlyStopping, mode_for
+from {{ cookiecutter.module_name }}.task import Task, class_names, label_names, make_task
+
+CLASSES = [f"c{i}" for i in range(7)]
+LABELS = ["cat", "dog", "owl"]
+
+
+def task_for(kind: str, **changes: object) -> Task:
+    names = {"classification": CLASSES, "multilabel": LABELS, "regression": ["price"]}[kind]
+    spec = DataSpec(
+        kind="vector", input_shape=(4,), task=kind, names=names, target_mean=50.0, target_std=10.0
+    )
+    params = load_params(PROJECT / "params.yaml", [f"task.type={kind}"])
+    return dataclasses.replace(make_task(params, spec), **changes)
+
+
+def batch(kind: str, n: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    width = {"classification": 7, "multilabel": 3, "regression": 1}[kind]
+    logits = rng.normal(size=(n, width)).astype("float32")
+    y = {
+        "classification": rng.integers(0, 7, n),
+        "multilabel": (rng.random((n, 3)) > 0.5).astype("float32"),
+        "regression": rng.normal(50, 10, n).astype("float32"),
+    }[kind]
+    return y, logits
+
+
+@pytest.mark.parametrize("kind", ["classification", "multilabel", "regression"])
+def test_metrics_aggregate_across_replicas(kind: str) -> None:
+    """Two replicas (conftest's logical CPUs) give the single-device metrics."""
+    task = task_for(kind, extra_metrics=["mean_squared_error"] if kind == "regression" else [])
+    y, logits = batch(kind)
+    single = task.make_metrics()
+    task.update_metrics(single, y, logits)
+    expected = {m.name: float(m.result()) for m in single}
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        metrics = task.make_metrics()
+    data = tf.data.Dataset.from_tensor_slices((y, logits)).batch(8)  # 4 per replica, 2 steps
+
+    @tf.function
+    def step(inputs: tuple) -> None:
+        strategy.run(lambda yy, ll: task.update_metrics(metrics, yy, ll), args=inputs)
+
+    for inputs in strategy.experimental_distribute_dataset(data):
+        step(inputs)
+    got = {m.name: float(m.result()) for m in metrics}
+    # float32 sums in another order (R2 sums squares of values near 50): not bit-equal.
+    assert got == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    names = {"classification": "accuracy", "multilabel": "binary_accuracy", "regression": "r2"}
+    assert names[kind] in got
+
+
+def test_metric_names_per_task() -> None:
+    names = {kind: [m.name for m in task_for(kind).make_metrics()] for kind in
+             ("classification", "multilabel", "regression")}  # fmt: skip
+    assert names["classification"] == [
+        "accuracy", "top5_accuracy", "auc", "precision", "recall", "f1"
+    ]  # fmt: skip
+    assert names["multilabel"] == ["binary_accuracy", "auc", "precision", "recall", "f1"]
+    assert names["regression"] == ["mae", "rmse", "r2"]
+    small = dataclasses.replace(task_for("classification"), names=["a", "b", "c"])
+    assert "top5_accuracy" not in [m.name for m in small.make_metrics()]
+    with pytest.raises(ConfigError, match=r"^task\.metrics: 'accurcy' is not a keras metric"):
+        dataclasses.replace(small, extra_metrics=["accurcy"]).make_metrics()
+
+
+def test_losses_are_per_example_from_logits() -> None:
+    y, logits = batch("classification")
+    plain = task_for("classification").loss(y, logits)
+    reference = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    np.testing.assert_allclose(np.asarray(plain), np.asarray(reference), rtol=1e-5)
+    smoothed = task_for("classification", label_smoothing=0.1).loss(y, logits)
+    assert smoothed.shape == (16,) and not np.allclose(smoothed, plain)
+    y, logits = batch("multilabel")
+    assert task_for("multilabel").loss(y, logits).shape == (16,)
+
+
+def test_regression_trains_on_the_standardised_target_and_answers_in_user_units() -> None:
+    task = task_for("regression")
+    y = np.array([50.0, 60.0, 30.0], "float32")
+    perfect = ((y - 50.0) / 10.0).reshape(-1, 1)
+    np.testing.assert_allclose(np.asarray(task.loss(y, perfect)), 0.0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(task.outputs(perfect)), y, rtol=1e-6)
+    layer = task.output_layer()
+    np.testing.assert_allclose(np.asarray(layer(perfect))[:, 0], y, rtol=1e-6)
+
+
+def test_label_encoding_for_every_task() -> None:
+    assert class_names(["b", "a", "b", 3]) == ["3", "a", "b"]
+    task = dataclasses.replace(task_for("classification"), names=["a", "b"])
+    assert task.encode_targets(["b", "a"]).tolist() == [1, 0]
+    with pytest.raises(ConfigError, match=r"^data\.label: 'z' is not one of the 2 classes"):
+        task.encode_targets(["a", "z"])
+    assert label_names(["cat|dog", "owl", "", "dog | cat"]) == LABELS
+    rows = task_for("multilabel").encode_targets(["cat|owl", "", "dog"])
+    assert rows.tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
+    with pytest.raises(ConfigError, match=r"^data\.label: row 1: unknown label 'emu'"):
+        task_for("multilabel").encode_targets(["emu"])
+    assert task_for("regression").encode_targets(["1.5", 2]).tolist() == [1.5, 2.0]
+    with pytest.raises(ConfigError) as info:
+        task_for("regression").encode_targets(["1.5", "n/a"])
+    assert str(info.value).startswith("data.label: row 2: expected a number") and "\n" not in str(
+        info.value
+    )
+
+
+def test_make_task_checks_the_prepared_data() -> None:
+    params = load_params(PROJECT / "params.yaml", ["task.type=regression"])
+    spec = DataSpec(kind="vector", input_shape=(2,), task="classification", names=["a", "b"])
+    with pytest.raises(ConfigError, match=r"^task\.type: regression but the prepared data"):
+        make_task(params, spec)
+
+
+def test_evaluate_reports_what_fits_each_task() -> None:
+    task = dataclasses.replace(task_for("classification"), names=["a", "b", "c"])
+    y = np.array([0, 1, 2, 2])
+    probs = np.eye(3)[[0, 1, 1, 2]]
+    report = task.evaluate([(y[:2], probs[:2]), (y[2:], probs[2:])])  # batches
+    assert report.metrics["test_accuracy"] == pytest.approx(0.75)
+    assert report.metrics["test_examples"] == 4
+    confusion = report.plots["confusion_matrix.csv"]
+    assert confusion[1:] == [["a", "a"], ["b", "b"], ["c", "b"], ["c", "c"]]
+    per_class = {row[0]: row[1:] for row in report.plots["per_class.csv"][1:]}
+    assert per_class["b"] == pytest.approx([0.5, 1.0, 2 / 3, 1])
+    assert per_class["c"] == pytest.approx([1.0, 0.5, 2 / 3, 2])
+
+    multi = task_for("multilabel")
+    truth = np.array([[1, 0, 1], [0, 1, 0]])
+    report = multi.evaluate([(truth, np.array([[0.9, 0.2, 0.4], [0.1, 0.8, 0.3]]))])
+    per_label = {row[0]: row[1:] for row in report.plots["per_label.csv"][1:]}
+    assert per_label["owl"] == pytest.approx([0.0, 0.0, 0.0, 1])
+    assert report.metrics["test_binary_accuracy"] == pytest.approx(5 / 6)
+
+    reg = task_for("regression")
+    report = reg.evaluate([(np.array([50.0, 70.0]), np.array([[52.0], [66.0]]))])  # model: [n, 1]
+    assert report.metrics["test_mae"] == pytest.approx(3.0)
+    assert report.metrics["residual_mean"] == pytest.approx(-1.0)
+    assert report.plots["predictions.csv"] == [
+        ["actual", "predicted", "residual"], [50.0, 52.0, 2.0], [70.0, 66.0, -4.0]
+    ]  # fmt: skip
+
+
+def test_early_stopping_policy_tracks_the_best_and_resumes() -> None:
+    assert mode_for("val_loss") == "min" and mode_for("val_rmse") == "min"
+    assert mode_for("val_accuracy") == "max" and mode_for("val_r2") == "max"
+    policy = EarlyStopping(monitor="val_accuracy", patience=2)
+    assert policy.update({"val_accuracy": 0.5}, step=10) is True
+    assert policy.update({"val_accuracy": 0.7}, step=20) is True
+    assert policy.update({"val_accuracy": 0.6}, step=30) is False and not policy.should_stop
+    saved = policy.state()
+    resumed = EarlyStopping.from_state("val_accuracy", 2, saved)
+    assert (resumed.best, resumed.best_step) == (0.7, 20)
+    assert resumed.update({"val_accuracy": 0.7}, step=40) is False and resumed.should_stop
+    assert EarlyStopping.from_state("val_loss", 2, saved).best is None  # another metric
+    never = EarlyStopping(monitor="val_loss", patience=0)
+    for step, loss in enumerate([1.0, 2.0, 3.0, 4.0]):
+        never.update({"val_loss": loss}, step)
+    assert not never.should_stop and never.best_step == 0
+    with pytest.raises(ConfigError, match=r"^train\.monitor: 'val_auc' is not a validation"):
+        EarlyStopping("val_auc").update({"val_loss": 1.0}, 5)
+
+
+def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
+    from {{ cookiecutter.module_name }}.evaluate import write_evaluation
+
+    (tmp_path / "metrics").mkdir()
+    history = [{"epoch": 1, "loss": 0.5, "val_loss": 0.6, "val_r2": 0.1}]
+    (tmp_path / "metrics" / "train.json").write_text(json.dumps({"history": history}))
+    evaluation = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    written = write_evaluation(tmp_path, evaluation)
+    assert {p.name for p in written} == {"evaluate.json", "predictions.csv", "training_curve.csv"}
+    assert json.loads((tmp_path / "metrics" / "evaluate.json").read_text())["test_mae"] == 3.0
+    curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
+    assert curve == ["epoch,loss,val_loss,val_r2", "1,0.5,0.6,0.1"]
+
+
+def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from {{ cookiecutter.module_name }} import report
+    from {{ cookiecutter.module_name }}.evaluate import write_evaluation
+
+    truth = np.array([[1, 0, 1], [0, 1, 0]])
+    write_evaluation(tmp_path / "results", task_for("multilabel").evaluate([(truth, truth * 0.9)]))
+    table = report.rows_table(report.load_plot_rows(tmp_path, "per_label.csv"))
+    assert table.splitlines()[0] == "| label | precision | recall | f1 | support |"
+    assert table.splitlines()[2] == "| cat | 1.000 | 1.000 | 1.000 | 1 |"
+    reg = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    write_evaluation(tmp_path / "results", reg)
+    fig = report.plot_predicted_vs_true(report.load_plot_rows(tmp_path, "predictions.csv"))
+    assert len(fig.axes) == 2
+    history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
+    assert report.main_metric(history) == "mae"
+    assert len(report.plot_training_curves(history).axes) == 2
+
+
+def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:
+    """Prices around 50 from features around 100, none rescaled by the user: the model's
+    normalisation and the task's standardised target do it (build_model + task + optim)."""
+    from {{ cookiecutter.module_name }}.model import build_model
+    from {{ cookiecutter.module_name }}.optim import build_optimizer
+    from {{ cookiecutter.module_name }}.predict import wrap_for_users
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(100.0, 20.0, size=(600, 3)).astype("float32")
+    y = (50.0 + 0.4 * (x[:, 0] - 100.0) - 0.2 * (x[:, 1] - 100.0)).astype("float32")
+    train, test = slice(0, 500), slice(500, None)
+    spec = DataSpec(
+        kind="vector", input_shape=(3,), task="regression", names=["price"],
+        feature_mean=x[train].mean(0).tolist(), feature_var=x[train].var(0).tolist(),
+        target_mean=float(y[train].mean()), target_std=float(y[train].std()),
+    )  # fmt: skip
+    overrides = ["task.type=regression", "model.hidden_units=[16]", "model.dropout=0"]
+    params = load_params(PROJECT / "params.yaml", [*overrides, "train.learning_rate=0.01"])
+    task = make_task(params, spec)
+    keras.utils.set_random_seed(0)
+    model = build_model(spec, task.num_outputs, params.model)
+    optimizer = build_optimizer(params.train, total_steps=150)
+
+    @tf.function
+    def step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(task.loss(yb, model(xb, training=True)))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+    for _ in range(150):
+        step(x[train], y[train])
+    users = wrap_for_users(model, task)
+    report = task.evaluate([(y[test], users(x[test]))])
+    assert report.metrics["test_r2"] > 0.95, report.metrics
+    assert report.metrics["test_mae"] < 1.5
