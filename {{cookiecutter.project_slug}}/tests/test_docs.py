@@ -54,7 +54,9 @@ def test_every_make_target_and_command_shown_exists(page):
     targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
     commands = subcommands(build_parser())
     code = code_of(page)
-    for target in re.findall(r"\bmake ([a-z][a-z-]*)", code):
+    # A command: `make X` at the start of a line or after a shell separator or prompt (not prose
+    # such as a printed "... to make room").
+    for target in re.findall(r"(?:^|[;&|(]\s*|\$\s*)make ([a-z][a-z-]*)", code, flags=re.M):
         assert target in targets, f"{page.name}: `make {target}` is not a Makefile target"
     for command in re.findall(rf"python -m {MODULE} ([a-z][a-z-]*)", code):
         assert command in commands, f"{page.name}: `python -m {MODULE} {command}` does not exist"
