@@ -18,7 +18,10 @@ import yaml
 
 STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
 LR_SCALING = ("linear", "none")
-DATA_SOURCES = ("digits", "csv", "images", "tfrecord")
+DATA_SOURCES = ("digits", "csv", "images", "tfrecord", "tfds")
+FEATURE_KINDS = ("vector", "image")
+AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
+ARCHITECTURES = ("mlp", "cnn")
 
 
 class ConfigError(ValueError):
@@ -39,14 +42,19 @@ class DataConfig:
     source: str = _opt("digits", "csv", choices=DATA_SOURCES)
     path: str = _opt("data/external", "data/external/my.csv")
     label: str = _opt("label", "label")  # csv column / TFRecord feature with the class
-    features: str = _opt("features", "features")  # TFRecord float feature with the inputs
+    features: str = _opt("features", "features")  # TFRecord feature with the inputs
+    feature_kind: str = _opt("vector", "image", choices=FEATURE_KINDS)  # TFRecord: floats / image
+    name: str = _opt("mnist", "tf_flowers")  # tfds: the TensorFlow Datasets name
     image_size: list[int] = _opt([28, 28], "[64,64]", each_min=1)  # images: height, width
     image_channels: int = _opt(1, "3", min=1)  # images: 1 grayscale, 3 RGB
     test_fraction: float = _opt(0.2, "0.2", gt=0.0, lt=1.0)
+    # Training only, seeded per example: any of flip / rotation / zoom / contrast; [] = off.
+    augment: list[str] = _opt([], "[flip,rotation]", each_choice=AUGMENTATIONS)
 
 
 @dataclass
 class ModelConfig:
+    architecture: str = _opt("mlp", "cnn", choices=ARCHITECTURES)  # cnn: a small conv net
     hidden_units: list[int] = _opt([64, 64], "[128,64]", each_min=1)
     dropout: float = _opt(0.1, "0.1", ge=0.0, lt=1.0)
 
@@ -221,6 +229,11 @@ def _check(key: str, value: Any, hint: Any, meta: typing.Mapping[str, Any]) -> A
         if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
             fail("letters, digits, '.', '_' or '-' (a folder name)")
         return value
+    if typing.get_origin(hint) is list and typing.get_args(hint) == (str,):
+        choices = meta.get("each_choice", ())
+        if not isinstance(value, list) or any(v not in choices for v in value):
+            fail("a list of " + " / ".join(choices))
+        return list(value)
     if typing.get_origin(hint) is list:
         ok = isinstance(value, list) and all(
             isinstance(v, int) and not isinstance(v, bool) and v >= meta.get("each_min", v)
