@@ -95,10 +95,12 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Source, dict[str, s
         target_dir = raw_dir if local.is_file() else raw_dir / local.name
         stage(local, target_dir, progress=True)
         read_from = str(raw_dir / local.name)
-        for p in gcs.walk_files(read_from):
-            sources[Path(p).relative_to(project_dir).as_posix()] = str(
-                local / Path(p).relative_to(read_from) if local.is_dir() else local
-            )
+        # Listed from the user's data, so a file deleted there leaves data/raw too.
+        originals = [Path(p) for p in gcs.walk_files(str(local))] if local.is_dir() else [local]
+        for original in originals:
+            copy = Path(read_from, original.relative_to(local)) if local.is_dir() else Path(read_from)
+            sources[copy.relative_to(project_dir).as_posix()] = str(original)
+        _remove_stale(raw_dir, set(sources), project_dir)
     if cfg.source == "csv":
         if gcs.isdir(read_from):
             raise ConfigError(
@@ -107,7 +109,13 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Source, dict[str, s
             )
         return read_csv(read_from, cfg.label), sources
     if cfg.source == "images":
-        return read_images(read_from), sources
+        if not gcs.is_gcs(path):
+            read_images(path)  # lists the user's folders (staging skips an empty one); no reads
+        found = read_images(read_from)
+        if not gcs.is_gcs(path):  # name the user's file in errors, not its staged copy
+            staged = {str(project_dir / rel): original for rel, original in sources.items()}
+            found.where = lambda i, where=found.where: staged.get(where(i), where(i))
+        return found, sources
     return read_tfrecord(read_from, cfg.features, cfg.label, cfg.feature_kind), sources
 
 

@@ -184,8 +184,13 @@ def read_tfds(name: str, data_dir: str | None = None) -> Source:
 
     Its `train` / `validation` / `test` splits are kept when it has all three; otherwise its
     splits are pooled and `prepare` splits them as for any other source."""
-    import tensorflow_datasets as tfds
-
+    try:
+        import tensorflow_datasets as tfds
+    except Exception as exc:  # noqa: BLE001 - e.g. protobuf's VersionError, not an ImportError
+        raise ConfigError(
+            f"data.source: tfds, but tensorflow_datasets does not import ({type(exc).__name__}: "
+            f"{str(exc)[:160]}); with protobuf 5.x: pip install 'tensorflow-metadata<1.18'"
+        ) from None
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as exc:  # tfds raises DatasetNotFoundError and friends
@@ -197,26 +202,29 @@ def read_tfds(name: str, data_dir: str | None = None) -> Source:
     keys = builder.info.supervised_keys
     if not keys or len(keys) != 2:
         raise ConfigError(f"data.name: {name} has no (input, label) supervised keys to train on")
-    inputs: list[np.ndarray] = []
+    is_image = isinstance(builder.info.features[keys[0]], tfds.features.Image)
+    # Images stay encoded (as TFDS stores them) until prepare re-encodes them one at a time.
+    decoders = {keys[0]: tfds.decode.SkipDecoding()} if is_image else None
+    inputs: list[Any] = []
     labels: list[int] = []
     ranges: dict[str, np.ndarray] = {}
-    available = list(builder.info.splits)
-    for split in available:
+    # A data set's info lists its splits once prepared (mock_data's lists none: ask for all three).
+    available = [s for s in builder.info.splits if s in ("train", "validation", "test")]
+    for split in available or ["train", "validation", "test"]:
         start = len(labels)
-        for x, y in builder.as_dataset(split=split, as_supervised=True).as_numpy_iterator():
+        dataset = builder.as_dataset(split=split, as_supervised=True, decoders=decoders)
+        for x, y in dataset.as_numpy_iterator():
             inputs.append(x)
             labels.append(int(y))
         ranges[split] = np.arange(start, len(labels))
+    if not labels:
+        raise ConfigError(f"data.name: {name} has no train / validation / test examples")
     label_feature = builder.info.features[keys[1]]
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
-    kind = "image" if np.asarray(inputs[0]).ndim == 3 else "vector"
-    shape = () if kind == "image" else np.asarray(inputs[0]).shape
-    load = (
-        inputs.__getitem__
-        if kind == "image"
-        else (lambda i: np.asarray(inputs[i], np.float32).reshape(-1))
-    )
+    kind = "image" if is_image else "vector"
+    shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
+    load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
     given = {"train", "validation", "test"} <= set(ranges)
     return Source(
         kind, np.array(labels, dtype=np.int32), names, load,
