@@ -66,16 +66,16 @@ def steps(
 
 def test_shards_and_epoch_order_is_a_pure_function_of_seed_and_epoch(shards: Prepared) -> None:
     assert len(shards.shards("train")) == 3
-    order = lambda seed, epoch: [int(p) for p, _ in epoch_records(shards.shards("train"), seed, epoch)]  # noqa: E731
     first = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
     again = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
     assert first == again
-    assert order(3, 1) == list(range(N))  # positions number the epoch
+    positions = [int(p) for p, _ in epoch_records(shards.shards("train"), 3, 1)]
+    assert positions == list(range(N))  # positions number the epoch
 
     def ids(seed: int, epoch: int) -> list[int]:
-        ds = epoch_records(shards.shards("train"), seed, epoch).map(
-            lambda p, r: tf.io.parse_single_example(r, {"x": tf.io.FixedLenFeature([], tf.string)})["x"]
-        )
+        schema = {"x": tf.io.FixedLenFeature([], tf.string)}
+        ds = epoch_records(shards.shards("train"), seed, epoch)
+        ds = ds.map(lambda p, r: tf.io.parse_single_example(r, schema)["x"])
         return [hash(v) for v in ds.as_numpy_iterator()]
 
     a, b, c = ids(3, 1), ids(3, 2), ids(4, 1)
@@ -102,7 +102,7 @@ def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) 
     assert out.shape == image.shape
     assert np.array_equal(out.numpy(), augment(image, key).numpy())
     assert not np.array_equal(out.numpy(), augment(image, tf.constant([3, 8], tf.int64)).numpy())
-    assert 0.0 <= float(tf.reduce_min(out)) and float(tf.reduce_max(out)) <= 255.0
+    assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
     assert np.array_equal(augmenter([])(image, key).numpy(), image.numpy())  # [] = off
     # In the pipeline: the same batches on every run, and a resumed run gets the same pixels.
     full = train_dataset(
@@ -114,5 +114,8 @@ def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) 
     a = [x.numpy() for x, _ in full.take(7)]
     b = [x.numpy() for x, _ in resumed.take(2)]
     assert np.array_equal(a[5], b[0]) and np.array_equal(a[6], b[1])
-    plain = [x.numpy() for x, _ in train_dataset(tf.distribute.InputContext(), shards, 48, 3, 0, 2, []).take(1)]
+    plain = [
+        x.numpy()
+        for x, _ in train_dataset(tf.distribute.InputContext(), shards, 48, 3, 0, 2, []).take(1)
+    ]
     assert not np.array_equal(a[0], plain[0])

@@ -38,12 +38,12 @@ import numpy as np
 
 from .config import ModelConfig, Params
 from .model import build_model
-from .pipeline import Prepared, eval_dataset, load_prepared, train_dataset
+from .pipeline import Prepared, load_prepared, train_dataset
 from .prepare import split_indices, write_processed
 from .seeding import seed_everything
+from .sources import Source
 from .storage import RunPaths
 from .strategy import make_strategy
-from .sources import Source, read_images
 from .trainer import fit
 
 

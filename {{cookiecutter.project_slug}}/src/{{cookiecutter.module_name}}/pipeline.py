@@ -194,8 +194,12 @@ def train_dataset(
         ds = epoch_records(shards, seed, epoch).take(per_epoch * global_batch).skip(skip)
         # The global batch of serialized records, then this worker's consecutive slice of it.
         ds = ds.batch(global_batch, drop_remainder=True)
-        ds = ds.map(lambda pos, rec: (pos[pipeline_id * per_worker : (pipeline_id + 1) * per_worker],
-                                      rec[pipeline_id * per_worker : (pipeline_id + 1) * per_worker]))
+        ds = ds.map(
+            lambda pos, rec: (
+                pos[pipeline_id * per_worker : (pipeline_id + 1) * per_worker],
+                rec[pipeline_id * per_worker : (pipeline_id + 1) * per_worker],
+            )
+        )
         return ds.unbatch().map(lambda pos, rec: (epoch, pos, rec))
 
     def load(epoch: tf.Tensor, pos: tf.Tensor, record: tf.Tensor):

@@ -98,7 +98,9 @@ def _load_source(params: Params, project_dir: Path) -> tuple[Source, dict[str, s
         # Listed from the user's data, so a file deleted there leaves data/raw too.
         originals = [Path(p) for p in gcs.walk_files(str(local))] if local.is_dir() else [local]
         for original in originals:
-            copy = Path(read_from, original.relative_to(local)) if local.is_dir() else Path(read_from)
+            copy = (
+                Path(read_from, original.relative_to(local)) if local.is_dir() else Path(read_from)
+            )
             sources[copy.relative_to(project_dir).as_posix()] = str(original)
         _remove_stale(raw_dir, set(sources), project_dir)
     if cfg.source == "csv":
@@ -274,7 +276,11 @@ def write_processed(
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
         feature_names=list(source.feature_names),
-        extra={"shards": shards, "encoding": source.encoding if image else "float", "seed": params.seed},
+        extra={
+            "shards": shards,
+            "encoding": source.encoding if image else "float",
+            "seed": params.seed,
+        },
         **stats,
     )
     atomic_write(folder / SPEC, spec.to_json())

@@ -24,9 +24,9 @@ import numpy as np
 from . import manifest
 from .checkpoints import CheckpointMismatch, CheckpointStore
 from .config import ConfigError, Params
-from .pipeline import Prepared, eval_dataset, load_prepared, train_dataset
 from .environment import utc_now
 from .model import build_model
+from .pipeline import Prepared, eval_dataset, load_prepared, train_dataset
 from .prepare import PROCESSED, bundled_digits
 from .run_record import record_run
 from .seeding import seed_everything
@@ -103,8 +103,8 @@ def train(
     else:
         print(
             f"Note: {manifest.MANIFEST} not found, so training on the bundled digits (a "
-            f"temporary train/validation split); `python -m {__package__} prepare` (or `dvc repro`) prepares and versions "
-            "the data that train and evaluate share.",
+            f"temporary train/validation split); `python -m {__package__} prepare` (or "
+            "`dvc repro`) prepares and versions the data that train and evaluate share.",
             flush=True,
         )
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
