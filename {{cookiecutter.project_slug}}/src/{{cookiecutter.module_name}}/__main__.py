@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64, help="per replica")
     p.add_argument(
-        "--images", type=int, default=500, help="image workload: N and 4N images (0 = skip)"
+        "--images", type=int, default=750, help="image workload: N and 4N images (0 = skip)"
     )
     p.add_argument("--image-steps", type=int, default=50, help="steps timed per input pipeline")
     p.set_defaults(func=cmd_bench)

@@ -46,6 +46,8 @@ from .storage import RunPaths
 from .strategy import make_strategy
 from .trainer import fit
 
+IMAGE_SIDE = 96  # the image workload: 96x96 RGB JPEGs, as in issue 10's measurements
+
 
 class RssPeak:
     """Peak RSS above the starting RSS while the `with` block runs (Linux: /proc/self/statm)."""
@@ -324,13 +326,13 @@ def run_image_bench(params: Params, images: int, batch_size: int, steps: int) ->
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
         root = Path(tmp)
         for n, epochs in ((images, 4), (4 * images, 1)):
-            raw = make_images(root / f"images-{n}", n, (64, 64), params.seed)
+            raw = make_images(root / f"images-{n}", n, (IMAGE_SIDE, IMAGE_SIDE), params.seed)
             project = root / f"project-{n}"
             project.mkdir()
             (project / "params.yaml").write_text("{}\n")
             data_cfg = dataclasses.replace(
                 params.data, source="images", path=str(root / f"images-{n}"),
-                image_size=[64, 64], image_channels=3, augment=[],
+                image_size=[IMAGE_SIDE, IMAGE_SIDE], image_channels=3, augment=[],
             )  # fmt: skip
             prepare(dataclasses.replace(params, data=data_cfg), project)
             data = load_prepared(project / "data/processed")
@@ -340,7 +342,8 @@ def run_image_bench(params: Params, images: int, batch_size: int, steps: int) ->
                   f"(processed_vs_raw={shards / raw:.2f})", flush=True)  # fmt: skip
             overrides = [
                 "data.source=images", f"data.path={root / f'images-{n}'}",
-                "data.image_size=[64,64]", "data.image_channels=3", f"train.epochs={epochs}",
+                f"data.image_size=[{IMAGE_SIDE},{IMAGE_SIDE}]", "data.image_channels=3",
+                f"train.epochs={epochs}",
                 f"train.batch_size={batch_size}", "distribute.strategy=default",
                 "model.architecture=cnn", "train.steps_per_execution=10",
             ]  # fmt: skip

@@ -180,10 +180,9 @@ def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
         if isinstance(payload, bytes):
             image = Image.open(io.BytesIO(payload))
             image.load()  # decodes it all: a truncated file fails here
-            mode = "L" if channels == 1 else "RGB"
-            if (image.format or "").lower() == fmt and image.mode == mode:
-                if image.size == (size[1], size[0]):
-                    return payload  # already as stored: no second lossy encoding
+            stored = ((image.format or "").lower(), image.mode, image.size)
+            if stored == (fmt, "L" if channels == 1 else "RGB", (size[1], size[0])):
+                return payload  # already as it would be stored: no second lossy encoding
         else:
             array = np.asarray(payload, dtype=np.uint8)
             image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
