@@ -233,3 +233,39 @@ def test_evaluate_helpers(tmp_path: Path) -> None:
     metrics.write_text(json.dumps({"history": [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}]}))
     assert training_curve(metrics) == [[1, 0.5, None, 0.6, None]]
     assert training_curve(tmp_path / "missing.json") == []
+
+
+def test_csv_vectors_train_and_evaluate_end_to_end(tmp_path: Path, monkeypatch) -> None:
+    """Tabular data: unscaled shards, a model that normalises its own inputs, test metrics."""
+    from {{ cookiecutter.module_name }}.evaluate import evaluate
+    from {{ cookiecutter.module_name }}.trainer import train
+
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    rng = np.random.default_rng(1)
+    rows = ["size,weight,kind"]
+    for i in range(200):  # two classes far apart in raw units: thousands and tenths
+        kind = i % 2
+        rows.append(f"{1000 + 3000 * kind + rng.normal(0, 200):.1f},{rng.random():.3f},{kind}")
+    (tmp_path / "animals.csv").write_text("\n".join(rows) + "\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text(PARAMS.read_text())
+    args = [
+        "data.source=csv",
+        f"data.path={tmp_path / 'animals.csv'}",
+        "data.label=kind",
+        "train.epochs=4",
+        "train.batch_size=16",
+        "train.learning_rate=0.01",
+        "model.hidden_units=[8]",
+        "model.dropout=0",
+        "run_name=csv",
+    ]
+    params = load_params(project / "params.yaml", args)
+    prepare(params, project)
+    result = train(params, project)
+    assert result.status == "completed" and result.metrics["val_accuracy"] >= 0.9
+    metrics = evaluate(params, project)
+    assert metrics["test_examples"] == 40 and metrics["test_accuracy"] >= 0.9
+    confusion = (project / "results/plots/confusion_matrix.csv").read_text().splitlines()
+    assert confusion[0] == "actual,predicted" and len(confusion) == 41
