@@ -31,6 +31,7 @@ from .dataspec import DataSpec, load_spec
 X, Y = "x", "y"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
+READ_BUFFER = 4 * 2**20  # bytes read from a shard at a time
 AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
 MAX_ROTATION = 0.1  # of a full turn, either way (36 degrees)
 MAX_ZOOM = 0.15  # +-15 %
@@ -156,32 +157,37 @@ def _affine(image: Any, angle: Any, scale: Any) -> Any:
     return out[0]
 
 
-def epoch_records(shards: list[str], seed: int, epoch: Any) -> Any:
-    """The serialized records of `epoch`, numbered by position: a pure function of (seed, epoch).
+def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
+    """The serialized records of `epoch` in shuffled windows: a pure function of (seed, epoch).
 
-    Returns a dataset of (position, record)."""
+    Returns a dataset of (positions, records) pairs of up to `SHUFFLE_WINDOW` records each, the
+    positions numbering the records in the epoch. Batches all the way: tf.data's cost per element
+    is paid per window, not per record."""
     import tensorflow as tf
 
     epoch = tf.cast(epoch, tf.int64)
     key = tf.stack([tf.constant(seed, tf.int64), epoch])
     order = tf.random.experimental.stateless_shuffle(tf.range(len(shards)), seed=key)
     files = tf.data.Dataset.from_tensor_slices(tf.gather(tf.constant(shards), order))
+    # A sequential interleave: deterministic by construction, and on local disk (where the
+    # shards live) faster than the parallel one, whose cost per record was measured at 10x.
     records = files.interleave(
-        tf.data.TFRecordDataset,
+        lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER),
         cycle_length=min(CYCLE_LENGTH, len(shards)),
         block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
     )
 
-    def shuffle_window(window: tf.Tensor, i: tf.Tensor) -> tf.data.Dataset:
+    def shuffle_window(i: tf.Tensor, window: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         wkey = tf.random.experimental.stateless_fold_in(key, i)
-        return tf.data.Dataset.from_tensor_slices(
-            tf.random.experimental.stateless_shuffle(window, seed=wkey)
-        )
+        positions = i * SHUFFLE_WINDOW + tf.range(tf.size(window, out_type=tf.int64))
+        return positions, tf.random.experimental.stateless_shuffle(window, seed=wkey)
 
-    windows = records.batch(SHUFFLE_WINDOW).enumerate()
-    return windows.flat_map(lambda i, w: shuffle_window(w, i)).enumerate()
+    return records.batch(SHUFFLE_WINDOW).enumerate().map(shuffle_window)
+
+
+def epoch_records(shards: list[str], seed: int, epoch: Any) -> Any:
+    """`epoch_windows` one record at a time: (position, record)."""
+    return epoch_windows(shards, seed, epoch).unbatch()
 
 
 def train_dataset(
@@ -209,17 +215,13 @@ def train_dataset(
     augment_image = augmenter(augment) if augment and data.spec.kind == "image" else None
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
-        skip = tf.where(epoch == first_epoch, tf.constant(first_step * global_batch, tf.int64), 0)
-        ds = epoch_records(shards, seed, epoch).take(per_epoch * global_batch).skip(skip)
-        # The global batch of serialized records, then this worker's consecutive slice of it.
-        ds = ds.batch(global_batch, drop_remainder=True)
-        ds = ds.map(
-            lambda pos, rec: (
-                pos[pipeline_id * per_worker : (pipeline_id + 1) * per_worker],
-                rec[pipeline_id * per_worker : (pipeline_id + 1) * per_worker],
-            )
-        )
-        return ds.unbatch().map(lambda pos, rec: (epoch, pos, rec))
+        # Global batches of serialized records; a resumed epoch skips its done steps before any
+        # decoding, then this worker keeps its consecutive slice of every global batch.
+        skip = tf.where(epoch == first_epoch, tf.constant(first_step, tf.int64), 0)
+        ds = epoch_windows(shards, seed, epoch).rebatch(global_batch, drop_remainder=True)
+        ds = ds.take(per_epoch).skip(skip)
+        mine = slice(pipeline_id * per_worker, (pipeline_id + 1) * per_worker)
+        return ds.map(lambda pos, rec: (tf.fill([per_worker], epoch), pos[mine], rec[mine]))
 
     def load(epoch: tf.Tensor, pos: tf.Tensor, record: tf.Tensor):
         x, y = decode(record)
@@ -229,12 +231,11 @@ def train_dataset(
 
     ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_steps)
     if data.spec.kind == "image":  # decode (and augment) example by example, in parallel
-        ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = ds.unbatch().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.batch(per_replica, drop_remainder=True)
     else:  # vectors: parse a whole batch at once
-        ds = ds.batch(per_replica, drop_remainder=True)
         decode_batch = batch_decoder(data.spec)
-        ds = ds.map(
+        ds = ds.rebatch(per_replica, drop_remainder=True).map(
             lambda epoch, pos, records: decode_batch(records),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
