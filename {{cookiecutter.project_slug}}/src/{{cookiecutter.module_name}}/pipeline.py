@@ -10,11 +10,12 @@ Exact resume. The order of an epoch is a pure function of (seed, epoch):
 3. shuffled in consecutive windows of `SHUFFLE_WINDOW` records, each window by a stateless
    shuffle seeded with (seed, epoch, window): unlike `Dataset.shuffle`, no buffer state that a
    checkpoint would have to hold;
-4. numbered (the example's position in the epoch, which seeds its augmentation), then
-   `skip(steps_done * global_batch)` on the SERIALIZED records, before any decoding, so a
-   resumed run starts at the very next example for the price of reading the skipped bytes.
-Every worker builds the same global order and batches the GLOBAL batch; then each worker keeps
-its slice of it and hands one slice to each of its replicas. The examples of a step do not depend
+4. numbered (the example's position in the epoch, which seeds its augmentation), cut into
+   GLOBAL batches, and `skip(steps_done)` of them while they are still SERIALIZED records, before
+   any decoding, so a resumed run starts at the very next example for the price of reading the
+   skipped bytes.
+Every worker builds the same global order; each keeps its slice of every global batch and hands
+one slice to each of its replicas. The examples of a step do not depend
 on the number of workers or replicas. One element of the dataset is one step of one replica.
 """
 
