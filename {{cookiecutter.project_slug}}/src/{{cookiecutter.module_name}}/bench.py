@@ -295,11 +295,15 @@ def pipeline_vs_limit(data: Prepared, global_batch: int, steps: int, seed: int) 
 
 
 def train_peak_rss_mb(project: Path, overrides: list[str], storage: Path) -> float:
-    """Peak RSS (MB) of `python -m <module> train` in `project`, in its own process."""
+    """Peak RSS (MB) of `python -m <module> train` in `project`, in its own process.
+
+    Read from the child's /proc/<pid>/status `VmHWM` (its peak since exec) while it runs: the
+    child's `ru_maxrss` would also count this process's memory, copied at fork."""
     env = dict(os.environ, PROJECT_STORAGE_DIR=str(storage), TF_CPP_MIN_LOG_LEVEL="2")
     package_root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     args = [sys.executable, "-m", __package__ or "", "train", "--fresh"]
+    peak_kb = 0
     with open(project / "train.log", "wb") as log:
         proc = subprocess.Popen(
             args + [p for o in overrides for p in ("--set", o)],
@@ -308,12 +312,22 @@ def train_peak_rss_mb(project: Path, overrides: list[str], storage: Path) -> flo
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        status = Path(f"/proc/{proc.pid}/status")
+        while proc.poll() is None:
+            try:
+                text = status.read_text()
+            except OSError:  # not Linux, or it just exited
+                break
+            hwm = next(
+                (line.split()[1] for line in text.splitlines() if line.startswith("VmHWM")), 0
+            )
+            peak_kb = max(peak_kb, int(hwm))
+            time.sleep(0.02)
+        proc.wait()
     if proc.returncode != 0:
         tail = (project / "train.log").read_text()[-2000:]
         raise RuntimeError(f"bench: train exited {proc.returncode}:\n{tail}")
-    return usage.ru_maxrss / 1024  # KiB on Linux
+    return peak_kb / 1024
 
 
 def run_image_bench(params: Params, images: int, batch_size: int, steps: int) -> dict[str, float]:

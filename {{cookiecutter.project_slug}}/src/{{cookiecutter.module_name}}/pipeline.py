@@ -32,7 +32,6 @@ from .dataspec import DataSpec, load_spec
 X, Y = "x", "y"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
-READ_BUFFER = 4 * 2**20  # bytes read from a shard at a time
 AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
 MAX_ROTATION = 0.1  # of a full turn, either way (36 degrees)
 MAX_ZOOM = 0.15  # +-15 %
@@ -172,8 +171,9 @@ def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
     files = tf.data.Dataset.from_tensor_slices(tf.gather(tf.constant(shards), order))
     # A sequential interleave: deterministic by construction, and on local disk (where the
     # shards live) faster than the parallel one, whose cost per record was measured at 10x.
+    # TFRecordDataset's default read buffer: a 4 MB one cost 240 MB more peak RSS in `train`.
     records = files.interleave(
-        lambda f: tf.data.TFRecordDataset(f, buffer_size=READ_BUFFER),
+        tf.data.TFRecordDataset,
         cycle_length=min(CYCLE_LENGTH, len(shards)),
         block_length=1,
     )
