@@ -76,8 +76,10 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     classes = data.spec.names
     model = keras.models.load_model(model_file, compile=False)
     # The test split streams from its shards; only the logits and labels are kept (for the
-    # confusion matrix): a few numbers per example.
-    parts = [(model(x, training=False).numpy(), y) for x, y in eval_dataset(data, "test", 256)]
+    # confusion matrix): a few numbers per example. Images go in training-size batches: a conv
+    # net's activations, not the inputs, set the memory.
+    batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
+    parts = [(model(x, training=False).numpy(), y) for x, y in eval_dataset(data, "test", batch)]
     logits = np.concatenate([p[0] for p in parts]).astype(np.float64)
     y = np.concatenate([p[1] for p in parts])
     metrics = {**scores(logits, y), "test_examples": len(y), "classes": len(classes)}
