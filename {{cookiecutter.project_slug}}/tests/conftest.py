@@ -30,7 +30,7 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 with contextlib.suppress(RuntimeError):
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-# Small and fast: 1437 training digits, 32 per replica -> 44 steps per epoch on one replica.
+# Small and fast: 1438 training digits, 32 per replica -> 44 steps per epoch on one replica.
 TINY = [
     "train.epochs=2",
     "train.batch_size=32",

@@ -25,7 +25,7 @@ from {{ cookiecutter.module_name }}.strategy import _workers, is_chief
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 BUCKET = "gs://test-bucket/runs"
-# A tiny run: 1437 training digits / (32 per replica x 2 replicas) = 22 steps per epoch,
+# A tiny run: 1438 training digits / (32 per replica x 2 replicas) = 22 steps per epoch,
 # checkpoints at steps 11, 22, 33 and 44, every one of them kept.
 TINY = [
     "--set", "train.batch_size=32",

@@ -131,7 +131,7 @@ def test_pipeline(project: Project) -> None:
     p = project
     ran, first = p.repro()
     assert ran == {"prepare", "train", "evaluate"}
-    for rel in ("data/raw/digits.csv", "data/processed/test.npz", "results/models/model.keras"):
+    for rel in ("data/raw/digits.csv", "data/processed/spec.json", "results/models/model.keras"):
         assert (p.path / rel).is_file(), rel
     metrics = json.loads((p.path / "results/metrics/evaluate.json").read_text())
     assert metrics["test_examples"] == 359 and 0.0 <= metrics["test_accuracy"] <= 1.0
@@ -161,9 +161,10 @@ def test_pipeline(project: Project) -> None:
     p.dvc("push")
     versioned = [
         "data/raw/digits.csv",
-        "data/processed/train.npz",
-        "data/processed/validation.npz",
-        "data/processed/test.npz",
+        "data/processed/train-00000.tfrecord",
+        "data/processed/validation-00000.tfrecord",
+        "data/processed/test-00000.tfrecord",
+        "data/processed/spec.json",
         "results/models/model.keras",
     ]
     before = {rel: p.sha256(rel) for rel in versioned}
@@ -176,14 +177,15 @@ def test_pipeline(project: Project) -> None:
     assert "up to date" in p.dvc("status").stdout
 
     # A data file that differs from the manifest stops `train` with one line naming it.
-    train_file = p.path / "data/processed/train.npz"
+    train_file = p.path / "data/processed/train-00000.tfrecord"
     data = bytearray(train_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     train_file.write_bytes(bytes(data))
     proc = p.run(sys.executable, "-m", MODULE, "train", ok=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: data/processed/train.npz: changed since prepare"), error
+    assert error.startswith("error: data/processed/train-00000.tfrecord: changed since"), error
     p.dvc("checkout", "--force")
-    assert p.sha256("data/processed/train.npz") == before["data/processed/train.npz"]
+    shard = "data/processed/train-00000.tfrecord"
+    assert p.sha256(shard) == before[shard]
     print(f"\ndvc repro {first:.1f} s, no-op {noop:.1f} s; every command:", *p.times, sep="\n")

@@ -1,4 +1,5 @@
-"""`prepare`: the bundled digits, and a user's own CSV, image folder and TFRecords (made here)."""
+"""`prepare` and every source: the bundled digits, a user's CSV, image folder (with a bad file),
+TFRecords (vectors and encoded images) and a TFDS data set (offline, `tfds.testing.mock_data`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 from {{ cookiecutter.module_name }} import gcs, manifest
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
-from {{ cookiecutter.module_name }}.data import load_processed, load_processed_split
+from {{ cookiecutter.module_name }}.dataspec import load_spec
 from {{ cookiecutter.module_name }}.evaluate import scores, training_curve
+from {{ cookiecutter.module_name }}.pipeline import read_split
 from {{ cookiecutter.module_name }}.prepare import prepare, split_indices
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
@@ -22,31 +24,37 @@ def run_prepare(project: Path, *overrides: str) -> dict:
     return prepare(load_params(PARAMS, list(overrides)), project)
 
 
+def processed(project: Path) -> Path:
+    return project / "data" / "processed"
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_digits(tmp_path: Path) -> None:
+def test_digits_are_8x8x1_images_in_seeded_shards(tmp_path: Path) -> None:
     info = run_prepare(tmp_path)
     assert (tmp_path / "data/raw/digits.csv").is_file()
     assert info["counts"] == {"train": 1079, "validation": 359, "test": 359}
-    split = load_processed_split(tmp_path)
-    assert split.x_train.shape == (1079, 64) and split.x_train.dtype == np.float32
-    assert split.num_classes == 10 and 0.0 <= split.x_train.min() <= split.x_train.max() <= 1.0
-    x_test, y_test, classes = load_processed(tmp_path, "test")
-    assert classes == [str(i) for i in range(10)]
+    spec = load_spec(processed(tmp_path))
+    assert spec.kind == "image" and spec.input_shape == (8, 8, 1)
+    assert spec.names == [str(i) for i in range(10)]
+    assert spec.extra["shards"]["train"] == ["train-00000.tfrecord"]
+    x, y, _ = read_split(processed(tmp_path), "train")
+    assert x.shape == (1079, 8, 8, 1) and x.dtype == np.float32
+    assert x.min() == 0.0 and x.max() == 255.0  # pixel values; the model rescales
+    # Written in a seeded random order: the classes are mixed, not sorted.
+    assert len(set(y[:20].tolist())) >= 5
+    x_test, y_test, _ = read_split(processed(tmp_path), "test")
     assert np.bincount(y_test).min() >= 35  # stratified: every class in the test split
-    # The three splits are disjoint and together are the whole data set.
-    rows = np.concatenate([split.x_train, split.x_val, x_test])
-    assert len(rows) == 1797
-    assert manifest.check(tmp_path) == 4
+    assert manifest.check(tmp_path) == 5  # raw csv, 3 shards, spec.json
 
     # Same seed: byte-identical files (DVC stores them once); another seed: another split.
-    before = {p.name: sha(p) for p in (tmp_path / "data/processed").iterdir()}
+    before = {p.name: sha(p) for p in processed(tmp_path).iterdir()}
     run_prepare(tmp_path)
-    assert {p.name: sha(p) for p in (tmp_path / "data/processed").iterdir()} == before
+    assert {p.name: sha(p) for p in processed(tmp_path).iterdir()} == before
     run_prepare(tmp_path, "seed=7")
-    assert sha(tmp_path / "data/processed/train.npz") != before["train.npz"]
+    assert sha(processed(tmp_path) / "train-00000.tfrecord") != before["train-00000.tfrecord"]
 
 
 def test_split_is_seeded_and_stratified() -> None:
@@ -61,7 +69,7 @@ def test_split_is_seeded_and_stratified() -> None:
         split_indices(np.array([0, 1]), 0.2, 0.2, seed=1)
 
 
-def test_own_csv(tmp_path: Path) -> None:
+def test_own_csv_stays_unscaled_with_training_stats(tmp_path: Path) -> None:
     src = tmp_path / "mine.csv"
     rng = np.random.default_rng(0)
     lines = ["f1,f2,species"] + [
@@ -69,47 +77,86 @@ def test_own_csv(tmp_path: Path) -> None:
     ]
     src.write_text("\n".join(lines) + "\n")
     project = tmp_path / "project"
-    run_prepare(project, "data.source=csv", f"data.path={src}", "data.label=species")
+    csv_args = ("data.source=csv", f"data.path={src}", "data.label=species")
+    run_prepare(project, *csv_args)
     assert (project / "data/raw/mine.csv").read_bytes() == src.read_bytes()  # staged copy
-    x, y, classes = load_processed(project, "train")
-    assert classes == ["cat", "dog"] and x.shape[1] == 2 and x.max() <= 1.0
+    x, y, classes = read_split(processed(project), "train")
+    spec = load_spec(processed(project))
+    assert classes == ["cat", "dog"] and x.shape[1] == 2 and x.max() > 1.0  # not rescaled
+    assert spec.kind == "vector" and spec.feature_names == ["f1", "f2"]
+    assert spec.feature_mean == pytest.approx(x.mean(0), abs=1e-5)  # training split only
+    assert spec.feature_var == pytest.approx(x.var(0), abs=1e-4)
     doc = json.loads((project / manifest.MANIFEST).read_text())
     entry = next(e for e in doc["files"] if e["path"] == "data/raw/mine.csv")
     assert entry["source"] == str(src)
 
     src.write_text("f1,species\nabc,cat\n")
-    with pytest.raises(ConfigError, match="'f1': 'abc' is not a number"):
-        run_prepare(project, "data.source=csv", f"data.path={src}", "data.label=species")
+    with pytest.raises(ConfigError, match=r"mine.csv: line 2, column 'f1': not a number"):
+        run_prepare(project, *csv_args)
+    src.write_text("f1,f2,species\n1,,cat\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 'f2': a missing value"):
+        run_prepare(project, *csv_args)
+    src.write_text("f1,species\n1,cat\n2,cat\n3,dog\n")
+    with pytest.raises(ConfigError, match=r"^data: class 'dog' has 1 example; "):
+        run_prepare(project, *csv_args)
     with pytest.raises(ConfigError, match="data.label"):
         run_prepare(project, "data.source=csv", f"data.path={src}", "data.label=kind")
+    with pytest.raises(ConfigError, match=r"^data.path: nothing.csv does not exist"):
+        run_prepare(project, "data.source=csv", "data.path=nothing.csv")
     inside = project / "data" / "raw" / "mine.csv"
     with pytest.raises(ConfigError, match="inside data/raw, which prepare writes"):
         run_prepare(project, "data.source=csv", f"data.path={inside}", "data.label=species")
 
 
-def test_own_images(tmp_path: Path) -> None:
+def _pets(folder: Path, per_class: int = 6) -> None:
     from PIL import Image
 
-    folder = tmp_path / "pets"
     for cls, value in (("cat", 30), ("dog", 220)):
         (folder / cls).mkdir(parents=True)
-        for i in range(6):
-            Image.new("RGB", (12 + i, 10), (value,) * 3).save(folder / cls / f"{i}.png")
+        for i in range(per_class):
+            image = Image.new("RGB", (12 + i, 10), (value,) * 3)
+            image.save(folder / cls / f"{i}.{'png' if i % 2 else 'jpg'}")
+
+
+def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
+    folder = tmp_path / "pets"
+    _pets(folder)
     project = tmp_path / "project"
-    run_prepare(project, "data.source=images", f"data.path={folder}", "data.image_size=[4,5]")
-    assert len(list((project / "data/raw/pets").rglob("*.png"))) == 12
-    x, y, classes = load_processed(project, "train")
-    assert classes == ["cat", "dog"] and x.shape[1] == 4 * 5
-    assert np.allclose(x[y == 0], 30 / 255, atol=0.01)
-    assert np.allclose(x[y == 1], 220 / 255, atol=0.01)
+    args = ("data.source=images", f"data.path={folder}", "data.image_size=[4,5]")
+    run_prepare(project, *args)
+    assert len(list((project / "data/raw/pets").rglob("*.[jp][pn]g"))) == 12
+    spec = load_spec(processed(project))
+    assert spec.input_shape == (4, 5, 1) and spec.names == ["cat", "dog"]
+    x, y, _ = read_split(processed(project), "train")
+    assert x.shape[1:] == (4, 5, 1)
+    assert np.allclose(x[y == 0], 30, atol=3) and np.allclose(x[y == 1], 220, atol=3)
+
+    # A truncated image stops prepare with its path; the previous shards stay as they were.
+    before = {p.name: sha(p) for p in processed(project).iterdir()}
+    bad = folder / "dog" / "3.png"
+    bad.write_bytes(bad.read_bytes()[:40])
+    with pytest.raises(ConfigError, match=rf"^{folder}/dog/3.png: not a readable image"):
+        run_prepare(project, *args)
+    assert {p.name: sha(p) for p in processed(project).iterdir()} == before
+    bad.unlink()
+    (folder / "bird").mkdir()
+    with pytest.raises(ConfigError, match=r"^data.path: class folder .*bird has no images"):
+        run_prepare(project, *args)
+    (folder / "bird").rmdir()
+
     # Switching back to the example removes the old raw files (data/raw is kept between runs).
     run_prepare(project)
     assert not (project / "data/raw/pets").exists()
-    assert manifest.check(project) == 4
+    assert manifest.check(project) == 5
 
 
-@pytest.mark.slow
-def test_own_tfrecords_and_gfile(tmp_path: Path) -> None:
+def _example(feature: dict) -> bytes:
+    import tensorflow as tf
+
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     import tensorflow as tf
 
     folder = tmp_path / "records"
@@ -117,21 +164,38 @@ def test_own_tfrecords_and_gfile(tmp_path: Path) -> None:
     for shard in range(2):
         with tf.io.TFRecordWriter(str(folder / f"part-{shard}.tfrecord")) as writer:
             for i in range(10):
-                example = tf.train.Example(
-                    features=tf.train.Features(
-                        feature={
-                            "pixels": tf.train.Feature(
-                                float_list=tf.train.FloatList(value=[float(i), 0.5, shard])
+                pixels = tf.train.FloatList(value=[float(i), 0.5, shard])
+                png = tf.io.encode_png(tf.fill([6, 6, 3], tf.constant(i * 20, tf.uint8))).numpy()
+                writer.write(
+                    _example(
+                        {
+                            "pixels": tf.train.Feature(float_list=pixels),
+                            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+                            "label": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[b"odd" if i % 2 else b"even"])
                             ),
-                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2])),
                         }
                     )
                 )
-                writer.write(example.SerializeToString())
     project = tmp_path / "project"
     run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
-    counts = [len(load_processed(project, s)[1]) for s in ("train", "validation", "test")]
-    assert sum(counts) == 20 and load_processed(project, "train")[0].shape[1] == 3
+    spec = load_spec(processed(project))
+    assert spec.kind == "vector" and spec.input_shape == (3,) and spec.names == ["even", "odd"]
+    assert sum(spec.counts.values()) == 20
+
+    run_prepare(
+        project,
+        "data.source=tfrecord",
+        f"data.path={folder}",
+        "data.features=image",
+        "data.feature_kind=image",
+        "data.image_size=[4,4]",
+        "data.image_channels=3",
+    )
+    x, y, _ = read_split(processed(project), "train")
+    assert load_spec(processed(project)).kind == "image" and x.shape[1:] == (4, 4, 3)
+    with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
 
     # The gs:// code path (tf.io.gfile) on a local folder: same listing, same bytes.
     local = sorted(gcs.walk_files(str(folder)))
@@ -141,15 +205,70 @@ def test_own_tfrecords_and_gfile(tmp_path: Path) -> None:
     assert gcs.size(local[0], force_gfile=True) == Path(local[0]).stat().st_size
 
 
+def test_tfds_through_mock_data(tmp_path: Path) -> None:
+    try:
+        import tensorflow_datasets as tfds
+    except Exception as exc:  # noqa: BLE001 - protobuf's VersionError is not an ImportError
+        pytest.skip(f"tensorflow_datasets does not import here: {type(exc).__name__}: {exc}")
+
+    with tfds.testing.mock_data(num_examples=30):  # random examples, mnist's features
+        run_prepare(tmp_path, "data.source=tfds", "data.name=mnist")
+    spec = load_spec(processed(tmp_path))
+    assert spec.kind == "image" and spec.input_shape == (28, 28, 1)
+    assert spec.names == [str(i) for i in range(10)]
+    # mock_data gives every split asked for: all three are kept as they are.
+    assert spec.counts == {"train": 30, "validation": 30, "test": 30}
+    x, _, _ = read_split(processed(tmp_path), "validation")
+    assert x.shape[1:] == (28, 28, 1) and 0 <= x.min() <= x.max() <= 255
+    assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
+
+
 def test_evaluate_helpers(tmp_path: Path) -> None:
     logits = np.array([[2.0, 0.0], [0.0, 3.0], [1.0, 0.0]])
     result = scores(logits, np.array([0, 1, 1]))
     assert result["test_accuracy"] == pytest.approx(2 / 3)
-    assert result["test_loss"] > 0
+    expected = np.mean([np.log1p(np.exp(-2.0)), np.log1p(np.exp(-3.0)), np.log1p(np.exp(1.0))])
+    assert result["test_loss"] == pytest.approx(expected, rel=1e-5)
     metrics = tmp_path / "train.json"
     metrics.write_text(json.dumps({"history": [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}]}))
     assert training_curve(metrics) == [[1, 0.5, None, 0.6, None]]
     assert training_curve(tmp_path / "missing.json") == []
+
+
+def test_csv_vectors_train_and_evaluate_end_to_end(tmp_path: Path, monkeypatch) -> None:
+    """Tabular data: unscaled shards, a model that normalises its own inputs, test metrics."""
+    from {{ cookiecutter.module_name }}.evaluate import evaluate
+    from {{ cookiecutter.module_name }}.trainer import train
+
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    rng = np.random.default_rng(1)
+    rows = ["size,weight,kind"]
+    for i in range(200):  # two classes far apart in raw units: thousands and tenths
+        kind = i % 2
+        rows.append(f"{1000 + 3000 * kind + rng.normal(0, 200):.1f},{rng.random():.3f},{kind}")
+    (tmp_path / "animals.csv").write_text("\n".join(rows) + "\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text(PARAMS.read_text())
+    args = [
+        "data.source=csv",
+        f"data.path={tmp_path / 'animals.csv'}",
+        "data.label=kind",
+        "train.epochs=4",
+        "train.batch_size=16",
+        "train.learning_rate=0.01",
+        "model.hidden_units=[8]",
+        "model.dropout=0",
+        "run_name=csv",
+    ]
+    params = load_params(project / "params.yaml", args)
+    prepare(params, project)
+    result = train(params, project)
+    assert result.status == "completed" and result.metrics["val_accuracy"] >= 0.9
+    metrics = evaluate(params, project)
+    assert metrics["test_examples"] == 40 and metrics["test_accuracy"] >= 0.9
+    confusion = (project / "results/plots/confusion_matrix.csv").read_text().splitlines()
+    assert confusion[0] == "actual,predicted" and len(confusion) == 41
 
 
 def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
@@ -182,12 +301,9 @@ def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
     for rel, data in user.items():
         assert (project / rel).read_bytes() == data, f"{rel} was changed or deleted"
     assert len(list(pets.rglob("*.png"))) == 12
-    assert set(json.loads((project / manifest.MANIFEST).read_text())["written"]) == {
-        "data/raw/digits.csv",
-        "data/processed/train.npz",
-        "data/processed/validation.npz",
-        "data/processed/test.npz",
-    }
+    written = set(json.loads((project / manifest.MANIFEST).read_text())["written"])
+    assert {"data/raw/digits.csv", "data/processed/spec.json"} <= written
+    assert all(w == "data/raw/digits.csv" or w.startswith("data/processed/") for w in written)
 
     # A user's file exactly where prepare would stage: refused in one line, nothing deleted.
     (project / "data/raw/keep.txt").write_bytes(b"the user's own")

@@ -19,8 +19,9 @@ from {{ cookiecutter.module_name }}.checkpoints import CheckpointMismatch, list_
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.trainer import train
 
-# 1437 digits / 8 = 179 steps per epoch, 537 in all; a checkpoint every 6 steps, 3 per chunk.
-# Dropout stays on, so the RNG state must be restored too.
+# 1438 training digits (8x8x1 images) / 8 = 179 steps per epoch, 537 in all; a checkpoint every
+# 6 steps, 3 per chunk. Dropout and every augmentation stay on, so the RNG state must be restored
+# too and the augmentation must depend on the example, not on how far the pipeline ran ahead.
 LONG = [
     "train.epochs=3",
     "train.batch_size=8",
@@ -29,11 +30,15 @@ LONG = [
     "train.keep_checkpoints=2",
     "model.hidden_units=[16]",
     "model.dropout=0.2",
+    "data.augment=[flip,rotation,zoom,contrast]",
     "repro.deterministic=true",
-    "distribute.strategy=default",
     "run_name=kill",
 ]
-TOTAL = 3 * (1437 // 8)
+TRAIN_DIGITS = 1438
+STRATEGIES = {
+    "default": ["distribute.strategy=default"],
+    "two-cpus": ["distribute.strategy=mirrored", "distribute.logical_cpus=2", "train.epochs=2"],
+}
 
 
 def _weights(model_file: Path) -> list[np.ndarray]:
@@ -45,12 +50,16 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
-    tiny_project: Path, tmp_path: Path
+    tiny_project: Path, tmp_path: Path, strategy: str
 ) -> None:
+    overrides = [*LONG, *STRATEGIES[strategy]]
     # The uninterrupted reference, in this process.
-    ref = train(load_params(tiny_project / "params.yaml", LONG), tiny_project)
-    assert ref.status == "completed" and ref.step == TOTAL
+    ref = train(load_params(tiny_project / "params.yaml", overrides), tiny_project)
+    replicas = ref.metrics["replicas"]
+    total = (3 if strategy == "default" else 2) * (TRAIN_DIGITS // (8 * replicas))
+    assert ref.status == "completed" and ref.step == total
 
     project = tmp_path / "killed"
     project.mkdir()
@@ -58,8 +67,8 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
     storage = tmp_path / "killed-storage"
     env = cli_env(storage)
     ckpt_dir = storage / "checkpoints" / "kill"
-    target = random.randint(7, TOTAL * 2 // 3)  # after at least one checkpoint
-    proc = cli(["train", *sets(LONG)], project, env)
+    target = random.randint(7, total * 2 // 3)  # after at least one checkpoint
+    proc = cli(["train", *sets(overrides)], project, env)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         steps = [s for s, _ in list_checkpoints(ckpt_dir)]
@@ -71,13 +80,13 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == -signal.SIGKILL, f"not killed (target step {target}):\n{out}"
 
-    resumed = cli(["train", *sets(LONG)], project, env)
+    resumed = cli(["train", *sets(overrides)], project, env)
     out = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, out
     match = re.search(r"Resuming run 'kill' from its checkpoint at step (\d+)", out)
     assert match, out
-    assert 6 <= int(match.group(1)) < TOTAL
-    assert f"Done: step {TOTAL}" in out
+    assert 6 <= int(match.group(1)) < total
+    assert f"Done: step {total}" in out
     assert _same(
         _weights(project / "results/models/model.keras"),
         _weights(tiny_project / "results/models/model.keras"),

@@ -87,14 +87,16 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_bench(args: argparse.Namespace, params: Params) -> int:
     """Throughput of model.fit vs this trainer vs a fused loop."""
-    from .bench import run_bench
+    from .bench import run_bench, run_image_bench
 
-    if args.epochs < 2 or args.examples < 1 or args.batch_size < 1:
+    if args.epochs < 2 or args.examples < 1 or args.batch_size < 1 or args.images < 0:
         raise ConfigError(
             "bench: needs --epochs >= 2 (the first one is warm-up) and positive --examples and "
             "--batch-size (example: --epochs 4)"
         )
     run_bench(params, examples=args.examples, epochs=args.epochs, batch_size=args.batch_size)
+    if args.images:
+        run_image_bench(params, images=args.images, batch_size=32, steps=args.image_steps)
     return 0
 
 
@@ -189,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=int, default=60_000, help="synthetic examples")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64, help="per replica")
+    p.add_argument(
+        "--images", type=int, default=750, help="image workload: N and 4N images (0 = skip)"
+    )
+    p.add_argument("--image-steps", type=int, default=50, help="steps timed per input pipeline")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")

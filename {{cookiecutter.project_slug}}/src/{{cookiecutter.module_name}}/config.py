@@ -29,6 +29,7 @@ from pydantic import dataclasses as pydantic_dataclasses
 STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
 LR_SCALING = ("linear", "none")
 DATA_SOURCES = ("digits", "csv", "images", "tfrecord", "tfds")
+FEATURE_KINDS = ("vector", "image")
 AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
 ARCHITECTURES = ("mlp", "cnn", "backbone")
 TASKS = ("classification", "multilabel", "regression")
@@ -89,7 +90,8 @@ class DataConfig:
     path: Text = _key("data/external", "data/external/my.csv")
     name: Text = _key("", "mnist")  # tfds: the dataset's name
     label: Text = _key("label", "label")  # csv column / TFRecord feature with the target
-    features: Text = _key("features", "features")  # TFRecord float feature with the inputs
+    features: Text = _key("features", "features")  # TFRecord feature with the inputs
+    feature_kind: Literal[FEATURE_KINDS] = _key("vector", "image")  # TFRecord: floats / image
     image_size: list[PosInt] = _key([28, 28], "[64,64]", "a list of integers >= 1")
     image_channels: Int = _key(1, "3", ge=1)
     augment: list[Literal[AUGMENTATIONS]] = _key(

@@ -1,6 +1,7 @@
 """`evaluate`: the trained model on the held-out test split.
 
-Reads `results/models/model.keras` and `data/processed/test.npz`; writes
+Reads `results/models/model.keras` and the test shards in `data/processed` (streamed through
+the input pipeline); writes
 - `results/metrics/evaluate.json`: test loss and accuracy (`dvc metrics show`),
 - `results/plots/confusion_matrix.csv`: one row per test example, actual and predicted class,
 - `results/plots/training_curve.csv`: loss and accuracy per epoch, from `results/metrics/train.json`
@@ -19,8 +20,9 @@ import numpy as np
 
 from . import manifest
 from .config import ConfigError, Params
-from .data import load_processed
 from .files import atomic_write
+from .pipeline import eval_dataset, load_prepared
+from .prepare import PROCESSED
 from .storage import results_root
 from .task import Evaluation
 
@@ -43,10 +45,12 @@ def _csv(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> bytes:
 
 def scores(logits: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Mean softmax cross-entropy and accuracy of `logits` against integer labels `y`."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    loss = -log_probs[np.arange(len(y)), y].mean()
-    return {"test_loss": float(loss), "test_accuracy": float((logits.argmax(axis=1) == y).mean())}
+    import keras
+
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, logits)
+    accuracy = keras.metrics.SparseCategoricalAccuracy()
+    accuracy.update_state(y, logits)
+    return {"test_loss": float(loss), "test_accuracy": float(accuracy.result())}
 
 
 def training_curve(train_metrics: Path) -> list[list[Any]]:
@@ -90,9 +94,16 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
         )
     import keras
 
-    x, y, classes = load_processed(project_dir, "test")
+    data = load_prepared(project_dir / PROCESSED)
+    classes = data.spec.names
     model = keras.models.load_model(model_file, compile=False)
-    logits = np.asarray(model.predict(x, batch_size=1024, verbose=0), dtype=np.float64)
+    # The test split streams from its shards; only the logits and labels are kept (for the
+    # confusion matrix): a few numbers per example. Images go in training-size batches: a conv
+    # net's activations, not the inputs, set the memory.
+    batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
+    parts = [(model(x, training=False).numpy(), y) for x, y in eval_dataset(data, "test", batch)]
+    logits = np.concatenate([p[0] for p in parts]).astype(np.float64)
+    y = np.concatenate([p[1] for p in parts])
     metrics = {**scores(logits, y), "test_examples": len(y), "classes": len(classes)}
     atomic_write(results / METRICS, (json.dumps(metrics, indent=2) + "\n").encode())
 

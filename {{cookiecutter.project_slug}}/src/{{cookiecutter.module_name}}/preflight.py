@@ -13,6 +13,7 @@ Two are warnings, because the run can still work:
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -73,10 +74,11 @@ def _dtype_size(dtype: Any) -> int:
         return 2 if "16" in str(name) else 4
 
 
-def data_bytes(*arrays: Any) -> int:
-    """What the data path holds in memory. Today the whole split is in memory twice (the NumPy
-    arrays and their tensor copies); a streaming pipeline changes this to its buffers."""
-    return 2 * sum(int(getattr(a, "nbytes", 0)) for a in arrays)
+def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 1024) -> int:
+    """What the streaming input pipeline holds in memory: a shuffle window of examples and a
+    few decoded float32 batches in flight (prefetch, parallel decode); not the data set."""
+    example = 4 * math.prod(input_shape)
+    return window * example + 8 * global_batch * example
 
 
 def free_bytes(folder: Path) -> int | None:

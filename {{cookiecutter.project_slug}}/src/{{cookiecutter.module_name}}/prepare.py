@@ -1,14 +1,13 @@
-"""`prepare`: raw data -> `data/raw` (the versioned copy) -> seeded split in `data/processed`.
+"""`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`.
 
-`data.source` picks the reader; `data.path` points at your data (local, Drive or gs://):
-- `digits`: scikit-learn's bundled 8x8 digits (no download), written to `data/raw/digits.csv`;
-- `csv`: one row per example, a `data.label` column, every other column a number;
-- `images`: a folder with one subfolder per class (`cats/001.png`, `dogs/002.jpg`, ...);
-- `tfrecord`: a TFRecord file or a folder of them, each `tf.train.Example` with a float feature
-  `data.features` and a class feature `data.label` (an integer or a string).
-Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is read as
-a stream and only listed in `data/raw/source.json`. The split (train / validation / test) is
-stratified by class and depends only on `seed`; `data/manifest.json` records every file.
+`data.source` picks the reader (sources.py); `data.path` points at your data (local, Drive or
+gs://). Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is
+read as a stream and only listed in `data/raw/source.json`. The split (train / validation /
+test) is stratified by class and depends only on `seed`. Each split is written as TFRecord shards
+of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
+across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
+JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
+(dataspec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shutil
-import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +24,17 @@ import numpy as np
 
 from . import gcs, manifest
 from .config import ConfigError, Params
-from .files import atomic_write, temp_file
+from .dataspec import SPEC, DataSpec
+from .files import atomic_write
+from .pipeline import serialize
+from .sources import Source, read_csv, read_digits, read_images, read_tfds, read_tfrecord
 from .staging import INDEX, stage
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
 SPLITS = ("train", "validation", "test")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
-Loaded = tuple[np.ndarray, np.ndarray, list[str]]  # features, labels, class names
-
-
-def encode_labels(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Class indices and class names (sorted; numerically when every label is an integer)."""
-    names = sorted({str(v) for v in values}, key=_label_order)
-    lookup = {name: i for i, name in enumerate(names)}
-    return np.array([lookup[str(v)] for v in values], dtype=np.int32), names
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
-
-
-def _label_order(name: str) -> tuple[int, int, str]:
-    return (0, int(name), name) if _is_int(name) else (1, 0, name)
+SHARD_BYTES = 100 * 2**20  # about 100 MB per shard: big reads, yet many shards to interleave
+ENCODE_CHUNK = 256  # images decoded and re-encoded at a time (threads: PIL releases the GIL)
 
 
 def write_digits_csv(path: Path) -> str:
@@ -67,138 +53,10 @@ def write_digits_csv(path: Path) -> str:
     return f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
 
 
-def read_csv(path: str, label: str) -> Loaded:
-    """Features (float32) and labels from a CSV with a header row and a `label` column."""
-    with gcs.open_binary(path) as f:
-        reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
-        header = next(reader, None)
-        if header is None or label not in header:
-            raise ConfigError(
-                f"data.label: column {label!r} not in the header of {path} "
-                f"(columns: {', '.join((header or [])[:8])}) (example: --set data.label=target)"
-            )
-        col = header.index(label)
-        features, labels = [], []
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise ConfigError(
-                    f"{path}: line {line} has {len(row)} values, the header has {len(header)} "
-                    "(every row needs a value in every column, example: 0.5,1.2,cat)"
-                )
-            labels.append(row[col])
-            values = row[:col] + row[col + 1 :]
-            try:
-                features.append([float(v) for v in values])
-            except ValueError:
-                bad = next(i for i, v in enumerate(values) if not _is_float(v))
-                name = (header[:col] + header[col + 1 :])[bad]
-                raise ConfigError(
-                    f"{path}: line {line}, column {name!r}: {values[bad]!r} is not a number "
-                    "(every column but data.label must be numeric)"
-                ) from None
-    y, classes = encode_labels(labels)
-    return np.array(features, dtype=np.float32), y, classes
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def read_images(folder: str, size: list[int], channels: int) -> Loaded:
-    """Images in class subfolders -> flat float32 rows in [0, 1], resized to `size` (h, w)."""
-    from PIL import Image
-
-    if len(size) != 2 or channels not in (1, 3):
-        raise ConfigError(
-            "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
-            "(example: --set data.image_size=[28,28] --set data.image_channels=1)"
-        )
-    classes = [d for d in gcs.list_dir(folder) if gcs.isdir(gcs.join(folder, d))]
-    rows, labels = [], []
-    for label, name in enumerate(classes):
-        for path in gcs.walk_files(gcs.join(folder, name)):
-            if not path.lower().endswith(IMAGE_SUFFIXES):
-                continue
-            with gcs.open_binary(path) as f:
-                image = Image.open(io.BytesIO(f.read())).convert("L" if channels == 1 else "RGB")
-            image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-            rows.append(np.asarray(image, dtype=np.float32).reshape(-1) / 255.0)
-            labels.append(label)
-    if not rows:
-        raise ConfigError(
-            f"data.path: no images ({', '.join(IMAGE_SUFFIXES)}) in class subfolders of {folder} "
-            "(example: data/external/pets with pets/cat/1.png, pets/dog/2.png)"
-        )
-    return np.stack(rows), np.array(labels, dtype=np.int32), classes
-
-
-def read_tfrecords(path: str, features: str, label: str) -> Loaded:
-    """Examples from TFRecord file(s), streamed (gs:// is never downloaded whole)."""
-    import tensorflow as tf
-
-    files = list(gcs.walk_files(path))
-    rows, labels = [], []
-    for raw in tf.data.TFRecordDataset(files).as_numpy_iterator():
-        feature = tf.train.Example.FromString(raw).features.feature
-        if features not in feature or label not in feature:
-            raise ConfigError(
-                f"data.features / data.label: an example in {path} has features "
-                f"{sorted(feature)} (example: --set data.features=pixels --set data.label=label)"
-            )
-        x = feature[features]
-        rows.append(list(x.float_list.value) or list(x.int64_list.value))
-        lab = feature[label]
-        values = list(lab.int64_list.value) or [v.decode() for v in lab.bytes_list.value]
-        labels.append(values[0])
-    y, classes = encode_labels(labels)
-    return np.array(rows, dtype=np.float32), y, classes
-
-
-def split_indices(
-    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Stratified train / validation / test indices, a pure function of labels, fractions, seed."""
-    rng = np.random.default_rng(seed)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        n_test = round(len(idx) * test_fraction)
-        n_val = round(len(idx) * validation_fraction)
-        parts["test"].append(idx[:n_test])
-        parts["validation"].append(idx[n_test : n_test + n_val])
-        parts["train"].append(idx[n_test + n_val :])
-    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
-    for name, idx in out.items():
-        if len(idx) == 0:
-            raise ConfigError(
-                f"data: {len(y)} examples leave the {name} split empty "
-                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
-            )
-    return out
-
-
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """np.savez, but byte-identical for identical arrays (fixed zip timestamps), written atomically:
-    the same data gives the same hash, so DVC stores it once."""
-    tmp = temp_file(path)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as zf:
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with zf.open(info, "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
-    os.replace(tmp, path)
-
-
 def _load_source(
     params: Params, project_dir: Path, recorded: set[str]
-) -> tuple[Loaded, dict[str, str]]:
-    """Read the configured source; return ((x, y, classes), {raw file: source description}).
+) -> tuple[Source, dict[str, str]]:
+    """Read the configured source; return (the source, {raw file: source description}).
     `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
     raw_dir = project_dir / RAW
@@ -207,7 +65,13 @@ def _load_source(
         target = raw_dir / "digits.csv"
         refuse_unrecorded(project_dir, target, recorded)
         source = write_digits_csv(target)
-        return read_csv(str(target), "label"), {f"{RAW}/digits.csv": source}
+        return read_digits(str(target)), {f"{RAW}/digits.csv": source}
+    if cfg.source == "tfds":
+        refuse_unrecorded(project_dir, raw_dir / "tfds.json", recorded)
+        found = read_tfds(cfg.name)
+        what = {"tfds": cfg.name, "examples": len(found.labels), "classes": found.names}
+        atomic_write(raw_dir / "tfds.json", json.dumps(what, indent=2) + "\n")
+        return found, {f"{RAW}/tfds.json": f"tensorflow_datasets {cfg.name}"}
 
     path = cfg.path if gcs.is_gcs(cfg.path) else str((project_dir / cfg.path).expanduser())
     if gcs.is_gcs(path):
@@ -237,26 +101,29 @@ def _load_source(
         refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
         stage(local, target_dir, progress=True)
         read_from = str(raw_dir / local.name)
-        for p in gcs.walk_files(read_from):
-            sources[Path(p).relative_to(project_dir).as_posix()] = str(
-                local / Path(p).relative_to(read_from) if local.is_dir() else local
+        # Listed from the user's data, so a file deleted there leaves data/raw too.
+        originals = [Path(p) for p in gcs.walk_files(str(local))] if local.is_dir() else [local]
+        for original in originals:
+            copy = (
+                Path(read_from, original.relative_to(local)) if local.is_dir() else Path(read_from)
             )
+            sources[copy.relative_to(project_dir).as_posix()] = str(original)
     if cfg.source == "csv":
         if gcs.isdir(read_from):
             raise ConfigError(
                 f"data.path: {cfg.path} is a folder; source csv needs a file "
                 "(example: --set data.path=data/external/my.csv)"
             )
-        x, y, classes = read_csv(read_from, cfg.label)
-    elif cfg.source == "images":
-        x, y, classes = read_images(read_from, cfg.image_size, cfg.image_channels)
-        # Staging copies files, not empty folders: an empty class folder is found in the source.
-        for name in gcs.list_dir(path):
-            if gcs.isdir(gcs.join(path, name)) and name not in classes + [".", ".."]:
-                classes.append(name)  # counted as a class with 0 examples below
-    else:
-        x, y, classes = read_tfrecords(read_from, cfg.features, cfg.label)
-    return (x, y, classes), sources
+        return read_csv(read_from, cfg.label), sources
+    if cfg.source == "images":
+        if not gcs.is_gcs(path):
+            read_images(path)  # lists the user's folders (staging skips an empty one); no reads
+        found = read_images(read_from)
+        if not gcs.is_gcs(path):  # name the user's file in errors, not its staged copy
+            staged = {str(project_dir / rel): original for rel, original in sources.items()}
+            found.where = lambda i, where=found.where: staged.get(where(i), where(i))
+        return found, sources
+    return read_tfrecord(read_from, cfg.features, cfg.label, cfg.feature_kind), sources
 
 
 def written_before(project_dir: Path) -> set[str]:
@@ -311,27 +178,177 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             folder = folder.parent
 
 
-def check_class_counts(y: np.ndarray, classes: list[str], cfg: Any) -> None:
-    """Every class needs an example in each split (the split is stratified): an empty class
-    folder or a class with one example is refused here, naming the class."""
-    if len(classes) < 2:
-        raise ConfigError(
-            f"data.path: {cfg.path} has {len(classes)} class(es); a classifier needs two or more "
-            "(example: pets/cat/1.png, pets/dog/2.png)"
-        )
-    counts = np.bincount(y, minlength=len(classes))
-    for name, n in zip(classes, counts, strict=True):
-        n_test, n_val = round(n * cfg.test_fraction), round(n * cfg.validation_fraction)
-        if n_test < 1 or n_val < 1 or n - n_test - n_val < 1:
+def split_indices(
+    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Stratified train / validation / test indices, a pure function of labels, fractions, seed.
+
+    A fraction of 0 leaves that split empty (the bundled digits that `train` uses without
+    `prepare` have no test split)."""
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n_test = round(len(idx) * test_fraction)
+        n_val = round(len(idx) * validation_fraction)
+        parts["test"].append(idx[:n_test])
+        parts["validation"].append(idx[n_test : n_test + n_val])
+        parts["train"].append(idx[n_test + n_val :])
+    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
+    wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
+    for name, idx in out.items():
+        if len(idx) == 0 and wanted[name] > 0:
             raise ConfigError(
-                f"data.path: class {name!r} has {n} example(s) in {cfg.path}, too few to have one "
-                "in each of train / validation / test; add examples or remove the class "
-                "(example: 10 or more per class)"
+                f"data: {len(y)} examples leave the {name} split empty "
+                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
+            )
+    return out
+
+
+def _check_classes(source: Source) -> None:
+    """Every class needs two examples or more, else the split cannot stratify it."""
+    counts = np.bincount(source.labels, minlength=len(source.names))
+    for name, n in zip(source.names, counts, strict=True):
+        if n < 2:
+            raise ConfigError(
+                f"data: class {name!r} has {n} example{'s' if n != 1 else ''}; the split needs "
+                "at least 2 per class (add examples or remove the class)"
             )
 
 
+def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
+    """An image (encoded bytes or a uint8 array) resized to `size` (h, w), encoded as PNG/JPEG.
+
+    Decoding every image here is also the check that each one is readable: a truncated file
+    stops `prepare` with its path, never `train` in the middle of an epoch."""
+    from PIL import Image
+
+    try:
+        if isinstance(payload, bytes):
+            image = Image.open(io.BytesIO(payload))
+            image.load()  # decodes it all: a truncated file fails here
+            stored = ((image.format or "").lower(), image.mode, image.size)
+            if stored == (fmt, "L" if channels == 1 else "RGB", (size[1], size[0])):
+                return payload  # already as it would be stored: no second lossy encoding
+        else:
+            array = np.asarray(payload, dtype=np.uint8)
+            image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+        image = image.convert("L" if channels == 1 else "RGB")
+        if image.size != (size[1], size[0]):
+            image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+        buf = io.BytesIO()
+        if fmt == "jpeg":
+            image.save(buf, format="JPEG", quality=95)
+        else:
+            image.save(buf, format="PNG", optimize=False)
+    except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors for unreadable images
+        raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
+    return buf.getvalue()
+
+
+def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
+    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk."""
+    if image is None:
+        for i in order:
+            yield np.asarray(source.load(int(i)), dtype=np.float32).reshape(-1)
+        return
+    h, w, c = image
+    fmt = source.encoding
+
+    def one(i: int) -> bytes:
+        return encode_image(source.load(i), (h, w), c, fmt, source.where(i))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for start in range(0, len(order), ENCODE_CHUNK):
+            yield from pool.map(one, [int(i) for i in order[start : start + ENCODE_CHUNK]])
+
+
+def write_shards(
+    source: Source, order: np.ndarray, folder: Path, split: str, image: tuple | None
+) -> list[str]:
+    """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names."""
+    import tensorflow as tf
+
+    names: list[str] = []
+    writer = None
+    written = 0
+    for i, x in zip(order, _payloads(source, order, image), strict=True):
+        record = serialize(x, int(source.labels[i]))
+        if writer is None or written >= SHARD_BYTES:
+            if writer is not None:
+                writer.close()
+            names.append(f"{split}-{len(names):05d}.tfrecord")
+            writer = tf.io.TFRecordWriter(str(folder / names[-1]))
+            written = 0
+        writer.write(record)
+        written += len(record) + 16  # TFRecord framing: length, two CRCs
+    if writer is not None:
+        writer.close()
+    return names
+
+
+def write_processed(
+    source: Source, idx: dict[str, np.ndarray], folder: Path, params: Params
+) -> DataSpec:
+    """Every split of `source` as shards in `folder`, in a seeded order, plus `spec.json`.
+
+    The shards go to a temporary folder first and replace the old ones only once all are
+    written: a failure (an unreadable image) leaves the previous processed data as it was."""
+    cfg = params.data
+    image = None
+    if source.kind == "image":
+        image = source.input_shape or (*cfg.image_size, cfg.image_channels)
+        if len(image) != 3 or image[2] not in (1, 3):
+            raise ConfigError(
+                "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
+                "(example: --set data.image_size=[64,64] --set data.image_channels=3)"
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".prepare-partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    shards: dict[str, list[str]] = {}
+    try:
+        for n, split in enumerate(SPLITS):
+            # A seeded random order: classes mixed within and across shards.
+            order = np.random.default_rng([params.seed, n]).permutation(idx[split])
+            shards[split] = write_shards(source, order, tmp, split, image)
+        for p in tmp.iterdir():
+            p.replace(folder / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    stats: dict[str, Any] = {}
+    if source.kind == "vector":
+        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
+    spec = DataSpec(
+        kind=source.kind,
+        input_shape=tuple(int(v) for v in (image or source.input_shape)),
+        names=list(source.names),
+        counts={s: int(len(idx[s])) for s in SPLITS},
+        feature_names=list(source.feature_names),
+        extra={
+            "shards": shards,
+            "encoding": source.encoding if image else "float",
+            "seed": params.seed,
+        },
+        **stats,
+    )
+    atomic_write(folder / SPEC, spec.to_json())
+    return spec
+
+
+def bundled_digits(folder: Path, params: Params) -> DataSpec:
+    """The bundled digits split into train and validation only, as shards in `folder`: what
+    `train` uses when `prepare` never ran (no data/raw, no manifest)."""
+    write_digits_csv(folder / "digits.csv")
+    source = read_digits(str(folder / "digits.csv"))
+    idx = split_indices(source.labels, params.data.validation_fraction, 0.0, params.seed)
+    return write_processed(source, idx, folder, params)
+
+
 def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
-    """Write `data/raw`, the split in `data/processed`, `data/manifest.json`; return a summary."""
+    """Write `data/raw`, the shards and spec in `data/processed`, `data/manifest.json`."""
     cfg = params.data
     if cfg.validation_fraction + cfg.test_fraction >= 1.0:
         raise ConfigError(
@@ -339,45 +356,42 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
     recorded = written_before(project_dir)
-    (x, y, classes), raw_sources = _load_source(params, project_dir, recorded)
-    check_class_counts(y, classes, cfg)
-    idx = split_indices(y, cfg.validation_fraction, cfg.test_fraction, params.seed)
-    # Scale features into [-1, 1] by the training split's largest value (images are already in
-    # [0, 1]): evaluation data never influences the scale.
-    scale = float(np.abs(x[idx["train"]]).max()) if cfg.source in ("digits", "csv") else 1.0
-    scale = scale if scale > 1.0 else 1.0
+    source, raw_sources = _load_source(params, project_dir, recorded)
+    if source.splits is not None:
+        idx = source.splits
+    else:
+        _check_classes(source)
+        idx = split_indices(source.labels, cfg.validation_fraction, cfg.test_fraction, params.seed)
     processed = project_dir / PROCESSED
-    processed.mkdir(parents=True, exist_ok=True)
+    spec = write_processed(source, idx, processed, params)
+    written = {f"{PROCESSED}/{n}" for names in spec.extra["shards"].values() for n in names}
+    written.add(f"{PROCESSED}/{SPEC}")
+    # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
+    remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source} split (seed {params.seed})"
-    sources = {}
-    for name in SPLITS:
-        save_npz(
-            processed / f"{name}.npz",
-            x=x[idx[name]] / np.float32(scale),
-            y=y[idx[name]],
-            classes=np.array(classes),
-        )
-        sources[f"{PROCESSED}/{name}.npz"] = split_source
-    written = set(raw_sources) | set(sources)
-    remove_stale(project_dir, recorded, written)  # only what an earlier prepare wrote
-    counts = {name: int(len(i)) for name, i in idx.items()}
     info = {
         "generated_by": f"python -m {__package__} prepare",
         "source": cfg.source,
-        "data_path": None if cfg.source == "digits" else cfg.path,
+        "data_path": None if cfg.source in ("digits", "tfds") else cfg.path,
         "seed": params.seed,
-        "counts": counts,
-        "classes": classes,
-        "features": int(x.shape[1]),
-        "scale": scale,
-        "written": sorted(written),  # what prepare wrote: the only files it may delete later
+        "counts": spec.counts,
+        "classes": spec.names,
+        "kind": spec.kind,
+        "input_shape": list(spec.input_shape),
+        # What prepare wrote: the only files it may delete later.
+        "written": sorted(written | set(raw_sources)),
     }
-    doc = manifest.build(project_dir, {RAW: raw_sources, PROCESSED: sources}, info)
+    doc = manifest.build(
+        project_dir, {RAW: raw_sources, PROCESSED: dict.fromkeys(written, split_source)}, info
+    )
     manifest.write(project_dir, doc)
+    size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
-        f"Prepared {len(y)} examples of {len(classes)} classes from {cfg.source}: "
-        + ", ".join(f"{n} {c}" for n, c in counts.items())
-        + f"; {len(doc['files'])} files in {manifest.MANIFEST}",
+        f"Prepared {len(source.labels)} examples of {len(spec.names)} classes from {cfg.source} "
+        f"({spec.kind}s {'x'.join(map(str, spec.input_shape))}): "
+        + ", ".join(f"{n} {c}" for n, c in spec.counts.items())
+        + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
+        f"{manifest.MANIFEST}",
         flush=True,
     )
     return info

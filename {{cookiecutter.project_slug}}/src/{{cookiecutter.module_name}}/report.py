@@ -42,9 +42,12 @@ def plot_class_counts(splits: dict[str, np.ndarray], names: list[str] | None = N
 
 
 def as_image(features: np.ndarray) -> np.ndarray:
-    """One example as a 2-D array: square when the feature count is (8x8 digits, 28x28), else
-    one row, so tabular data still gets a picture."""
-    flat = np.asarray(features).reshape(-1)
+    """One example as an array to show: an image as it is (grey or RGB), a vector square when
+    its length is (64, 784), else one row, so tabular data still gets a picture."""
+    array = np.asarray(features)
+    if array.ndim == 3:  # an image [h, w, c] of pixel values 0-255
+        return array[..., 0] if array.shape[-1] == 1 else np.clip(array / 255.0, 0.0, 1.0)
+    flat = array.reshape(-1)
     side = int(round(np.sqrt(flat.size)))
     return flat.reshape(side, side) if side * side == flat.size else flat.reshape(1, -1)
 

@@ -1,0 +1,121 @@
+"""The tf.data input pipeline: the order of an epoch is a pure function of (seed, epoch), a step's
+examples do not depend on the number of replicas, a resume starts at the very next example, and
+augmentation is deterministic. Small shards made here; one process (no TensorFlow restarts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.pipeline import (
+    Prepared,
+    augmenter,
+    epoch_records,
+    load_prepared,
+    train_dataset,
+)
+from {{ cookiecutter.module_name }}.prepare import write_processed
+from {{ cookiecutter.module_name }}.sources import Source
+
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+N = 2500  # three shards of 1000 / 1000 / 500 at SHARD_BYTES below, over two shuffle windows
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """N 4x4x1 images whose first pixel is the example's id (id % 250), in several shards."""
+    import {{ cookiecutter.module_name }}.prepare as prepare
+
+    folder = tmp_path_factory.mktemp("shards")
+    ids = np.arange(N)
+    pixels = np.zeros((N, 4, 4, 1), np.uint8)
+    pixels[:, 0, 0, 0] = ids % 250
+    pixels[:, 1, 1, 0] = ids // 250
+    source = Source("image", (ids % 5).astype(np.int32), list("abcde"), pixels.__getitem__, str)
+    source.input_shape = (4, 4, 1)
+    idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
+    original = prepare.SHARD_BYTES
+    prepare.SHARD_BYTES = 100 * 1000  # about 1000 tiny examples per shard
+    try:
+        write_processed(source, idx, folder, load_params(PARAMS))
+    finally:
+        prepare.SHARD_BYTES = original
+    return load_prepared(folder)
+
+
+def example_ids(batch: tf.Tensor) -> list[int]:
+    x = batch.numpy()
+    return (x[:, 0, 0, 0] + 250 * x[:, 1, 1, 0]).astype(int).tolist()
+
+
+def steps(
+    data: Prepared, replicas: int, start: int = 0, count: int = 20, augment=()
+) -> list[list[int]]:
+    """The example ids of each global step, replicas' batches put back together."""
+    per_replica = 48 // replicas
+    ctx = tf.distribute.InputContext(num_replicas_in_sync=replicas)
+    ds = train_dataset(ctx, data, 48, seed=3, start_step=start, epochs=3, augment=list(augment))
+    batches = [example_ids(x) for x, _ in ds.take(count * replicas)]
+    assert all(len(b) == per_replica for b in batches)
+    return [sum(batches[i : i + replicas], []) for i in range(0, len(batches), replicas)]
+
+
+def test_shards_and_epoch_order_is_a_pure_function_of_seed_and_epoch(shards: Prepared) -> None:
+    assert len(shards.shards("train")) == 3
+    first = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
+    again = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
+    assert first == again
+    positions = [int(p) for p, _ in epoch_records(shards.shards("train"), 3, 1)]
+    assert positions == list(range(N))  # positions number the epoch
+
+    def ids(seed: int, epoch: int) -> list[int]:
+        schema = {"x": tf.io.FixedLenFeature([], tf.string)}
+        ds = epoch_records(shards.shards("train"), seed, epoch)
+        ds = ds.map(lambda p, r: tf.io.parse_single_example(r, schema)["x"])
+        return [hash(v) for v in ds.as_numpy_iterator()]
+
+    a, b, c = ids(3, 1), ids(3, 2), ids(4, 1)
+    assert a == ids(3, 1) and len(set(a)) == N  # the same order, every example once
+    assert a != b and a != c and sorted(a) == sorted(b) == sorted(c)
+
+
+def test_a_steps_examples_do_not_depend_on_replicas_and_resume_is_exact(
+    shards: Prepared,
+) -> None:
+    one = steps(shards, replicas=1, count=60)  # 52 steps per epoch: crosses an epoch
+    two = steps(shards, replicas=2, count=60)
+    assert one == two
+    assert len(set(sum(one[:52], []))) == 52 * 48  # no example twice within an epoch
+    assert steps(shards, replicas=1, start=37, count=23) == one[37:]  # mid-epoch resume
+    assert steps(shards, replicas=2, start=52, count=8) == one[52:]  # from an epoch start
+
+
+def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) -> None:
+    image = tf.reshape(tf.range(64 * 48, dtype=tf.float32) % 255, [64, 48, 1])
+    augment = augmenter(["flip", "rotation", "zoom", "contrast"])
+    key = tf.constant([3, 7], tf.int64)
+    out = augment(image, key)
+    assert out.shape == image.shape
+    assert np.array_equal(out.numpy(), augment(image, key).numpy())
+    assert not np.array_equal(out.numpy(), augment(image, tf.constant([3, 8], tf.int64)).numpy())
+    assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
+    assert np.array_equal(augmenter([])(image, key).numpy(), image.numpy())  # [] = off
+    # In the pipeline: the same batches on every run, and a resumed run gets the same pixels.
+    full = train_dataset(
+        tf.distribute.InputContext(), shards, 48, 3, 0, 2, ["flip", "rotation", "contrast"]
+    )
+    resumed = train_dataset(
+        tf.distribute.InputContext(), shards, 48, 3, 5, 2, ["flip", "rotation", "contrast"]
+    )
+    a = [x.numpy() for x, _ in full.take(7)]
+    b = [x.numpy() for x, _ in resumed.take(2)]
+    assert np.array_equal(a[5], b[0]) and np.array_equal(a[6], b[1])
+    plain = [
+        x.numpy()
+        for x, _ in train_dataset(tf.distribute.InputContext(), shards, 48, 3, 0, 2, []).take(1)
+    ]
+    assert not np.array_equal(a[0], plain[0])
