@@ -208,6 +208,8 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
 def test_tfds_through_mock_data(tmp_path: Path) -> None:
     try:
         import tensorflow_datasets as tfds
+
+        tfds.testing.mock_data  # noqa: B018 - a second, partial import fails here instead
     except Exception as exc:  # noqa: BLE001 - protobuf's VersionError is not an ImportError
         pytest.skip(f"tensorflow_datasets does not import here: {type(exc).__name__}: {exc}")
 
