@@ -127,6 +127,15 @@ def test_two_replicas_clip_and_step_like_one_device(clip: float) -> None:
         return [w.numpy() for w in model.weights]
 
     one = run(tf.distribute.get_strategy())
-    two = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    two = run(two_cpus(tf))
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def two_cpus(tf):
+    """MirroredStrategy over the two logical CPUs, reducing without collective ops: TensorFlow
+    caches a collective instance's shape per device group for the process, so a second strategy
+    with collectives (the trainer's, in a later test) would meet this test's shapes."""
+    return tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
