@@ -235,7 +235,8 @@ def table(path: Path, kind: str, n: int = 60) -> Path:
             "multilabel": "|".join(
                 name for name, on in (("big", size > 1000), ("heavy", weight > 0.5)) if on
             ),
-            "classification": f"{size:.2f}",  # continuous: not classes
+            "classes": "big" if size > 1000 else "small",
+            "continuous": f"{size:.2f}",  # a continuous target: not classes
         }[kind]
         rows.append(f"{size:.1f},{weight:.3f},{target}")
     path.write_text("\n".join(rows) + "\n")
@@ -248,7 +249,7 @@ def prepare_table(tmp_path: Path, kind: str, n: int = 60) -> Path:
     csv_file = table(tmp_path / f"{kind}.csv", kind, n)
     run_prepare(
         project, "data.source=csv", f"data.path={csv_file}", "data.label=target",
-        f"task.type={'classification' if kind == 'classification' else kind}",
+        f"task.type={kind if kind in ('multilabel', 'regression') else 'classification'}",
     )  # fmt: skip
     return project
 
@@ -284,13 +285,13 @@ def test_multilabel_and_regression_csvs_reach_the_pipeline(tmp_path: Path) -> No
 def test_a_continuous_target_is_refused_as_classes(tmp_path: Path) -> None:
     refused = r"^data.label: 60 distinct values .*task.type=regression"
     with pytest.raises(ConfigError, match=refused):
-        prepare_table(tmp_path, "classification")
+        prepare_table(tmp_path, "continuous")
     project = tmp_path / "digits"
     with pytest.raises(ConfigError, match=r"^task.type: regression needs a csv or tfrecord source"):
         run_prepare(project, "task.type=regression")
 
 
-@pytest.mark.parametrize("kind", ["multilabel", "regression"])
+@pytest.mark.parametrize("kind", ["classes", "multilabel", "regression"])
 def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: str) -> None:
     """evaluate over the test shards with a model saved as users get it (model.json beside)."""
     from {{ cookiecutter.module_name }}.evaluate import evaluate
@@ -299,7 +300,7 @@ def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: 
     from {{ cookiecutter.module_name }}.task import make_task
 
     project = prepare_table(tmp_path, kind)
-    params = load_params(PARAMS, [f"task.type={kind}"])
+    params = load_params(PARAMS, [f"task.type={kind.replace('classes', 'classification')}"])
     spec = load_spec(processed(project))
     task = make_task(params, spec)
     save_for_users(
@@ -307,18 +308,26 @@ def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: 
     )
     metrics = evaluate(params, project)
     plots = project / "results/plots"
-    assert metrics["test_examples"] == 12 and np.isfinite(metrics["test_loss"])
+    tested = spec.counts["test"]
+    assert metrics["test_examples"] == tested > 0 and np.isfinite(metrics["test_loss"])
     if kind == "regression":
         assert {"test_mae", "test_rmse", "test_r2"} <= set(metrics)
         lines = (plots / "predictions.csv").read_text().splitlines()
-        assert lines[0] == "actual,predicted,residual" and len(lines) == 13
+        assert lines[0] == "actual,predicted,residual" and len(lines) == tested + 1
         assert (plots / "per_label.csv").read_text() == "label,precision,recall,f1,support\n"
-    else:
+    elif kind == "multilabel":
         assert {"test_binary_accuracy", "test_auc", "test_f1"} <= set(metrics)
         lines = (plots / "per_label.csv").read_text().splitlines()
         assert [row.split(",")[0] for row in lines] == ["label", "big", "heavy"]
         assert (plots / "predictions.csv").read_text() == "actual,predicted,residual\n"
-    assert (plots / "confusion_matrix.csv").read_text() == "actual,predicted\n"
+    else:
+        assert {"test_accuracy", "test_auc", "test_f1"} <= set(metrics)
+        assert len((plots / "confusion_matrix.csv").read_text().splitlines()) == tested + 1
+        lines = (plots / "per_class.csv").read_text().splitlines()
+        assert [row.split(",")[0] for row in lines] == ["class", "big", "small"]
+        assert (plots / "per_label.csv").read_text() == "label,precision,recall,f1,support\n"
+    if kind != "classes":
+        assert (plots / "confusion_matrix.csv").read_text() == "actual,predicted\n"
     assert json.loads((project / "results/metrics/evaluate.json").read_text()) == metrics
 
 

@@ -39,6 +39,7 @@ MODEL = "models/model.keras"
 SIDECAR = "models/model.json"
 TRAIN_METRICS = "metrics/train.json"
 METRICS = "metrics/evaluate.json"
+CONFUSION = "plots/confusion_matrix.csv"  # classification; report.load_confusion reads it
 CURVE = "plots/training_curve.csv"
 # The per-epoch columns dvc.yaml plots: always in the curve file (empty where a task has none).
 CURVE_PLOTTED = ("loss", "accuracy", "binary_accuracy", "mae")
