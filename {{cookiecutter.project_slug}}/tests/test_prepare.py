@@ -282,6 +282,47 @@ def test_multilabel_and_regression_csvs_reach_the_pipeline(tmp_path: Path) -> No
     assert sha(processed(project) / "train-00000.tfrecord") == before
 
 
+def test_tfrecord_targets_for_regression_and_multilabel(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    def feature(values: list) -> tf.train.Feature:
+        if isinstance(values[0], bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    with tf.io.TFRecordWriter(str(folder / "part-0.tfrecord")) as writer:
+        for i in range(20):
+            tags = [b"cat", b"dog"][: i % 3]  # none, cat, or cat and dog
+            writer.write(
+                _example(
+                    {
+                        "x": feature([float(i), 1.0]),
+                        "price": feature([40.0 + i]),
+                        "tags": feature(tags) if tags else tf.train.Feature(),
+                        "flags": feature([float(i % 2), float(i % 3 == 0)]),
+                    }
+                )
+            )
+    project = tmp_path / "project"
+    common = ["data.source=tfrecord", f"data.path={folder}", "data.features=x"]
+    run_prepare(project, *common, "data.label=price", "task.type=regression")
+    spec = load_spec(processed(project))
+    assert spec.task == "regression" and spec.names == ["price"]
+    _, y, _ = read_split(processed(project), "train")
+    assert y.dtype == np.float32 and spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
+
+    run_prepare(project, *common, "data.label=tags", "task.type=multilabel")
+    assert load_spec(processed(project)).names == ["cat", "dog"]
+    _, y, _ = read_split(processed(project), "train")
+    assert y.shape[1] == 2 and {tuple(r) for r in y.tolist()} == {(0, 0), (1, 0), (1, 1)}
+
+    run_prepare(project, *common, "data.label=flags", "task.type=multilabel")
+    assert load_spec(processed(project)).names == ["label_0", "label_1"]
+    assert read_split(processed(project), "train")[1].shape[1] == 2
+
+
 def test_a_continuous_target_is_refused_as_classes(tmp_path: Path) -> None:
     refused = r"^data.label: 60 distinct values .*task.type=regression"
     with pytest.raises(ConfigError, match=refused):
