@@ -13,7 +13,6 @@ import pytest
 from {{ cookiecutter.module_name }} import gcs, manifest
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.dataspec import load_spec
-from {{ cookiecutter.module_name }}.evaluate import scores, training_curve
 from {{ cookiecutter.module_name }}.pipeline import read_split
 from {{ cookiecutter.module_name }}.prepare import prepare, split_indices
 
@@ -225,16 +224,152 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
 
 
-def test_evaluate_helpers(tmp_path: Path) -> None:
-    logits = np.array([[2.0, 0.0], [0.0, 3.0], [1.0, 0.0]])
-    result = scores(logits, np.array([0, 1, 1]))
-    assert result["test_accuracy"] == pytest.approx(2 / 3)
-    expected = np.mean([np.log1p(np.exp(-2.0)), np.log1p(np.exp(-3.0)), np.log1p(np.exp(1.0))])
-    assert result["test_loss"] == pytest.approx(expected, rel=1e-5)
-    metrics = tmp_path / "train.json"
-    metrics.write_text(json.dumps({"history": [{"epoch": 1, "loss": 0.5, "val_loss": 0.6}]}))
-    assert training_curve(metrics) == [[1, 0.5, None, 0.6, None]]
-    assert training_curve(tmp_path / "missing.json") == []
+def table(path: Path, kind: str, n: int = 60) -> Path:
+    """A small CSV of two raw features and a target of `kind` (a function of the features)."""
+    rng = np.random.default_rng(3)
+    rows = ["size,weight,target"]
+    for _ in range(n):
+        size, weight = rng.normal(1000, 300), rng.random()
+        target = {
+            "regression": f"{50 + size / 100 + rng.normal(0, 0.5):.3f}",
+            "multilabel": "|".join(
+                name for name, on in (("big", size > 1000), ("heavy", weight > 0.5)) if on
+            ),
+            "classes": "big" if size > 1000 else "small",
+            "continuous": f"{size:.2f}",  # a continuous target: not classes
+        }[kind]
+        rows.append(f"{size:.1f},{weight:.3f},{target}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def prepare_table(tmp_path: Path, kind: str, n: int = 60) -> Path:
+    project = tmp_path / kind
+    project.mkdir()
+    csv_file = table(tmp_path / f"{kind}.csv", kind, n)
+    run_prepare(
+        project, "data.source=csv", f"data.path={csv_file}", "data.label=target",
+        f"task.type={kind if kind in ('multilabel', 'regression') else 'classification'}",
+    )  # fmt: skip
+    return project
+
+
+def test_multilabel_and_regression_csvs_reach_the_pipeline(tmp_path: Path) -> None:
+    project = prepare_table(tmp_path, "multilabel")
+    spec = load_spec(processed(project))
+    assert spec.task == "multilabel" and spec.names == ["big", "heavy"]
+    x, y, names = read_split(processed(project), "train")
+    assert x.shape == (36, 2) and y.shape == (36, 2) and y.dtype == np.float32
+    assert set(np.unique(y)) <= {0.0, 1.0} and names == ["big", "heavy"]
+    assert 0 < y[:, 0].mean() < 1 and 0 < y[:, 1].mean() < 1  # both labels, on and off
+
+    project = prepare_table(tmp_path, "regression")
+    spec = load_spec(processed(project))
+    assert spec.task == "regression" and spec.names == ["target"]
+    x, y, _ = read_split(processed(project), "train")
+    assert y.shape == (36,) and y.dtype == np.float32
+    # The spec's statistics are the training split's (the loss standardises with them).
+    assert spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
+    assert spec.target_std == pytest.approx(float(y.std()), rel=1e-4)
+    _, y_test, _ = read_split(processed(project), "test")
+    assert len(y_test) == 12 and spec.counts == {"train": 36, "validation": 12, "test": 12}
+    # A seeded random split: the same seed, the same bytes.
+    before = sha(processed(project) / "train-00000.tfrecord")
+    run_prepare(
+        project, "data.source=csv", f"data.path={tmp_path / 'regression.csv'}",
+        "data.label=target", "task.type=regression",
+    )  # fmt: skip
+    assert sha(processed(project) / "train-00000.tfrecord") == before
+
+
+def test_tfrecord_targets_for_regression_and_multilabel(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    def feature(values: list) -> tf.train.Feature:
+        if isinstance(values[0], bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    with tf.io.TFRecordWriter(str(folder / "part-0.tfrecord")) as writer:
+        for i in range(20):
+            tags = [b"cat", b"dog"][: i % 3]  # none, cat, or cat and dog
+            writer.write(
+                _example(
+                    {
+                        "x": feature([float(i), 1.0]),
+                        "price": feature([40.0 + i]),
+                        "tags": feature(tags) if tags else tf.train.Feature(),
+                        "flags": feature([float(i % 2), float(i % 3 == 0)]),
+                    }
+                )
+            )
+    project = tmp_path / "project"
+    common = ["data.source=tfrecord", f"data.path={folder}", "data.features=x"]
+    run_prepare(project, *common, "data.label=price", "task.type=regression")
+    spec = load_spec(processed(project))
+    assert spec.task == "regression" and spec.names == ["price"]
+    _, y, _ = read_split(processed(project), "train")
+    assert y.dtype == np.float32 and spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
+
+    run_prepare(project, *common, "data.label=tags", "task.type=multilabel")
+    assert load_spec(processed(project)).names == ["cat", "dog"]
+    _, y, _ = read_split(processed(project), "train")
+    assert y.shape[1] == 2 and {tuple(r) for r in y.tolist()} == {(0, 0), (1, 0), (1, 1)}
+
+    run_prepare(project, *common, "data.label=flags", "task.type=multilabel")
+    assert load_spec(processed(project)).names == ["label_0", "label_1"]
+    assert read_split(processed(project), "train")[1].shape[1] == 2
+
+
+def test_a_continuous_target_is_refused_as_classes(tmp_path: Path) -> None:
+    refused = r"^data.label: 60 distinct values .*task.type=regression"
+    with pytest.raises(ConfigError, match=refused):
+        prepare_table(tmp_path, "continuous")
+    project = tmp_path / "digits"
+    with pytest.raises(ConfigError, match=r"^task.type: regression needs a csv or tfrecord source"):
+        run_prepare(project, "task.type=regression")
+
+
+@pytest.mark.parametrize("kind", ["classes", "multilabel", "regression"])
+def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: str) -> None:
+    """evaluate over the test shards with a model saved as users get it (model.json beside)."""
+    from {{ cookiecutter.module_name }}.evaluate import evaluate
+    from {{ cookiecutter.module_name }}.model import build_model
+    from {{ cookiecutter.module_name }}.predict import save_for_users
+    from {{ cookiecutter.module_name }}.task import make_task
+
+    project = prepare_table(tmp_path, kind)
+    params = load_params(PARAMS, [f"task.type={kind.replace('classes', 'classification')}"])
+    spec = load_spec(processed(project))
+    task = make_task(params, spec)
+    save_for_users(
+        build_model(spec, task.num_outputs, params.model), task, spec, project / "results/models"
+    )
+    metrics = evaluate(params, project)
+    plots = project / "results/plots"
+    tested = spec.counts["test"]
+    assert metrics["test_examples"] == tested > 0 and np.isfinite(metrics["test_loss"])
+    if kind == "regression":
+        assert {"test_mae", "test_rmse", "test_r2"} <= set(metrics)
+        lines = (plots / "predictions.csv").read_text().splitlines()
+        assert lines[0] == "actual,predicted,residual" and len(lines) == tested + 1
+        assert (plots / "per_label.csv").read_text() == "label,precision,recall,f1,support\n"
+    elif kind == "multilabel":
+        assert {"test_binary_accuracy", "test_auc", "test_f1"} <= set(metrics)
+        lines = (plots / "per_label.csv").read_text().splitlines()
+        assert [row.split(",")[0] for row in lines] == ["label", "big", "heavy"]
+        assert (plots / "predictions.csv").read_text() == "actual,predicted,residual\n"
+    else:
+        assert {"test_accuracy", "test_auc", "test_f1"} <= set(metrics)
+        assert len((plots / "confusion_matrix.csv").read_text().splitlines()) == tested + 1
+        lines = (plots / "per_class.csv").read_text().splitlines()
+        assert [row.split(",")[0] for row in lines] == ["class", "big", "small"]
+        assert (plots / "per_label.csv").read_text() == "label,precision,recall,f1,support\n"
+    if kind != "classes":
+        assert (plots / "confusion_matrix.csv").read_text() == "actual,predicted\n"
+    assert json.loads((project / "results/metrics/evaluate.json").read_text()) == metrics
 
 
 def test_csv_vectors_train_and_evaluate_end_to_end(tmp_path: Path, monkeypatch) -> None:

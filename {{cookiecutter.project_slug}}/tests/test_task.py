@@ -213,6 +213,13 @@ def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
     history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
     assert report.main_metric(history) == "mae"
     assert len(report.plot_training_curves(history).axes) == 2
+    # Notebook 01's look at the targets: label counts, a histogram of values, class counts.
+    labels = report.plot_targets({"train": truth.astype("float32")}, LABELS)
+    assert [t.get_text() for t in labels.axes[0].get_xticklabels()] == LABELS
+    values = report.plot_targets({"train": np.array([50.0, 70.0], "float32")}, ["price"])
+    assert values.axes[0].get_xlabel() == "price"
+    classes = report.plot_targets({"train": np.array([0, 1, 1])}, ["a", "b"])
+    assert classes.axes[0].get_xlabel() == "class"
 
 
 def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:

@@ -1,11 +1,18 @@
-"""`evaluate`: the trained model on the held-out test split.
+"""`evaluate`: the trained model on the held-out test split, reported as its task asks.
 
 Reads `results/models/model.keras` and the test shards in `data/processed` (streamed through
-the input pipeline); writes
-- `results/metrics/evaluate.json`: test loss and accuracy (`dvc metrics show`),
-- `results/plots/confusion_matrix.csv`: one row per test example, actual and predicted class,
-- `results/plots/training_curve.csv`: loss and accuracy per epoch, from `results/metrics/train.json`
-  (`dvc plots show` draws both, as declared in dvc.yaml).
+the input pipeline); `task.py` (`Task.evaluate`) computes the metrics and the plot rows; this
+module writes
+- `results/metrics/evaluate.json`: the test loss and the task's metrics (`dvc metrics show`);
+- `results/plots/`: every task's plot files, the other tasks' with their header only, so that the
+  static dvc.yaml declares them all and `dvc plots show` draws what fits the task (an empty file
+  is an empty plot; a missing one would be an error): `confusion_matrix.csv` and
+  `per_class.csv` (classification), `per_label.csv` (multilabel), `predictions.csv` (actual,
+  predicted, residual: regression);
+- `results/plots/training_curve.csv`: every per-epoch number from `results/metrics/train.json`.
+
+The model: with `model.json` beside it (predict.save_for_users), its outputs are in the user's
+units (probabilities or values); without, they are logits, turned into outputs by the task.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +29,26 @@ import numpy as np
 from . import manifest
 from .config import ConfigError, Params
 from .files import atomic_write
-from .pipeline import eval_dataset, load_prepared
+from .pipeline import Prepared, eval_dataset, load_prepared
 from .prepare import PROCESSED
 from .storage import results_root
-from .task import Evaluation
+from .task import PLOTS, Evaluation, Task, make_task
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
 MODEL = "models/model.keras"
+SIDECAR = "models/model.json"
 TRAIN_METRICS = "metrics/train.json"
 METRICS = "metrics/evaluate.json"
-CONFUSION = "plots/confusion_matrix.csv"
+CONFUSION = "plots/confusion_matrix.csv"  # classification; report.load_confusion reads it
 CURVE = "plots/training_curve.csv"
-CURVE_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy")
+# The per-epoch columns dvc.yaml plots: always in the curve file (empty where a task has none).
+CURVE_PLOTTED = ("loss", "accuracy", "binary_accuracy", "mae")
+PLOT_HEADERS = {
+    "confusion_matrix.csv": ["actual", "predicted"],
+    "per_class.csv": ["class", "precision", "recall", "f1", "support"],
+    "per_label.csv": ["label", "precision", "recall", "f1", "support"],
+    "predictions.csv": ["actual", "predicted", "residual"],
+}
 
 
 def _csv(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> bytes:
@@ -41,24 +57,6 @@ def _csv(header: tuple[str, ...] | list[str], rows: list[list[Any]]) -> bytes:
     writer.writerow(header)
     writer.writerows(rows)
     return buf.getvalue().encode()
-
-
-def scores(logits: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Mean softmax cross-entropy and accuracy of `logits` against integer labels `y`."""
-    import keras
-
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, logits)
-    accuracy = keras.metrics.SparseCategoricalAccuracy()
-    accuracy.update_state(y, logits)
-    return {"test_loss": float(loss), "test_accuracy": float(accuracy.result())}
-
-
-def training_curve(train_metrics: Path) -> list[list[Any]]:
-    """Rows of CURVE_COLUMNS from the `history` that `train` writes into train.json."""
-    if not train_metrics.is_file():
-        return []
-    history = json.loads(train_metrics.read_text()).get("history") or []
-    return [[rec.get(k) for k in CURVE_COLUMNS] for rec in history]
 
 
 def write_evaluation(results: Path, evaluation: Evaluation) -> list[Path]:
@@ -76,45 +74,77 @@ def write_evaluation(results: Path, evaluation: Evaluation) -> list[Path]:
     return written
 
 
+def write_other_plots(results: Path, task: Task) -> list[Path]:
+    """The other tasks' plot files, header only, and the plotted curve columns that this task's
+    history lacks (empty cells): every plot dvc.yaml declares exists, and an empty one draws
+    nothing."""
+    written = []
+    for kind, names in PLOTS.items():
+        if kind != task.type:
+            for name in names:
+                written.append(atomic_write(results / "plots" / name, _csv(PLOT_HEADERS[name], [])))
+    curve = results / CURVE
+    rows = list(csv.reader(io.StringIO(curve.read_text())))
+    header, body = rows[0], rows[1:]
+    missing = [c for m in CURVE_PLOTTED for c in (m, f"val_{m}") if c not in header]
+    atomic_write(curve, _csv(header + missing, [row + [""] * len(missing) for row in body]))
+    return written
+
+
 def _history(train_metrics: Path) -> list[dict[str, Any]]:
     if not train_metrics.is_file():
         return []
     return json.loads(train_metrics.read_text()).get("history") or []
 
 
-def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
-    """Evaluate the saved model on the test split and write metrics and plot data."""
-    manifest.check(project_dir, module=__package__ or "")
-    results = results_root(project_dir)
+def load_model(results: Path, task: Task) -> Any:
+    """x -> outputs in the user's units: the saved users' model (model.json beside it), or a
+    logits model (an older `train`) with the task's output on top."""
     model_file = results / MODEL
     if not model_file.is_file():
         raise ConfigError(
             f"{model_file}: no trained model; train first: `python -m {__package__} train` "
             "(or `dvc repro`, or `dvc pull` to fetch the versioned one)"
         )
+    if (results / SIDECAR).is_file():
+        from .predict import load_for_users
+
+        model, _ = load_for_users(model_file.parent)
+        return lambda x: model(x, training=False)
     import keras
 
-    data = load_prepared(project_dir / PROCESSED)
-    classes = data.spec.names
-    model = keras.models.load_model(model_file, compile=False)
-    # The test split streams from its shards; only the logits and labels are kept (for the
-    # confusion matrix): a few numbers per example. Images go in training-size batches: a conv
-    # net's activations, not the inputs, set the memory.
-    batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
-    parts = [(model(x, training=False).numpy(), y) for x, y in eval_dataset(data, "test", batch)]
-    logits = np.concatenate([p[0] for p in parts]).astype(np.float64)
-    y = np.concatenate([p[1] for p in parts])
-    metrics = {**scores(logits, y), "test_examples": len(y), "classes": len(classes)}
-    atomic_write(results / METRICS, (json.dumps(metrics, indent=2) + "\n").encode())
+    from . import model as _custom_layers  # noqa: F401 - registers the model's own layers
 
-    predicted = logits.argmax(axis=1)
-    confusion = [[classes[a], classes[p]] for a, p in zip(y, predicted, strict=True)]
-    atomic_write(results / CONFUSION, _csv(["actual", "predicted"], confusion))
-    curve = training_curve(results / TRAIN_METRICS)
-    atomic_write(results / CURVE, _csv(CURVE_COLUMNS, curve))
+    logits_model = keras.models.load_model(model_file, compile=False)
+    return lambda x: task.outputs(logits_model(x, training=False))
+
+
+def scored_batches(predict: Any, data: Prepared, batch: int) -> Iterator[tuple[Any, Any]]:
+    """(targets, outputs) of the test split, batch by batch: only these are kept."""
+    for x, y in eval_dataset(data, "test", batch):
+        yield y.numpy(), np.asarray(predict(x))
+
+
+def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
+    """Evaluate the saved model on the test split and write metrics and plot data."""
+    manifest.check(project_dir, module=__package__ or "")
+    results = results_root(project_dir)
+    data = load_prepared(project_dir / PROCESSED)
+    task = make_task(params, data.spec)
+    predict = load_model(results, task)
+    # Images go in training-size batches: a conv net's activations, not the inputs, set the
+    # memory.
+    batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
+    evaluation = task.evaluate(scored_batches(predict, data, batch))
+    written = write_evaluation(results, evaluation)
+    written += write_other_plots(results, task)
+    shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
-        f"Test accuracy {metrics['test_accuracy']:.4f}, loss {metrics['test_loss']:.4f} on "
-        f"{len(y)} examples; wrote {METRICS}, {CONFUSION}, {CURVE} in {results}",
+        f"Test ({task.type}): "
+        + ", ".join(f"{k[5:]} {v:.4g}" for k, v in shown.items() if isinstance(v, float))
+        + f" on {evaluation.metrics['test_examples']} examples; wrote "
+        + ", ".join(sorted(str(p.relative_to(results)) for p in written))
+        + f" in {results}",
         flush=True,
     )
-    return metrics
+    return evaluation.metrics

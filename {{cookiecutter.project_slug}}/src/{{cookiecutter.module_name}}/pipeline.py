@@ -1,7 +1,8 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
 `prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, or a float vector) and `y` (the class index). Nothing here holds the data set in memory:
+JPEG, or a float vector) and `y` (the target of `spec.task`: the class index as an int64, the 0/1
+label vector or the regression value as floats). Nothing here holds the data set in memory:
 what the pipeline holds depends on the batch size and the prefetch depth only.
 
 Exact resume. The order of an epoch is a pure function of (seed, epoch):
@@ -58,21 +59,45 @@ def load_prepared(processed_dir: Path) -> Prepared:
     return Prepared(load_spec(processed_dir), Path(processed_dir))
 
 
-def serialize(x: bytes | np.ndarray, y: int) -> bytes:
-    """One processed example as `tf.train.Example` bytes: an encoded image or floats, a class."""
+def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray) -> bytes:
+    """One processed example as `tf.train.Example` bytes: an encoded image or floats, and the
+    target: an integer class as int64, anything else (a 0/1 label vector, a value) as floats."""
     import tensorflow as tf
 
     if isinstance(x, bytes):
         feature_x = tf.train.Feature(bytes_list=tf.train.BytesList(value=[x]))
     else:
         feature_x = tf.train.Feature(float_list=tf.train.FloatList(value=x.tolist()))
-    feature_y = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))
+    if isinstance(y, int | np.integer):
+        feature_y = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))
+    else:
+        values = np.asarray(y, dtype=np.float32).reshape(-1).tolist()
+        feature_y = tf.train.Feature(float_list=tf.train.FloatList(value=values))
     example = tf.train.Example(features=tf.train.Features(feature={X: feature_x, Y: feature_y}))
     return example.SerializeToString()
 
 
+def target_feature(spec: DataSpec) -> Any:
+    """How `y` is parsed for `spec.task`: int64 class, float32 label vector, or float32 value."""
+    import tensorflow as tf
+
+    if spec.task == "multilabel":
+        return tf.io.FixedLenFeature([len(spec.names)], tf.float32)
+    if spec.task == "regression":
+        return tf.io.FixedLenFeature([], tf.float32)
+    return tf.io.FixedLenFeature([], tf.int64)
+
+
+def _target(y: Any) -> Any:
+    """Classes as int32 (what the metrics take); float targets as they are."""
+    import tensorflow as tf
+
+    return tf.cast(y, tf.int32) if y.dtype == tf.int64 else y
+
+
 def decoder(spec: DataSpec):
-    """serialized record -> (float32 input of `spec.input_shape`, int32 class).
+    """serialized record -> (float32 input of `spec.input_shape`, target: int32 class, or
+    float32 label vector / value, by `spec.task`).
 
     Vectors are also decoded a whole batch at a time (`batch_decoder`): one `parse_example` per
     batch instead of one op per example, which is most of a small model's input cost."""
@@ -83,7 +108,7 @@ def decoder(spec: DataSpec):
         schema = {X: tf.io.FixedLenFeature([], tf.string)}
     else:
         schema = {X: tf.io.FixedLenFeature(shape, tf.float32)}
-    schema[Y] = tf.io.FixedLenFeature([], tf.int64)
+    schema[Y] = target_feature(spec)
 
     def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_single_example(record, schema)
@@ -91,23 +116,23 @@ def decoder(spec: DataSpec):
         if spec.kind == "image":
             x = tf.io.decode_image(x, channels=shape[-1], expand_animations=False)
             x = tf.cast(tf.ensure_shape(x, shape), tf.float32)  # pixel values 0-255
-        return x, tf.cast(ex[Y], tf.int32)
+        return x, _target(ex[Y])
 
     return decode
 
 
 def batch_decoder(spec: DataSpec):
-    """A batch of serialized vector records -> (float32 [batch, features], int32 [batch])."""
+    """A batch of serialized vector records -> (float32 [batch, features], targets [batch, ...])."""
     import tensorflow as tf
 
     schema = {
         X: tf.io.FixedLenFeature(list(spec.input_shape), tf.float32),
-        Y: tf.io.FixedLenFeature([], tf.int64),
+        Y: target_feature(spec),
     }
 
     def decode(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_example(records, schema)
-        return ex[X], tf.cast(ex[Y], tf.int32)
+        return ex[X], _target(ex[Y])
 
     return decode
 
@@ -258,7 +283,8 @@ def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Inputs, labels and class names of one split as arrays: for notebooks and small data."""
+    """Inputs, targets and names (classes, labels, or the target) of one split as arrays: for
+    notebooks and small data."""
     data = load_prepared(processed_dir)
     xs, ys = [], []
     for x, y in eval_dataset(data, split, 256).as_numpy_iterator():
@@ -266,5 +292,7 @@ def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray,
         ys.append(y)
     shape = (0, *data.spec.input_shape)
     x = np.concatenate(xs) if xs else np.zeros(shape, np.float32)
-    y = np.concatenate(ys) if ys else np.zeros(0, np.int32)
+    empty = {"multilabel": (0, len(data.spec.names)), "regression": (0,)}
+    dtype = np.int32 if data.spec.task == "classification" else np.float32
+    y = np.concatenate(ys) if ys else np.zeros(empty.get(data.spec.task, (0,)), dtype)
     return x, y, list(data.spec.names)

@@ -3,7 +3,8 @@
 `data.source` picks the reader (sources.py); `data.path` points at your data (local, Drive or
 gs://). Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is
 read as a stream and only listed in `data/raw/source.json`. The split (train / validation /
-test) is stratified by class and depends only on `seed`. Each split is written as TFRecord shards
+test) depends only on `seed`: stratified by class for classification, a seeded random split for
+multilabel and regression (`task.type`). Each split is written as TFRecord shards
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
 across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
 JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
@@ -59,6 +60,12 @@ def _load_source(
     """Read the configured source; return (the source, {raw file: source description}).
     `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
+    task = params.task.type
+    if task != "classification" and cfg.source in ("digits", "images", "tfds"):
+        raise ConfigError(
+            f"task.type: {task} needs a csv or tfrecord source; data.source {cfg.source} has one "
+            "class per example (example: --set task.type=classification, or --set data.source=csv)"
+        )
     raw_dir = project_dir / RAW
     raw_dir.mkdir(parents=True, exist_ok=True)
     if cfg.source == "digits":
@@ -114,7 +121,7 @@ def _load_source(
                 f"data.path: {cfg.path} is a folder; source csv needs a file "
                 "(example: --set data.path=data/external/my.csv)"
             )
-        return read_csv(read_from, cfg.label), sources
+        return read_csv(read_from, cfg.label, task), sources
     if cfg.source == "images":
         if not gcs.is_gcs(path):
             read_images(path)  # lists the user's folders (staging skips an empty one); no reads
@@ -123,7 +130,8 @@ def _load_source(
             staged = {str(project_dir / rel): original for rel, original in sources.items()}
             found.where = lambda i, where=found.where: staged.get(where(i), where(i))
         return found, sources
-    return read_tfrecord(read_from, cfg.features, cfg.label, cfg.feature_kind), sources
+    found = read_tfrecord(read_from, cfg.features, cfg.label, cfg.feature_kind, task)
+    return found, sources
 
 
 def written_before(project_dir: Path) -> set[str]:
@@ -205,15 +213,57 @@ def split_indices(
     return out
 
 
+def random_split(
+    n: int, validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Seeded random train / validation / test indices of `n` examples (multilabel and
+    regression: no classes to stratify by), a pure function of n, fractions and seed."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test, n_val = round(n * test_fraction), round(n * validation_fraction)
+    out = {
+        "test": np.sort(order[:n_test]),
+        "validation": np.sort(order[n_test : n_test + n_val]),
+        "train": np.sort(order[n_test + n_val :]),
+    }
+    wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
+    for name, idx in out.items():
+        if len(idx) == 0 and wanted[name] > 0:
+            raise ConfigError(
+                f"data: {n} examples leave the {name} split empty "
+                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
+            )
+    return out
+
+
+MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: not classes
+
+
 def _check_classes(source: Source) -> None:
-    """Every class needs two examples or more, else the split cannot stratify it."""
+    """Every class needs two examples or more, else the split cannot stratify it. A numeric
+    label column of mostly distinct values (a continuous target) is refused first, pointing at
+    regression, rather than failing later with an empty split."""
     counts = np.bincount(source.labels, minlength=len(source.names))
+    numeric = all(_is_number(name) for name in source.names)
+    hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
+    if numeric and len(source.names) > MAX_DISTINCT_SHARE * len(source.labels):
+        raise ConfigError(
+            f"data.label: {len(source.names)} distinct values in {len(source.labels)} examples "
+            "look like a continuous target, not classes (example: --set task.type=regression)"
+        )
     for name, n in zip(source.names, counts, strict=True):
         if n < 2:
             raise ConfigError(
                 f"data: class {name!r} has {n} example{'s' if n != 1 else ''}; the split needs "
-                "at least 2 per class (add examples or remove the class)"
+                f"at least 2 per class (add examples or remove the class){hint}"
             )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
@@ -273,7 +323,7 @@ def write_shards(
     writer = None
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
-        record = serialize(x, int(source.labels[i]))
+        record = serialize(x, source.labels[i])
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
                 writer.close()
@@ -321,8 +371,12 @@ def write_processed(
     if source.kind == "vector":
         train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
         stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
+    if source.task == "regression":  # the loss standardises targets with the training split's
+        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
+        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
     spec = DataSpec(
         kind=source.kind,
+        task=source.task,
         input_shape=tuple(int(v) for v in (image or source.input_shape)),
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
@@ -336,6 +390,12 @@ def write_processed(
     )
     atomic_write(folder / SPEC, spec.to_json())
     return spec
+
+
+def _what(spec: DataSpec) -> str:
+    if spec.task == "regression":
+        return f"regression on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
+    return f"{len(spec.names)} {'labels' if spec.task == 'multilabel' else 'classes'}"
 
 
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
@@ -359,6 +419,10 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     source, raw_sources = _load_source(params, project_dir, recorded)
     if source.splits is not None:
         idx = source.splits
+    elif source.task != "classification":
+        idx = random_split(
+            len(source.labels), cfg.validation_fraction, cfg.test_fraction, params.seed
+        )
     else:
         _check_classes(source)
         idx = split_indices(source.labels, cfg.validation_fraction, cfg.test_fraction, params.seed)
@@ -375,6 +439,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         "data_path": None if cfg.source in ("digits", "tfds") else cfg.path,
         "seed": params.seed,
         "counts": spec.counts,
+        "task": spec.task,
         "classes": spec.names,
         "kind": spec.kind,
         "input_shape": list(spec.input_shape),
@@ -387,7 +452,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     manifest.write(project_dir, doc)
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
-        f"Prepared {len(source.labels)} examples of {len(spec.names)} classes from {cfg.source} "
+        f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "
         f"({spec.kind}s {'x'.join(map(str, spec.input_shape))}): "
         + ", ".join(f"{n} {c}" for n, c in spec.counts.items())
         + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "

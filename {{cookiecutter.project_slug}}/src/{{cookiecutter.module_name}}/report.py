@@ -24,6 +24,45 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
     print(f"Saved {FIGURES / path.name}")
 
 
+def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
+    """The targets of each split, as fits their task: examples per class (class indices),
+    examples per label (0/1 rows: multilabel), or a histogram of the values (regression)."""
+    first = np.asarray(next(iter(splits.values())))
+    if first.ndim == 2:
+        return _plot_label_counts(splits, names)
+    if np.issubdtype(first.dtype, np.floating):
+        return _plot_value_histogram(splits, names)
+    return plot_class_counts(splits, names)
+
+
+def _plot_label_counts(splits: dict[str, np.ndarray], names: list[str] | None) -> Any:
+    import matplotlib.pyplot as plt
+
+    width = 0.8 / len(splits)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for k, (split, y) in enumerate(splits.items()):
+        counts = np.asarray(y).reshape(len(y), -1).sum(axis=0)
+        ax.bar(np.arange(len(counts)) + k * width, counts, width, label=split)
+    ticks = names or [str(i) for i in range(len(counts))]
+    ax.set_xticks(np.arange(len(ticks)) + width * (len(splits) - 1) / 2, ticks)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.set(xlabel="label", ylabel="examples", title="Examples per label and split")
+    return fig
+
+
+def _plot_value_histogram(splits: dict[str, np.ndarray], names: list[str] | None) -> Any:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for split, y in splits.items():
+        if len(y):
+            ax.hist(np.asarray(y, dtype=np.float64), bins=30, alpha=0.5, density=True, label=split)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    target = names[0] if names else "target"
+    ax.set(xlabel=target, ylabel="density", title=f"{target} per split")
+    return fig
+
+
 def plot_class_counts(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
     """Examples per class in each split ({"train": y_train, ...}): imbalance shows at once."""
     import matplotlib.pyplot as plt

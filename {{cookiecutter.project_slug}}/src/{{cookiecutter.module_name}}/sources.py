@@ -3,10 +3,12 @@
 A reader holds what is small (labels, file paths, a CSV's numbers) and loads the big part (an
 image) one example at a time, so `prepare` streams images instead of decoding them all at once.
 - `digits`: scikit-learn's bundled 8x8 digits, as 8x8x1 images of pixel values 0-255;
-- `csv`: one row per example, a `data.label` column, every other column a number;
+- `csv`: one row per example, a `data.label` column, every other column a number; the label is a
+  class (classification), labels joined by `|` (multilabel, `cat|dog`) or a number (regression);
 - `images`: a folder with one subfolder per class (`cats/001.png`, `dogs/002.jpg`, ...);
 - `tfrecord`: the user's `tf.train.Example` records: `data.features` holds an encoded image
-  (`data.feature_kind: image`) or a float vector (`vector`), `data.label` an integer or a string;
+  (`data.feature_kind: image`) or a float vector (`vector`), `data.label` an integer or a string
+  (classification), a number (regression), or label strings / a 0-1 vector (multilabel);
 - `tfds`: the TensorFlow Datasets data set `data.name` (its supervised keys: input and label).
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from . import gcs
 from .config import ConfigError
+from .task import encode_multilabel, encode_numbers, label_names
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
@@ -31,14 +34,26 @@ class Source:
     """What a reader found: one label per example and how to load each example's input."""
 
     kind: str  # "image" or "vector"
-    labels: np.ndarray  # int32 class index per example
-    names: list[str]  # class names, in index order
+    labels: np.ndarray  # targets: int32 class index, 0/1 float32 rows, or float32 values
+    names: list[str]  # class names, label names (index order), or [the target column]
     load: Callable[[int], Any]  # i -> encoded image bytes, a uint8 [h, w, c] array, or a vector
     where: Callable[[int], str]  # i -> where example i came from (for error messages)
     input_shape: tuple[int, ...] = ()  # vectors: (features,); images: set by prepare
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
     feature_names: list[str] = field(default_factory=list)
     splits: dict[str, np.ndarray] | None = None  # given splits (tfds), else prepare splits
+    task: str = "classification"  # what `labels` hold (task.type)
+
+
+def encode_targets(values: list[Any], task: str, column: str) -> tuple[np.ndarray, list[str]]:
+    """Raw label values -> (targets, names) for `task` (task.py's encodings; `column` names
+    the values in errors). Regression's one name is the column's."""
+    if task == "multilabel":
+        names = label_names(values)
+        return encode_multilabel(values, names, column), names
+    if task == "regression":
+        return encode_numbers(values, column), [column]
+    return encode_labels(values)
 
 
 def encode_labels(values: list[Any]) -> tuple[np.ndarray, list[str]]:
@@ -60,8 +75,8 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def read_csv(path: str, label: str) -> Source:
-    """A CSV with a header row: `label` is the class column, every other column a number."""
+def read_csv(path: str, label: str, task: str = "classification") -> Source:
+    """A CSV with a header row: `label` is the target column (`task`), every other a number."""
     with gcs.open_binary(path) as f:
         reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
         header = next(reader, None)
@@ -78,7 +93,9 @@ def read_csv(path: str, label: str) -> Source:
                 continue
             values = row[:col] + row[col + 1 :]
             bad = next((i for i, v in enumerate(values) if not _is_float(v)), None)
-            if bad is not None or len(values) != len(names) or row[col] == "":
+            cell = row[col] if col < len(row) else ""
+            no_label = cell == "" and (task != "multilabel" or col >= len(row))  # "" = no labels
+            if bad is not None or len(values) != len(names) or no_label:
                 what = "a missing value" if bad is None or values[bad] == "" else "not a number"
                 where = names[bad] if bad is not None and bad < len(names) else label
                 raise ConfigError(
@@ -87,11 +104,11 @@ def read_csv(path: str, label: str) -> Source:
                 )
             features.append([float(v) for v in values])
             labels.append(row[col])
-    y, classes = encode_labels(labels)
+    y, classes = encode_targets(labels, task, label)
     x = np.array(features, dtype=np.float32).reshape(len(labels), len(names))
     return Source(
         "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}", x.shape[1:],
-        feature_names=names,
+        feature_names=names, task=task,
     )  # fmt: skip
 
 
@@ -136,8 +153,11 @@ def read_images(folder: str) -> Source:
     )  # fmt: skip
 
 
-def read_tfrecord(path: str, features: str, label: str, kind: str) -> Source:
-    """The user's TFRecord file(s): `features` (an encoded image or floats) and `label`.
+def read_tfrecord(
+    path: str, features: str, label: str, kind: str, task: str = "classification"
+) -> Source:
+    """The user's TFRecord file(s): `features` (an encoded image or floats) and `label`: a class
+    (int or string), a number (regression), or label strings or a 0/1 vector (multilabel).
 
     The serialized records are held in memory while `prepare` runs (TFRecords have no random
     access, and prepare writes them in a seeded random order); `train` then streams the shards."""
@@ -163,20 +183,50 @@ def read_tfrecord(path: str, features: str, label: str, kind: str) -> Source:
             inputs.append(x.bytes_list.value[0])
         else:
             inputs.append(np.array(x.float_list.value or x.int64_list.value, np.float32))
-        lab = feature[label]
-        values = list(lab.int64_list.value) or [v.decode() for v in lab.bytes_list.value]
-        labels.append(values[0])
-    y, classes = encode_labels(labels)
+        labels.append(_tfrecord_label(feature[label], task))
+    y, classes = _tfrecord_targets(labels, task, label, path)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if kind == "image":
-        return Source("image", y, classes, inputs.__getitem__, where)
+        return Source("image", y, classes, inputs.__getitem__, where, task=task)
     widths = {len(v) for v in inputs}
     if len(widths) != 1:
         raise ConfigError(
             f"data.features: {features!r} in {path} has {sorted(widths)} values per record; "
             "every record needs the same number"
         )
-    return Source("vector", y, classes, inputs.__getitem__, where, (widths.pop(),))
+    return Source("vector", y, classes, inputs.__getitem__, where, (widths.pop(),), task=task)
+
+
+def _tfrecord_label(lab: Any, task: str) -> Any:
+    """One record's label feature: its first value, or for multilabel all its values."""
+    values = (
+        list(lab.int64_list.value)
+        or list(lab.float_list.value)
+        or [v.decode() for v in lab.bytes_list.value]
+    )
+    if task == "multilabel":
+        return values
+    return values[0] if values else ""
+
+
+def _tfrecord_targets(
+    labels: list[Any], task: str, label: str, path: str
+) -> tuple[np.ndarray, list[str]]:
+    """Multilabel: label strings (`[b"cat", b"dog"]`) or a 0/1 vector (names `label_0`, ...)."""
+    if task == "regression":
+        return encode_numbers(labels, f"data.label {label!r} in {path}"), [label]
+    if task != "multilabel":
+        return encode_labels(labels)
+    if all(isinstance(v, str) for row in labels for v in row):
+        return encode_targets(["|".join(row) for row in labels], task, f"data.label in {path}")
+    widths = {len(row) for row in labels}
+    if len(widths) != 1:
+        raise ConfigError(
+            f"data.label: {label!r} in {path} has {sorted(widths)} values per record; a multilabel "
+            "0/1 vector needs the same number in every record (or give label strings)"
+        )
+    vectors = np.asarray(labels, dtype=np.float32)
+    return vectors, [f"label_{i}" for i in range(vectors.shape[1])]
 
 
 def read_tfds(name: str, data_dir: str | None = None) -> Source:

@@ -172,7 +172,8 @@ class Task:
         for y_true, outputs in batches:
             out = np.asarray(outputs, dtype=np.float64)
             out = out.reshape(-1) if self.type == "regression" else out  # [n, 1] -> [n]
-            self.update_metrics_from_outputs(metrics, y_true, out)
+            # float32: what the metrics' ops take (in_top_k refuses float64)
+            self.update_metrics_from_outputs(metrics, y_true, out.astype(np.float32))
             ys.append(np.asarray(y_true))
             outs.append(out)
         if not ys:
