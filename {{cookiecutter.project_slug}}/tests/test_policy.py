@@ -6,11 +6,13 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 from conftest import TINY
 
 from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.policy import checkpoint_due
+from {{ cookiecutter.module_name }}.predict import load_for_users
 from {{ cookiecutter.module_name }}.trainer import train
 
 PER_EPOCH = 1438 // 32  # TINY on one replica
@@ -50,7 +52,7 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     assert again.step == result.step and "already complete" in capsys.readouterr().out
 
 
-def test_profile_steps_write_a_trace(tiny_project: Path, capsys) -> None:
+def test_profile_trace_and_a_model_that_stands_alone(tiny_project: Path, capsys) -> None:
     params = load_params(
         tiny_project / "params.yaml",
         [*TINY, "train.epochs=1", "train.profile_steps=[5,10]", "run_name=prof"],
@@ -59,6 +61,12 @@ def test_profile_steps_write_a_trace(tiny_project: Path, capsys) -> None:
     out = capsys.readouterr().out
     traces = list(tiny_project.parent.rglob("*.xplane.pb"))
     assert traces and all("prof" in str(t) for t in traces), out
+    # results/models: raw pixels in, class probabilities out, class names beside it.
+    model, sidecar = load_for_users(tiny_project / "results" / "models")
+    assert sidecar["task"] == "classification" and len(sidecar["names"]) == 10
+    pixels = np.random.default_rng(0).uniform(0, 255, (4, *sidecar["input_shape"]))
+    probabilities = np.asarray(model(pixels.astype("float32")))
+    assert probabilities.shape == (4, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
 
 
 def test_checkpoints_fall_on_steps_every_worker_shares() -> None:

@@ -38,6 +38,7 @@ from .policy import (
     agree_to_stop,
     checkpoint_due,
 )
+from .predict import user_sidecar, wrap_for_users
 from .prepare import PROCESSED, bundled_digits
 from .run_record import record_run
 from .seeding import seed_everything
@@ -496,7 +497,10 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "weights_sha256": digest,
         "history": run.history,
     }
-    write_results(model, metrics, run.paths.model_file, run.paths.metrics_file)
+    # The model users get: raw inputs in, their units out (predict.py), class names beside it.
+    users = wrap_for_users(model, run.task)
+    sidecar = user_sidecar(run.task, run.data.spec)
+    write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
     shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
