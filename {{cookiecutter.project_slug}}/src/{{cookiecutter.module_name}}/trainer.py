@@ -451,10 +451,12 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
     )
     say(f"epoch {record['epoch']}/{cfg.epochs}  step {run.step}/{plan.total}  {shown}")
     if run.stopped_early:
-        say(
-            f"Early stopping: {cfg.monitor} has not improved for {run.early.patience} epochs; "
-            f"the best ({run.early.best:.4f}) was at step {run.early.best_step}"
+        why = (
+            f"{cfg.monitor} has not improved for {run.early.patience} epochs"
+            if run.early.should_stop
+            else "another worker stopped early"
         )
+        say(f"Early stopping: {why}; the best was at step {run.early.best_step}")
 
 
 def _finish(run: Run, run_start: float) -> dict[str, Any]:
