@@ -88,3 +88,19 @@ def test_two_workers_stop_together_resume_and_end_with_the_same_weights(tmp_path
     assert (chief_project / "results/models/model.keras").is_file()
     assert not (worker_project / "results").exists()  # the other worker keeps nothing
     assert list_checkpoints(storage / "checkpoints" / "mw")[-1][0] == metrics["steps"]
+
+
+@pytest.mark.slow
+def test_early_stopping_on_one_worker_stops_both_at_the_same_step(tmp_path: Path) -> None:
+    # Only worker 1 has patience: its verdict is agreed across workers (the lockstep rule), so
+    # worker 0 stops at the same epoch end instead of waiting in the next all-reduce forever.
+    # A learning rate of 1e-9 leaves val_accuracy where it was: no improvement after epoch 1.
+    common = ["train.epochs=4", "train.learning_rate=1e-9", "train.monitor=val_accuracy"]
+    runs = _run_cluster(
+        tmp_path, tmp_path / "storage", [common, [*common, "train.early_stopping_patience=1"]]
+    )
+    for _, code, out in runs:
+        assert code == 0, out
+        assert re.search(r"Done: step 88\b", out), out
+    assert "another worker stopped early" in runs[0][2]
+    assert "has not improved for 1 epochs" in runs[1][2]

@@ -283,11 +283,17 @@ class ResultsWriteError(RuntimeError):
 
 
 def write_results(
-    model: Any, metrics: dict[str, Any], model_file: Path, metrics_file: Path
+    model: Any,
+    metrics: dict[str, Any],
+    model_file: Path,
+    metrics_file: Path,
+    sidecar: dict[str, Any] | None = None,
 ) -> None:
     """Save the final model and metrics, each atomically (a failure leaves the old file or none,
-    never half of one); a storage fault raises ResultsWriteError naming the file and the cause."""
+    never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
+    `sidecar`: what the model needs beside it (predict.SIDECAR, e.g. class names), if any."""
     from .files import atomic_write, temp_file
+    from .predict import SIDECAR
 
     target = model_file
     try:
@@ -300,6 +306,9 @@ def write_results(
             os.replace(keras_tmp, model_file)
         finally:
             keras_tmp.unlink(missing_ok=True)
+        if sidecar is not None:
+            target = model_file.with_name(SIDECAR)
+            atomic_write(target, json.dumps(sidecar, indent=2) + "\n")
         target = metrics_file
         atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")
     except Exception as exc:

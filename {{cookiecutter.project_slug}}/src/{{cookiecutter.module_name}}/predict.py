@@ -47,7 +47,13 @@ def save_for_users(logits_model: Any, task: Task, spec: DataSpec, models_dir: Pa
     partial = models_dir / f".{MODEL}.partial.keras"  # keras insists on the .keras suffix
     wrap_for_users(logits_model, task).save(partial)
     os.replace(partial, target)
-    sidecar = {
+    atomic_write(models_dir / SIDECAR, json.dumps(user_sidecar(task, spec), indent=2) + "\n")
+    return target
+
+
+def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
+    """What `model.json` holds beside the model: the task, class names and the inputs."""
+    return {
         "task": task.type,
         "names": task.names,
         "input_kind": spec.kind,
@@ -55,8 +61,6 @@ def save_for_users(logits_model: Any, task: Task, spec: DataSpec, models_dir: Pa
         "feature_names": spec.feature_names,
         "threshold": 0.5,
     }
-    atomic_write(models_dir / SIDECAR, json.dumps(sidecar, indent=2) + "\n")
-    return target
 
 
 def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:

@@ -1,18 +1,18 @@
 """Training: one custom loop for every strategy (default, mirrored, multi-worker, TPU).
 
 Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and its
-`BackupAndRestore` resumes only at an epoch start. This loop runs `train.steps_per_execution`
-steps per `tf.function` call (one Python round trip per chunk, not per step), checkpoints model,
-optimizer, RNG state and step atomically, and resumes at the very next batch.
+`BackupAndRestore` resumes only at an epoch start. This module wires the parts together:
+strategy -> data -> model, task, optimizer -> the step loop (loop.py) under the checkpoint and
+stop policy (policy.py, where the lockstep rule for several workers is stated) -> results.
+A run checkpoints model, optimizer (with its step counter), RNG state, step, the best weights
+and the early-stopping state atomically, and resumes at the very next batch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-import signal
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,20 +23,30 @@ import numpy as np
 from . import manifest, preflight
 from .checkpoints import CheckpointMismatch, CheckpointStore, write_results
 from .config import ConfigError, Params
+from .early_stopping import EarlyStopping
 from .environment import utc_now
-from .lease import EXIT_LEASE_LOST, Lease
-from .model import build_model
-from .pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared, train_dataset
+from .lease import Lease
+from .loop import StepParts, Validator, make_chunk_function, metric_values
+from .model import build_model, fine_tune_variables, set_backbone_trainable
+from .optim import build_optimizer
+from .pipeline import SHUFFLE_WINDOW, Prepared, load_prepared, train_dataset
+from .policy import (
+    EXIT_BUDGET,
+    BestWeights,
+    Stopper,
+    agree_early_stop,
+    agree_to_stop,
+    checkpoint_due,
+)
+from .predict import user_sidecar, wrap_for_users
 from .prepare import PROCESSED, bundled_digits
 from .run_record import record_run
 from .seeding import seed_everything
 from .storage import RunPaths, run_paths
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
+from .task import Task, make_task
 
-# Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
-# 128 + signal number when stopped by SIGINT (130) or SIGTERM (143). All stops are resumable.
-# 4 / 5: another session holds / took over the run (lease.py); docs/training-faults.md.
-EXIT_BUDGET = 3
+__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "fit", "train", "weights_digest"]
 
 
 @dataclass
@@ -51,47 +61,46 @@ class TrainResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-class Stopper:
-    """Asks the loop to stop cleanly: at the time budget, or on SIGTERM / SIGINT.
+@dataclass
+class Plan:
+    """The run's numbers, fixed before the first step."""
 
-    Colab kills a session after its limit and a notebook's "interrupt" sends SIGINT; both should
-    cost at most the steps since the last chunk, not the run. A second SIGINT stops at once.
-    """
+    global_batch: int
+    per_epoch: int
+    total: int
+    learning_rate: float
+    precision: str
+    phase_step: int  # the fine-tune phase change (0 = none)
 
-    def __init__(self, budget_minutes: float, lease: Lease | None = None) -> None:
-        self.lease = lease  # issue 9: another session taking the run over also stops it
-        self.start = time.monotonic()
-        self.budget_s = budget_minutes * 60.0
-        self.reason = ""
-        self.exit_code = 0
-        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> Stopper:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-        return self
+@dataclass
+class Run:
+    """Everything the loop works on, built by `_build` and `_restore`."""
 
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        print(f"\nReceived {name}: stopping after the current steps...", flush=True)
-        self.reason = f"{name} received"
-        self.exit_code = 128 + signum
-        if signum == signal.SIGINT:  # a second Ctrl-C / interrupt stops without waiting
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def check(self) -> str:
-        """The reason to stop now, or ''."""
-        if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
-            self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
-            self.exit_code = EXIT_BUDGET
-        if not self.reason and self.lease is not None and self.lease.lost:
-            self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
-        return self.reason
+    params: Params
+    strategy: Any
+    info: StrategyInfo
+    data: Prepared
+    paths: RunPaths
+    plan: Plan
+    task: Task
+    parts: StepParts
+    validator: Validator
+    best: BestWeights
+    checkpoint: Any
+    store: CheckpointStore
+    meta_expected: dict[str, Any]
+    early: EarlyStopping = field(default_factory=EarlyStopping)
+    step: int = 0
+    last_saved: int = -1
+    fine_tuning: bool = False
+    chunk_fn: Any = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    trained_steps: int = 0
+    train_time: float = 0.0
+    epoch_loss: float = 0.0
+    epoch_steps: int = 0
+    stopped_early: bool = False
 
 
 def train(
@@ -174,11 +183,33 @@ def fit(
     lease: Lease | None = None,
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
-    import keras
-    import tensorflow as tf
-    from tqdm.auto import tqdm
-
     run_start = time.monotonic()
+    plan = _plan(params, info, data)
+    run = _build(params, strategy, info, data, paths, plan)
+    _restore(run, fresh)
+    with Stopper(params.train.time_budget_minutes, lease) as stopper:
+        reason = _train_loop(run, stopper, progress, run_start)
+    if reason:
+        newest = max(run.last_saved, 0)
+        saved = (
+            f"checkpoint saved in {paths.checkpoints}"
+            if run.last_saved == run.step
+            else f"its checkpoint could not be saved, the newest is at step {newest}"
+        )
+        print(
+            f"Stopped at step {run.step} of {plan.total} ({reason}); {saved}.\n"
+            f"Continue with: {resume_command or 'the same train command'}",
+            flush=True,
+        )
+        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason)
+    metrics = _finish(run, run_start)
+    return TrainResult("completed", run.step, plan.total, 0, "", metrics)
+
+
+def _plan(params: Params, info: StrategyInfo, data: Prepared) -> Plan:
+    """Batch, steps, learning rate and precision of the run; printed once."""
+    import keras
+
     cfg = params.train
     global_batch = cfg.batch_size * info.replicas
     lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
@@ -192,6 +223,8 @@ def fit(
             f"{n_train} training examples (example: --set train.batch_size=32)"
         )
     total = per_epoch * cfg.epochs
+    frozen = cfg.fine_tune.frozen_epochs if params.model.architecture == "backbone" else 0
+    phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
         print(f"Note: {notice}", flush=True)
@@ -200,259 +233,321 @@ def fit(
         f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
         f"replica{'s' if info.replicas != 1 else ''}; "
         f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
-        f"train.lr_scaling={cfg.lr_scaling}); {per_epoch} steps per epoch, {total} in all; "
-        f"precision {policy}{', XLA' if cfg.xla else ''}",
+        f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
+        f"{per_epoch} steps per epoch, {total} in all; "
+        f"precision {policy}{', XLA' if cfg.xla else ''}"
+        + (
+            f"; backbone frozen for {frozen} epochs (until step {phase_step})" if phase_step else ""
+        ),
         flush=True,
     )
+    return Plan(global_batch, per_epoch, total, lr, policy, phase_step)
 
+
+def _build(
+    params: Params, strategy: Any, info: StrategyInfo, data: Prepared, paths: RunPaths, plan: Plan
+) -> Run:
+    """Model, task, optimizer, metrics and checkpoint, created in `strategy.scope()`."""
+    import keras
+    import tensorflow as tf
+
+    cfg = params.train
+    task = make_task(params, data.spec)
     with strategy.scope():
-        model = build_model(data.spec, len(data.spec.names), params.model)
-        optimizer = keras.optimizers.Adam(lr)
-        if policy == "mixed_float16":  # float16 gradients underflow without loss scaling
+        model = build_model(data.spec, task.num_outputs, params.model)
+        optimizer = build_optimizer(cfg, plan.total, info.replicas, plan.phase_step)
+        if plan.precision == "mixed_float16":  # float16 gradients underflow without scaling
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        optimizer.build(model.trainable_variables)
+        # Fine-tuning: the optimizer knows the variables of both phases from the start, so its
+        # state and the checkpoint have one structure before and after the phase change.
+        unfreeze = cfg.fine_tune.unfreeze_layers
+        tuned = fine_tune_variables(model, unfreeze) if plan.phase_step else None
+        optimizer.build(tuned if tuned is not None else model.trainable_variables)
         step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # Per-replica sums, added up across replicas only when read (once per chunk).
-        on_read = dict(
+        # The chunk's loss: per-replica sums, added up across replicas only when read.
+        loss_sum = tf.Variable(
+            0.0,
             synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.SUM,
             trainable=False,
         )
-        loss_sum = tf.Variable(0.0, **on_read)
-        correct_sum = tf.Variable(0.0, **on_read)
+        metrics = task.make_metrics()
+        best = BestWeights(model)
+    parts = StepParts(
+        strategy, model, optimizer, task, metrics, loss_sum, step_var, plan.global_batch
+    )
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
     # the dropout layers' RNG state (`seed_generator_state`), which exact resume needs.
+    # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly.
     checkpoint = tf.train.Checkpoint(
-        model=list(model.variables), optimizer=list(optimizer.variables), step=step_var
+        model=list(model.variables),
+        optimizer=list(optimizer.variables),
+        step=step_var,
+        best=best.variables,
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
-    held = preflight.data_bytes(data.spec.input_shape, global_batch, SHUFFLE_WINDOW)
+    held = preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    meta_expected = {
-        "global_batch": global_batch,
-        "train_examples": n_train,
-        "seed": params.seed,
-    }
-    if fresh and info.is_chief:
-        store.clear()
+    expected = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
+    return Run(
+        params, strategy, info, data, paths, plan, task, parts, Validator(model, task), best,
+        checkpoint, store, {**expected, "seed": params.seed},
+    )  # fmt: skip
+
+
+def _restore(run: Run, fresh: bool) -> None:
+    """Start over (--fresh) or restore the newest checkpoint, its best model and early state."""
+    params, paths, plan = run.params, run.paths, run.plan
+    if fresh and run.info.is_chief:
+        run.store.clear()
         shutil.rmtree(paths.tensorboard, ignore_errors=True)
-    if info.is_chief:
-        store.clean_partial()
-    meta = None if fresh else store.restore(checkpoint)
-    step = int(step_var.numpy())
-    if meta is not None:
-        changed = {k: (meta.get(k), v) for k, v in meta_expected.items() if meta.get(k) != v}
-        if changed:
-            what = ", ".join(f"{k} was {old}, now {new}" for k, (old, new) in changed.items())
-            raise CheckpointMismatch(
-                f"run '{params.run_name}' was started with other settings ({what}); "
-                "start over with --fresh or use another run_name"
-            )
-        print(
-            f"Resuming run '{params.run_name}' from its checkpoint at step {step} "
-            f"(epoch {step // per_epoch + 1}, batch {step % per_epoch} of {per_epoch}) "
-            f"in {paths.restore_from}",
-            flush=True,
-        )
-    else:
+    if run.info.is_chief:
+        run.store.clean_partial()
+    meta = None if fresh else run.store.restore(run.checkpoint)
+    run.step = int(run.parts.step_var.numpy())
+    cfg = params.train
+    state = meta.get("early_stopping") if meta else None
+    run.early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, state)
+    run.stopped_early = run.early.should_stop  # a run that already stopped early is complete
+    if meta is None:
         print(
             f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}",
             flush=True,
         )
+        return
+    run.last_saved = run.step
+    changed = {k: (meta.get(k), v) for k, v in run.meta_expected.items() if meta.get(k) != v}
+    if changed:
+        what = ", ".join(f"{k} was {old}, now {new}" for k, (old, new) in changed.items())
+        raise CheckpointMismatch(
+            f"run '{params.run_name}' was started with other settings ({what}); "
+            "start over with --fresh or use another run_name"
+        )
+    print(
+        f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
+        f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
+        f"{plan.per_epoch}) in {paths.restore_from}",
+        flush=True,
+    )
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
-    def gradients(x: tf.Tensor, y: tf.Tensor):
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            # Divide by the GLOBAL batch: the replicas' gradients are summed across replicas.
-            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
-            if model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-            scaled = optimizer.scale_loss(loss) if scale_loss else loss
-        grads = tape.gradient(scaled, model.trainable_variables)
-        hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=y.dtype), y), tf.float32)
-        return loss, tf.reduce_sum(hits), grads
+def _set_phase(run: Run) -> None:
+    """The fine-tune phase of `run.step` (frozen backbone, then its top N layers), and a step
+    function traced for the variables that phase trains. Also right after a resume."""
+    fine_tuning = bool(run.plan.phase_step) and run.step >= run.plan.phase_step
+    if run.chunk_fn is not None and fine_tuning == run.fine_tuning:
+        return
+    if run.plan.phase_step:
+        unfreeze = run.params.train.fine_tune.unfreeze_layers
+        set_backbone_trainable(run.parts.model, unfreeze if fine_tuning else None)
+        if fine_tuning and run.chunk_fn is not None:
+            print(f"Step {run.step}: fine-tuning the backbone's top layers", flush=True)
+    run.fine_tuning = fine_tuning
+    run.chunk_fn = make_chunk_function(run.parts, run.params.train)  # a new trace
 
-    if cfg.xla:
-        # Compile the forward and backward pass; the optimizer update stays outside XLA because
-        # under a distribution strategy it synchronises replicas.
-        gradients = tf.function(gradients, jit_compile=True)
 
-    def replica_step(x: tf.Tensor, y: tf.Tensor) -> None:
-        loss, hits, grads = gradients(x, y)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        loss_sum.assign_add(loss)
-        correct_sum.assign_add(hits)
+def _save(run: Run) -> None:
+    """A checkpoint at `run.step` (once per step); a storage fault is reported and the run goes
+    on (issue 9)."""
+    meta = {
+        **run.meta_expected,
+        "epoch": run.step // run.plan.per_epoch,
+        "early_stopping": run.early.state(),
+    }
+    if run.step != run.last_saved and run.store.try_save(run.checkpoint, run.step, meta):
+        run.last_saved = run.step
 
-    @tf.function
-    def run_chunk(iterator: Any, n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        # `n` steps per call: the Python round trip is paid once per chunk, not once per step.
-        # Each dataset element is one step's batch, so memory depends on the batch size only.
-        loss_sum.assign(0.0)
-        correct_sum.assign(0.0)
-        for _ in tf.range(n):
-            strategy.run(replica_step, args=next(iterator))
-        step_var.assign_add(n)
-        return loss_sum.read_value(), correct_sum.read_value()  # summed over replicas
 
-    @tf.function(reduce_retracing=True)
-    def predict(x: tf.Tensor) -> tf.Tensor:
-        return model(x, training=False)
+def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) -> str:
+    """Chunks of train.steps_per_execution steps until the end, a stop or early stopping;
+    returns the stop reason ('' when the run completed)."""
+    import tensorflow as tf
+    from tqdm.auto import tqdm
 
+    cfg, plan, info, data = run.params.train, run.plan, run.info, run.data
+    augment = run.params.data.augment
     writer = (
-        tf.summary.create_file_writer(str(paths.tensorboard))
+        tf.summary.create_file_writer(str(run.paths.tensorboard))
         if info.is_chief
         else tf.summary.create_noop_writer()
     )
-    multiworker = info.workers > 1
-    history: list[dict[str, float]] = []
-    epoch_loss = epoch_hits = epoch_steps = 0.0
-    train_time = 0.0
-    trained_steps = 0
-    last_saved = step if meta is not None else -1
-    result_reason = ""
-
-    def save(at: int) -> None:
-        nonlocal last_saved
-        # A storage fault is reported by try_save and the run goes on (issue 9).
-        if at != last_saved and store.try_save(
-            checkpoint, at, {**meta_expected, "epoch": at // per_epoch}
-        ):
-            last_saved = at
-
+    show = progress and info.is_chief
     bar = tqdm(
-        total=total,
-        initial=step,
-        unit="step",
-        disable=not (progress and info.is_chief),
-        dynamic_ncols=True,
+        total=plan.total, initial=run.step, unit="step", disable=not show, dynamic_ncols=True
     )
     say = bar.write if not bar.disable else (lambda s: print(s, flush=True))
-    with Stopper(cfg.time_budget_minutes, lease) as stopper, writer.as_default():
-        # Chunks of train.steps_per_execution steps, counted from each epoch start. A run only
-        # stops (and so resumes) between chunks, so a resumed run cuts the same chunks as an
-        # uninterrupted one: the same computation, bit for bit.
-        chunk = cfg.steps_per_execution
+    profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
+    reason = ""
+    with writer.as_default():
         # One distributed iterator for the whole run (creating one costs about half a second).
         iterator = iter(
-            strategy.distribute_datasets_from_function(
+            run.strategy.distribute_datasets_from_function(
                 lambda ctx: train_dataset(
-                    ctx, data, global_batch, params.seed, step, cfg.epochs, params.data.augment
+                    ctx, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
                 )
             )
         )
-        while step < total and not result_reason:
-            epoch, in_epoch = divmod(step, per_epoch)
-            while in_epoch < per_epoch:
-                n = min(chunk, per_epoch - in_epoch)
-                started = time.perf_counter()
-                chunk_loss, chunk_hits = (
-                    float(v) for v in run_chunk(iterator, tf.constant(n, tf.int64))
-                )  # waits for it
-                elapsed = time.perf_counter() - started
-                step += n
-                in_epoch += n
-                trained_steps += n
-                train_time += elapsed
-                epoch_loss += chunk_loss
-                epoch_hits += chunk_hits
-                epoch_steps += n
-                _log_chunk(tf, step, n, chunk_loss, chunk_hits, elapsed, global_batch, info.device)
-                bar.update(n)
-                bar.set_postfix(
-                    loss=f"{chunk_loss / n:.4f}", ex_s=f"{n * global_batch / elapsed:,.0f}"
-                )
-                every = cfg.checkpoint_every_steps
-                # At the first chunk end at or after each multiple of `every`, and epoch ends.
-                if step // every > (step - n) // every or in_epoch == per_epoch:
-                    save(step)
-                result_reason = stopper.check()
-                if multiworker:
-                    result_reason = _agree_to_stop(tf, strategy, result_reason, stopper)
-                if result_reason:
-                    break
-            if in_epoch == per_epoch:
-                val = _validate(predict, data, global_batch)
-                record = {
-                    "epoch": epoch + 1,
-                    "step": step,
-                    "loss": epoch_loss / max(epoch_steps, 1),
-                    "accuracy": epoch_hits / max(epoch_steps * global_batch, 1),
-                    **val,
-                    "seconds": round(time.monotonic() - run_start, 3),  # since `fit` started
-                }
-                history.append(record)
-                tf.summary.scalar("val/loss", val["val_loss"], step=step)
-                tf.summary.scalar("val/accuracy", val["val_accuracy"], step=step)
-                say(
-                    f"epoch {epoch + 1}/{cfg.epochs}  step {step}/{total}  "
-                    f"loss {record['loss']:.4f}  accuracy {record['accuracy']:.4f}  "
-                    f"val_loss {val['val_loss']:.4f}  val_accuracy {val['val_accuracy']:.4f}"
-                )
-                epoch_loss = epoch_hits = epoch_steps = 0.0
-        if result_reason:
-            save(step)
+        while run.step < plan.total and not reason and not run.stopped_early:
+            _set_phase(run)
+            # Chunks are counted from each epoch start. A run only stops (and so resumes)
+            # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
+            # the same computation, bit for bit.
+            n = min(cfg.steps_per_execution, plan.per_epoch - run.step % plan.per_epoch)
+            profiler.before(run.step)
+            started = time.perf_counter()
+            loss = float(run.chunk_fn(iterator, tf.constant(n, tf.int64)))  # waits for it
+            elapsed = time.perf_counter() - started
+            run.step += n
+            profiler.after(run.step)
+            run.trained_steps += n
+            run.train_time += elapsed
+            run.epoch_loss += loss
+            run.epoch_steps += n
+            _log_chunk(tf, run.step, n, loss, elapsed, plan.global_batch, info.device)
+            bar.update(n)
+            bar.set_postfix(loss=f"{loss / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
+            epoch_end = run.step % plan.per_epoch == 0
+            if epoch_end:  # validate first, so the checkpoint holds this epoch's best
+                _end_epoch(run, say, run_start)
+            if checkpoint_due(run.step, n, cfg.checkpoint_every_steps, epoch_end):
+                _save(run)
+            reason = agree_to_stop(run.strategy, stopper, info.workers)
+        if reason:
+            _save(run)
+        profiler.stop()
         writer.flush()
     bar.close()
+    return reason
 
-    speed = trained_steps * global_batch / train_time if train_time else 0.0
-    if result_reason:
-        saved = (
-            f"checkpoint saved in {paths.checkpoints}"
-            if last_saved == step
-            else f"its checkpoint could not be saved, the newest is at step {max(last_saved, 0)}"
+
+def _end_epoch(run: Run, say: Any, run_start: float) -> None:
+    """Validation, the history row, TensorBoard, the best weights and early stopping."""
+    import tensorflow as tf
+
+    plan, cfg = run.plan, run.params.train
+    val = run.validator.run(run.data, plan.global_batch)
+    record = {
+        "epoch": run.step // plan.per_epoch,
+        "step": run.step,
+        "loss": run.epoch_loss / max(run.epoch_steps, 1),
+        **metric_values(run.parts.metrics),
+        **val,
+        "seconds": round(time.monotonic() - run_start, 3),  # since `fit` started
+    }
+    for metric in run.parts.metrics:
+        metric.reset_state()
+    run.epoch_loss, run.epoch_steps = 0.0, 0
+    run.history.append(record)
+    for name, value in val.items():
+        tf.summary.scalar(f"val/{name.removeprefix('val_')}", value, step=run.step)
+    if run.early.update(val, run.step):
+        run.best.keep()
+    # The lockstep rule: the verdict is agreed across workers, at the same step on each.
+    run.stopped_early = agree_early_stop(run.strategy, run.early, run.info.workers)
+    shown = "  ".join(
+        f"{k} {v:.4f}" for k, v in record.items() if k not in ("epoch", "step", "seconds")
+    )
+    say(f"epoch {record['epoch']}/{cfg.epochs}  step {run.step}/{plan.total}  {shown}")
+    if run.stopped_early:
+        why = (
+            f"{cfg.monitor} has not improved for {run.early.patience} epochs"
+            if run.early.should_stop
+            else "another worker stopped early"
         )
+        say(f"Early stopping: {why}; the best was at step {run.early.best_step}")
+
+
+def _finish(run: Run, run_start: float) -> dict[str, Any]:
+    """The best weights into the model, final validation, results/models and train.json."""
+    plan, info, params, model = run.plan, run.info, run.params, run.parts.model
+    speed = run.trained_steps * plan.global_batch / run.train_time if run.train_time else 0.0
+    if run.trained_steps == 0:
         print(
-            f"Stopped at step {step} of {total} ({result_reason}); {saved}.\n"
-            f"Continue with: {resume_command or 'the same train command'}",
+            f"Run '{params.run_name}' is already complete ({run.step} steps); writing its "
+            "results. Raise train.epochs to train further, or use --fresh to start over.",
             flush=True,
         )
-        return TrainResult("stopped", step, total, stopper.exit_code, result_reason)
-
-    if trained_steps == 0:
-        print(
-            f"Run '{params.run_name}' is already complete ({step} steps); writing its results. "
-            "Raise train.epochs to train further, or use --fresh to start over.",
-            flush=True,
-        )
-    final = _validate(predict, data, global_batch)
-    digest = weights_digest(model)
+    digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
+    if run.early.best_step >= 0:
+        run.best.put_back()  # the saved model is the best one (train.monitor)
+    final = run.validator.run(run.data, plan.global_batch)
+    last = run.history[-1] if run.history else {}
+    train_scores = {f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS}
     metrics = {
         "status": "completed",
         "run_name": params.run_name,
-        "steps": step,
-        "epochs": cfg.epochs,
-        "val_loss": final["val_loss"],
-        "val_accuracy": final["val_accuracy"],
-        "train_loss": history[-1]["loss"] if history else None,
-        "train_accuracy": history[-1]["accuracy"] if history else None,
+        "steps": run.step,
+        "epochs": params.train.epochs,
+        **final,
+        **(train_scores or {"train_loss": None}),
+        "monitor": params.train.monitor,
+        "best_step": run.early.best_step,
+        "stopped_early": run.stopped_early,
         "examples_per_sec": round(speed, 1),
         "wall_time_s": round(time.monotonic() - run_start, 2),
-        "global_batch": global_batch,
+        "global_batch": plan.global_batch,
         "replicas": info.replicas,
         "workers": info.workers,
         "strategy": info.name,
         "device": info.device,
-        "learning_rate": lr,
-        "precision": policy,
+        "learning_rate": plan.learning_rate,
+        "precision": plan.precision,
         "seed": params.seed,
         "deterministic": params.repro.deterministic,
         "weights_sha256": digest,
-        "history": history,
+        "history": run.history,
     }
-    write_results(model, metrics, paths.model_file, paths.metrics_file)  # one line if it fails
+    # The model users get: raw inputs in, their units out (predict.py), class names beside it.
+    users = wrap_for_users(model, run.task)
+    sidecar = user_sidecar(run.task, run.data.spec)
+    write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
-        print(f"Saved {paths.model_file} and {paths.metrics_file}", flush=True)
+        print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
+    shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
     print(
-        f"Done: step {step}, val_accuracy {final['val_accuracy']:.4f}, {speed:,.0f} examples/s; "
+        f"Done: step {run.step}, {shown} (best, step {run.early.best_step}), "
+        f"val_loss {final['val_loss']:.4f}, {speed:,.0f} examples/s; "
         f"final weights sha256 {digest}",
         flush=True,
     )
-    return TrainResult("completed", step, total, 0, "", metrics)
+    return metrics
+
+
+_NOT_METRICS = ("epoch", "step", "seconds")
+
+
+class Profiler:
+    """`train.profile_steps: [from, to]`: a TensorBoard profiler trace of those steps (chunk
+    granularity), written under the run's TensorBoard folder (the chief only)."""
+
+    def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
+        self.window = window if enabled and len(window) == 2 else []
+        self.logdir = logdir
+        self.running = False
+        self.done = False
+
+    def before(self, step: int) -> None:
+        """Start tracing when the next chunk begins inside the window."""
+        if self.window and not self.running and not self.done and step >= self.window[0]:
+            import tensorflow as tf
+
+            self.logdir.mkdir(parents=True, exist_ok=True)
+            tf.profiler.experimental.start(str(self.logdir))
+            self.running = True
+
+    def after(self, step: int) -> None:
+        """Stop once the window's last step has run."""
+        if self.running and step >= self.window[1]:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.running:
+            import tensorflow as tf
+
+            tf.profiler.experimental.stop()
+            self.running, self.done = False, True
 
 
 def weights_digest(model: Any) -> str:
@@ -463,46 +558,14 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _validate(predict: Any, data: Prepared, batch: int) -> dict[str, float]:
-    """Loss and accuracy on the validation split, streamed from its shards batch by batch."""
-    import keras
-
-    # Vectors: big batches, few Python round trips. Images: the training batch, because a conv
-    # net's activations, not the inputs, set the memory (measured: 600 96x96 images, +700 MB).
-    if data.spec.kind == "vector":
-        batch = max(batch, 1024)
-
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    mean_loss = keras.metrics.Mean()
-    accuracy = keras.metrics.SparseCategoricalAccuracy()
-    for x, y in eval_dataset(data, "validation", batch):
-        logits = predict(x)
-        mean_loss.update_state(loss_fn(y, logits))
-        accuracy.update_state(y, logits)
-    return {"val_loss": float(mean_loss.result()), "val_accuracy": float(accuracy.result())}
-
-
 def _log_chunk(
-    tf: Any, step: int, n: int, loss: float, hits: float, elapsed: float, batch: int, device: str
+    tf: Any, step: int, n: int, loss: float, elapsed: float, batch: int, device: str
 ) -> None:
     """Step time, throughput, loss (and GPU memory) to TensorBoard."""
     tf.summary.scalar("train/loss", loss / n, step=step)
-    tf.summary.scalar("train/accuracy", hits / (n * batch), step=step)
     tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=step)
     tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=step)
     if device == "GPU":
         mem = tf.config.experimental.get_memory_info("GPU:0")
         tf.summary.scalar("perf/gpu_memory_mb", mem["current"] / 2**20, step=step)
         tf.summary.scalar("perf/gpu_peak_memory_mb", mem["peak"] / 2**20, step=step)
-
-
-def _agree_to_stop(tf: Any, strategy: Any, reason: str, stopper: Stopper) -> str:
-    """Workers must stop at the same step, or the others wait forever in an all-reduce: stop
-    when any worker wants to."""
-    wants = strategy.run(lambda: tf.constant(1.0 if reason else 0.0))
-    total = float(strategy.reduce(tf.distribute.ReduceOp.SUM, wants, axis=None))
-    if total > 0 and not reason:
-        stopper.reason = "another worker stopped"
-        stopper.exit_code = stopper.exit_code or EXIT_BUDGET
-        return stopper.reason
-    return reason

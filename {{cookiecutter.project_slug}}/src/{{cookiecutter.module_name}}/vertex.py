@@ -117,6 +117,15 @@ def expected_accelerators(machine_type: str) -> int | None:
 
 def validate(cfg: VertexConfig, run_name: str) -> None:
     """Raise ConfigError naming the first bad `vertex.*` key; return None when all are good."""
+    _check_names(cfg, run_name)
+    _check_machine(cfg)
+    _check_pools(cfg)
+    _check_code(cfg)
+    _check_bucket(cfg)
+
+
+def _check_names(cfg: VertexConfig, run_name: str) -> None:
+    """vertex.project, region and the job's display name."""
     if cfg.project and not _PROJECT.fullmatch(cfg.project):
         raise _bad("project", f"{cfg.project!r} is not a Google Cloud project ID", "my-gcp-project")
     if not _REGION.fullmatch(cfg.region):
@@ -125,6 +134,9 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
     if len(name) > 128:
         raise _bad("display_name", f"{len(name)} characters, at most 128", "colab-project-baseline")
 
+
+def _check_machine(cfg: VertexConfig) -> None:
+    """vertex.machine_type with its accelerator type and count."""
     if not _MACHINE.fullmatch(cfg.machine_type):
         raise _bad("machine_type", f"{cfg.machine_type!r} is not a machine type", "g2-standard-8")
     series = machine_series(cfg.machine_type)
@@ -174,6 +186,10 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
     if series == "n1" and acc and count not in (1, 2, 4, 8):
         raise _bad("accelerator_count", f"N1 machines take 1, 2, 4 or 8 GPUs, got {count}", "1")
 
+
+def _check_pools(cfg: VertexConfig) -> None:
+    """The worker pools: one chief; no extra workers on a TPU VM."""
+    acc = cfg.accelerator_type
     if cfg.chief_replicas != 1:
         raise _bad(
             "chief_replicas",
@@ -187,6 +203,9 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
             "0",
         )
 
+
+def _check_code(cfg: VertexConfig) -> None:
+    """Where the code comes from: a container image or a Python package with its image."""
     if bool(cfg.image_uri) == bool(cfg.python_package_uri):
         what = "both are set" if cfg.image_uri else "neither is set"
         raise _bad(
@@ -216,6 +235,9 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
                 "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
             )
 
+
+def _check_bucket(cfg: VertexConfig) -> None:
+    """vertex.bucket and the service account."""
     if not cfg.bucket:
         raise _bad(
             "bucket", "required: checkpoints and results go there", f"gs://my-bucket/{PROJECT_SLUG}"

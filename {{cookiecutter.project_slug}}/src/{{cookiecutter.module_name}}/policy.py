@@ -1,0 +1,132 @@
+"""When the training loop saves, stops and keeps the best model: the checkpoint and stop policy.
+
+THE LOCKSTEP RULE. Under MultiWorkerMirroredStrategy every worker runs the same step function,
+and each step ends in collectives (all-reduces) that wait for every worker. If one worker saved
+a checkpoint (a collective too) or left the loop at a step where another did not, the others
+would wait forever. So every save and every stop decision below is taken at the same point of
+the loop on every worker and derived only from values all workers share:
+- the step counter (identical everywhere), for the checkpoint interval and epoch ends;
+- `agree`: an all-reduce of each worker's wish, for anything a worker sees on its own
+  (a signal, its clock, a lost lease, its early-stopping verdict). Any worker's "stop" becomes
+  everybody's "stop", at the same chunk end.
+Keeping the best weights is a local copy (no collective), so it never needs agreement.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+from .early_stopping import EarlyStopping
+from .lease import EXIT_LEASE_LOST, Lease
+
+# Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
+# 128 + signal number when stopped by SIGINT (130) or SIGTERM (143). All stops are resumable.
+# 4 / 5: another session holds / took over the run (lease.py); docs/training-faults.md.
+EXIT_BUDGET = 3
+
+
+class Stopper:
+    """Asks the loop to stop cleanly: at the time budget, or on SIGTERM / SIGINT.
+
+    Colab kills a session after its limit and a notebook's "interrupt" sends SIGINT; both should
+    cost at most the steps since the last chunk, not the run. A second SIGINT stops at once.
+    """
+
+    def __init__(self, budget_minutes: float, lease: Lease | None = None) -> None:
+        self.lease = lease  # issue 9: another session taking the run over also stops it
+        self.start = time.monotonic()
+        self.budget_s = budget_minutes * 60.0
+        self.reason = ""
+        self.exit_code = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Stopper:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        print(f"\nReceived {name}: stopping after the current steps...", flush=True)
+        self.reason = f"{name} received"
+        self.exit_code = 128 + signum
+        if signum == signal.SIGINT:  # a second Ctrl-C / interrupt stops without waiting
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def check(self) -> str:
+        """The reason to stop now, or ''."""
+        if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
+            self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
+            self.exit_code = EXIT_BUDGET
+        if not self.reason and self.lease is not None and self.lease.lost:
+            self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
+        return self.reason
+
+
+def agree(strategy: Any, wish: bool, workers: int) -> bool:
+    """True on every worker when any worker wishes it (an all-reduce; one worker: `wish`).
+
+    Call it at the same point of the loop on every worker (the lockstep rule)."""
+    if workers <= 1:
+        return wish
+    import tensorflow as tf
+
+    wants = strategy.run(lambda: tf.constant(1.0 if wish else 0.0))
+    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, wants, axis=None)) > 0
+
+
+def agree_to_stop(strategy: Any, stopper: Stopper, workers: int) -> str:
+    """The stop reason all workers share: stop when any worker wants to."""
+    reason = stopper.check()
+    if agree(strategy, bool(reason), workers) and not reason:
+        stopper.reason = "another worker stopped"
+        stopper.exit_code = stopper.exit_code or EXIT_BUDGET
+    return stopper.reason
+
+
+def checkpoint_due(step: int, n: int, every: int, epoch_end: bool) -> bool:
+    """Save at the first chunk end at or after each multiple of `every`, and at epoch ends.
+
+    A function of the step only, so every worker saves at the same step."""
+    return step // every > (step - n) // every or epoch_end
+
+
+def agree_early_stop(strategy: Any, early: EarlyStopping, workers: int) -> bool:
+    """Early stopping's verdict, agreed across workers (the validation metrics are the same
+    numbers on every worker, but the decision still goes through `agree`)."""
+    return agree(strategy, early.should_stop, workers)
+
+
+class BestWeights:
+    """A copy of the model's weights at its best validation result (`train.monitor`).
+
+    Kept in variables that the checkpoint saves (`variables`), so a resumed run still holds the
+    best model of the steps before the restart; `results/models/model.keras` gets these weights.
+    Costs one more copy of the weights in memory and in each checkpoint."""
+
+    def __init__(self, model: Any) -> None:
+        import tensorflow as tf
+
+        self.model = model
+        self.variables = [
+            tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False, name=f"best_{i}")
+            for i, w in enumerate(model.weights)
+        ]
+
+    def keep(self) -> None:
+        """Copy the current weights in (a local copy: no collective, no agreement needed)."""
+        for best, weight in zip(self.variables, self.model.weights, strict=True):
+            best.assign(weight.value)
+
+    def put_back(self) -> None:
+        """Load the kept weights into the model."""
+        for best, weight in zip(self.variables, self.model.weights, strict=True):
+            weight.assign(best.read_value())

@@ -1,0 +1,77 @@
+"""Early stopping agreed across replicas, the best model, and the profiler window (in-process)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from conftest import TINY
+
+from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.policy import checkpoint_due
+from {{ cookiecutter.module_name }}.predict import load_for_users
+from {{ cookiecutter.module_name }}.trainer import train
+
+PER_EPOCH = 1438 // 32  # TINY on one replica
+
+
+def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
+    tiny_project: Path, capsys
+) -> None:
+    # A learning rate of 1e-9 moves no prediction: val_accuracy stays put, and patience 1
+    # stops after the second epoch.
+    base = [
+        *TINY,
+        "train.epochs=4",
+        "train.learning_rate=1e-9",
+        "train.early_stopping_patience=1",
+        "train.monitor=val_accuracy",
+        "distribute.strategy=mirrored",
+        "run_name=early",
+    ]
+    params = load_params(tiny_project / "params.yaml", base)
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert result.status == "completed" and result.exit_code == 0
+    metrics = result.metrics
+    per_epoch = 1438 // (32 * metrics["replicas"])
+    assert result.step == 2 * per_epoch < result.total_steps, out
+    assert metrics["stopped_early"] and metrics["best_step"] == per_epoch
+    assert "Early stopping: val_accuracy has not improved for 1 epochs" in out
+    assert {"val_loss", "val_accuracy", "val_auc", "val_f1"} <= set(metrics)
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics["history"][-1])
+    # The checkpoint remembers the verdict: the same command trains no further.
+    storage = Path(os.environ["PROJECT_STORAGE_DIR"])
+    newest = list_checkpoints(storage / "checkpoints" / "early")[-1][1]
+    state = json.loads((newest / "meta.json").read_text())["early_stopping"]
+    assert state["best_step"] == per_epoch and state["epochs_without_improvement"] == 1
+    again = train(params, tiny_project)
+    assert again.step == result.step and "already complete" in capsys.readouterr().out
+
+
+def test_profile_trace_and_a_model_that_stands_alone(tiny_project: Path, capsys) -> None:
+    params = load_params(
+        tiny_project / "params.yaml",
+        [*TINY, "train.epochs=1", "train.profile_steps=[5,10]", "run_name=prof"],
+    )
+    assert train(params, tiny_project).status == "completed"
+    out = capsys.readouterr().out
+    traces = list(tiny_project.parent.rglob("*.xplane.pb"))
+    assert traces and all("prof" in str(t) for t in traces), out
+    # results/models: raw pixels in, class probabilities out, class names beside it.
+    model, sidecar = load_for_users(tiny_project / "results" / "models")
+    assert sidecar["task"] == "classification" and len(sidecar["names"]) == 10
+    pixels = np.random.default_rng(0).uniform(0, 255, (4, *sidecar["input_shape"]))
+    probabilities = np.asarray(model(pixels.astype("float32")))
+    assert probabilities.shape == (4, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+
+
+def test_checkpoints_fall_on_steps_every_worker_shares() -> None:
+    # Chunks of 5 steps, every 10 steps: the first chunk end at or after each multiple, and at
+    # the epoch end; a function of the step alone, so every worker saves at the same step.
+    due = [s for s in range(5, PER_EPOCH + 1, 5) if checkpoint_due(s, 5, 10, s == PER_EPOCH)]
+    assert due == [10, 20, 30, 40]
+    assert checkpoint_due(44, 4, 10, True)
