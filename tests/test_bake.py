@@ -150,6 +150,7 @@ TEST_FILES = {
     "test_storage_faults.py",
     "test_strategy.py",
     "test_task.py",
+    "test_tasks_end_to_end.py",
     "test_tracking.py",
     "test_vertex.py",
 }
