@@ -20,6 +20,7 @@ def test_bench_prints_the_ratio_lines_and_memory_is_flat(
 ) -> None:
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
     args = ["--examples", "1200", "--epochs", "2", "--images", "100", "--image-steps", "10"]
+    args += ["--fit-images", "60", "--fit-epochs", "2", "--image-batch-size", "8"]
     code = main(["bench", "--params", str(PROJECT / "params.yaml"), *args])
     out = capsys.readouterr().out
     assert code == 0
@@ -30,10 +31,17 @@ def test_bench_prints_the_ratio_lines_and_memory_is_flat(
     assert float(match.group(1)) > 0 and float(match.group(2)) > 0
     last = out.strip().splitlines()[-1]
     match = re.fullmatch(
-        r"pipeline_vs_limit=(\d+\.\d+) peak_rss_mb_100=(\d+) peak_rss_mb_400=(\d+)", last
+        r"pipeline_vs_limit=(\d+\.\d+) peak_rss_mb_100=(\d+) peak_rss_mb_400=(\d+) "
+        r"ratio_vs_fit=(\d+\.\d+) images=60 raw=160x160 trained=64x64 global_batch=(\d+) "
+        r"parameters=(\d+)",
+        last,
     )
     assert match, last
-    assert float(match.group(1)) > 0
+    assert float(match.group(1)) > 0 and float(match.group(4)) > 0
+    assert int(match.group(5)) >= 8 and int(match.group(6)) > 0
+    assert re.search(r"(?m)^prepare \(one-time\): 60 JPEGs 160x160 .* in \d+\.\d s$", out), out
+    for label in ("this trainer on prepare's shards", "image_dataset_from_directory+fit"):
+        assert out.count(label) == 3, out  # three alternating runs each
     small, large = int(match.group(2)), int(match.group(3))
     # Generous, so machine noise never fails it: it catches a gross leak (say a per-epoch cache
     # or a copy of the data per chunk), not 300 small images (14 MB as float32). `bench` with its

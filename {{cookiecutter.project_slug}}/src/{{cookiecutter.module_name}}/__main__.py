@@ -86,17 +86,29 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, params: Params) -> int:
-    """Throughput of model.fit vs this trainer vs a fused loop."""
-    from .bench import run_bench, run_image_bench
+    """Throughput of model.fit vs this trainer vs a fused loop, on vectors and on images."""
+    from .bench import bench_all
 
-    if args.epochs < 2 or args.examples < 1 or args.batch_size < 1 or args.images < 0:
+    if (
+        min(args.epochs, args.fit_epochs) < 2
+        or min(args.examples, args.batch_size, args.image_batch_size) < 1
+        or min(args.images, args.fit_images) < 0
+    ):
         raise ConfigError(
-            "bench: needs --epochs >= 2 (the first one is warm-up) and positive --examples and "
-            "--batch-size (example: --epochs 4)"
+            "bench: needs --epochs >= 2 and --fit-epochs >= 2 (the first one is warm-up), "
+            "positive --examples and batch sizes (example: --epochs 4 --fit-epochs 3)"
         )
-    run_bench(params, examples=args.examples, epochs=args.epochs, batch_size=args.batch_size)
-    if args.images:
-        run_image_bench(params, images=args.images, batch_size=32, steps=args.image_steps)
+    bench_all(
+        params,
+        examples=args.examples,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        images=args.images,
+        image_steps=args.image_steps,
+        image_batch_size=args.image_batch_size,
+        fit_images=args.fit_images,
+        fit_epochs=args.fit_epochs,
+    )
     return 0
 
 
@@ -141,7 +153,8 @@ def cmd_hooks(args: argparse.Namespace, params: Params) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common_options() -> argparse.ArgumentParser:
+    """--params and --set, shared by every command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--params", default="params.yaml", help="params file (default: %(default)s)"
@@ -154,9 +167,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a params key, e.g. --set train.epochs=5 (repeatable)",
     )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per `cmd_<name>` function."""
+    common = _common_options()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_data_commands(sub, common)
+    _add_model_commands(sub, common)
+    _add_tool_commands(sub, common)
+    return parser
 
+
+def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """prepare, stage."""
+    p = sub.add_parser("prepare", parents=[common], help="write data/raw, the split, the manifest")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("stage", parents=[common], help="copy data to fast local disk (resumable)")
+    p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")
+    p.add_argument("dest", help="folder on local disk, e.g. /content/data")
+    p.add_argument("--verify", action="store_true", help="re-hash every file on both sides")
+    p.set_defaults(func=cmd_stage)
+
+
+def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """train, evaluate, predict, export, vertex."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
     p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
     p.add_argument(
@@ -165,9 +203,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="train this run even if another session holds its lease (that one then stops)",
     )
     p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("prepare", parents=[common], help="write data/raw, the split, the manifest")
-    p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)
@@ -181,13 +216,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=None, help="folder (default: results/models/saved_model)")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("stage", parents=[common], help="copy data to fast local disk (resumable)")
-    p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")
-    p.add_argument("dest", help="folder on local disk, e.g. /content/data")
-    p.add_argument("--verify", action="store_true", help="re-hash every file on both sides")
-    p.set_defaults(func=cmd_stage)
+    p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
+    p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
+    p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
+    p.set_defaults(func=cmd_vertex)
 
-    p = sub.add_parser("bench", parents=[common], help="compare training speeds (about 1 minute)")
+
+def _add_bench_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """bench: the sizes of each workload."""
+    p = sub.add_parser("bench", parents=[common], help="compare training speeds (minutes)")
     p.add_argument("--examples", type=int, default=60_000, help="synthetic examples")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64, help="per replica")
@@ -195,12 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--images", type=int, default=750, help="image workload: N and 4N images (0 = skip)"
     )
     p.add_argument("--image-steps", type=int, default=50, help="steps timed per input pipeline")
+    p.add_argument("--image-batch-size", type=int, default=32, help="image batch per replica")
+    p.add_argument(
+        "--fit-images", type=int, default=3000, help="JPEGs for the model.fit comparison (0 = skip)"
+    )
+    p.add_argument("--fit-epochs", type=int, default=3, help="epochs per run, fit comparison")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
-    p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
-    p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
-    p.set_defaults(func=cmd_vertex)
+
+def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """bench, env, notebooks, hooks."""
+    _add_bench_command(sub, common)
 
     p = sub.add_parser("env", parents=[common], help="print and save the environment")
     p.add_argument("--output", default=None, help="file (default: results/environment.json)")
@@ -222,7 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("hooks", parents=[common], help="register the git hooks (nbstripout, ...)")
     p.set_defaults(func=cmd_hooks)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,18 @@ Speed is examples trained per wall-clock second in the median epoch after the fi
 tracing is left out; for (b) the checkpoints, logging and validation of that epoch are in; the
 median keeps one epoch slowed by another process from deciding the result); the speed over the
 whole call, tracing and setup included, is shown next to it.
+The image workload (`run_fit_bench`): `--fit-images` JPEGs of 160x160 in 10 class folders, trained
+at 64x64 with the same small CNN (`model.architecture: cnn`) and global batch for all three:
+
+  (a) trainer this project's `fit` on the TFRecord shards `prepare` wrote (prepare's one-time
+              cost is printed on its own line), checkpoints and logging on;
+  (b) keras   `keras.utils.image_dataset_from_directory(folder, image_size=(64, 64))` +
+              `.prefetch(tf.data.AUTOTUNE)` + `model.fit`, as a Keras user writes it, for the
+              same number of steps per epoch;
+  (c) limit   the fused loop above, on the decoded training images already in memory.
+
+(a) and (b) alternate three times; `ratio_vs_fit` is the median of the three (a)/(b) ratios.
+
 Memory is the peak resident set size (RSS) of the process during the call minus the RSS at its
 start, sampled every 5 ms: it counts TensorFlow's C++ allocations (tracemalloc would not), but
 also anything else the process does meanwhile, and memory freed and reused is not counted twice.
@@ -43,10 +55,15 @@ from .prepare import split_indices, write_processed
 from .seeding import seed_everything
 from .sources import Source
 from .storage import RunPaths
-from .strategy import make_strategy
+from .strategy import StrategyInfo, make_strategy
 from .trainer import fit
 
 IMAGE_SIDE = 96  # the image workload: 96x96 RGB JPEGs, as in issue 10's measurements
+PHOTO_SIDE = 160  # the fit comparison: 160x160 JPEGs ...
+TRAIN_SIDE = 64  # ... trained at 64x64 (prepare resizes once; Keras resizes every epoch)
+
+# A method under test: returns the examples of one epoch and the time each epoch ended.
+Run = Callable[[], tuple[int, list[float]]]
 
 
 class RssPeak:
@@ -85,31 +102,25 @@ class RssPeak:
         return (self.peak - self.start) / 2**20
 
 
-def run_bench(params: Params, examples: int, epochs: int, batch_size: int) -> dict[str, float]:
-    """Run (a), (b), (c); print a table and `ratio_vs_seed=B/A ratio_vs_limit=B/C`."""
-    # MirroredStrategy for all three, as in the seed document; distribute.logical_cpus and
-    # distribute.gpus still choose its devices.
-    strategy, info = make_strategy(dataclasses.replace(params.distribute, strategy="mirrored"))
-    seed_everything(params.seed, params.repro.deterministic)
-    import keras
-    import tensorflow as tf
+def bench_strategy(params: Params) -> tuple[Any, StrategyInfo]:
+    """MirroredStrategy for every method, as in the seed document; distribute.logical_cpus and
+    distribute.gpus still choose its devices. Made once: TensorFlow fixes its devices then."""
+    return make_strategy(dataclasses.replace(params.distribute, strategy="mirrored"))
 
+
+def run_bench(
+    params: Params, strategy: Any, info: StrategyInfo, examples: int, epochs: int, batch_size: int
+) -> dict[str, float]:
+    """Run (a), (b), (c); print a table and `ratio_vs_seed=B/A ratio_vs_limit=B/C`."""
+    seed_everything(params.seed, params.repro.deterministic)
     rng = np.random.default_rng(params.seed)
     x_all = rng.random((examples, 784), dtype=np.float32)
     y_all = rng.integers(0, 10, examples).astype(np.int32)
     model_cfg = ModelConfig(hidden_units=[64, 64], dropout=0.0)
-    params = dataclasses.replace(
-        params,
-        model=model_cfg,
-        train=dataclasses.replace(
-            params.train, epochs=epochs, batch_size=batch_size, mixed_precision=False
-        ),
-    )
-    global_batch = batch_size * info.replicas
+    params = _with_training(params, model_cfg, epochs, batch_size)
     tmp = tempfile.TemporaryDirectory(prefix="bench-data-")
     data, idx = _vector_shards(x_all, y_all, Path(tmp.name), params)
     x_train, y_train = x_all[idx], y_all[idx]
-    steps = len(x_train) // global_batch
     print(
         f"bench: {len(x_train)} examples x {epochs} epochs, batch {batch_size} per replica x "
         f"{info.replicas} replicas, 784-64-64-10 MLP, {info.name} on {info.device}; "
@@ -117,35 +128,106 @@ def run_bench(params: Params, examples: int, epochs: int, batch_size: int) -> di
         f"checkpoint_every_steps={params.train.checkpoint_every_steps}",
         flush=True,
     )
-    lr = params.train.learning_rate
+    seed = _seed_way(params, strategy, data, x_train, y_train)
+    limit = _limit_way(params, strategy, info, data, x_train, y_train)
+    rows = [
+        ("a", "model.fit on NumPy arrays (seed)", seed),
+        ("b", "this trainer, checkpoints + logging", _trainer_way(params, strategy, info, data)),
+        ("c", "one tf.function per epoch (limit)", limit),
+    ]
+    speeds = _print_table(rows, info.device)
+    print(
+        "examples/s: median epoch after the first (tracing excluded; checkpoints, logging and "
+        "validation included for b); whole call: every epoch, tracing and setup included",
+        flush=True,
+    )
+    tmp.cleanup()
+    ratio_seed = speeds["b"] / speeds["a"]
+    ratio_limit = speeds["b"] / speeds["c"]
+    print(f"ratio_vs_seed={ratio_seed:.2f} ratio_vs_limit={ratio_limit:.2f}", flush=True)
+    return {**speeds, "ratio_vs_seed": ratio_seed, "ratio_vs_limit": ratio_limit}
 
+
+def _with_training(params: Params, model_cfg: ModelConfig, epochs: int, batch_size: int) -> Params:
+    """`params` with the bench's model, epochs and batch size, in float32."""
+    return dataclasses.replace(
+        params,
+        model=model_cfg,
+        train=dataclasses.replace(
+            params.train, epochs=epochs, batch_size=batch_size, mixed_precision=False
+        ),
+    )
+
+
+def _print_table(rows: list[tuple[str, str, Run]], device: str) -> dict[str, float]:
+    """Measure each method in turn, print one row each; return its examples/s by key."""
+    import tensorflow as tf
+
+    speeds: dict[str, float] = {}
+    print(
+        f"{'':3}{'method':38}{'examples/s':>11}{'(whole call)':>13}{'seconds':>9}"
+        f"{'peak RSS +MB':>14}"
+    )
+    for key, label, run in rows:
+        steady, whole, seconds, mem = _measure(run, tf, device)
+        speeds[key] = steady
+        print(f"{key:3}{label:38}{steady:11,.0f}{whole:13,.0f}{seconds:9.2f}{mem:>14}", flush=True)
+    return speeds
+
+
+def _seed_way(
+    params: Params, strategy: Any, data: Prepared, x_train: np.ndarray, y_train: np.ndarray
+) -> Run:
+    """`model.fit` on float64 NumPy arrays, as the seed document writes it."""
+    global_batch = params.train.batch_size * strategy.num_replicas_in_sync
     # The seed document scales pixels with `x / 255.0`, which gives float64 arrays.
     x_seed = x_train.astype("float64")
 
-    def seed_way() -> tuple[int, list[float]]:
+    def run() -> tuple[int, list[float]]:
         with strategy.scope():
-            model = build_model(data.spec, 10, model_cfg)
-            model.compile(
-                optimizer=keras.optimizers.Adam(lr),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=["accuracy"],
-            )
+            model = build_model(data.spec, 10, params.model)
+            _compile(model, params.train.learning_rate)
         ends: list[float] = []
-        stamp = keras.callbacks.LambdaCallback(
-            on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter())
-        )
         # verbose=0: the seed's default progress bar would only add printing time to (a).
         model.fit(
             x_seed,
             y_train,
             batch_size=global_batch,
-            epochs=epochs,
+            epochs=params.train.epochs,
             verbose=0,
-            callbacks=[stamp],
+            callbacks=[_epoch_stamps(ends)],
         )
         return len(x_train), ends  # fit also trains the last, partial batch
 
-    def trainer_way() -> tuple[int, list[float]]:
+    return run
+
+
+def _compile(model: Any, lr: float) -> None:
+    """Compile as a Keras user would: Adam, sparse cross-entropy on logits, accuracy."""
+    import keras
+
+    model.compile(
+        optimizer=keras.optimizers.Adam(lr),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+
+
+def _epoch_stamps(ends: list[float]) -> Any:
+    """A Keras callback appending the wall-clock time at each epoch's end to `ends`."""
+    import keras
+
+    return keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter())
+    )
+
+
+def _trainer_way(params: Params, strategy: Any, info: StrategyInfo, data: Prepared) -> Run:
+    """This project's `fit` on `data` (shards as `prepare` writes them), checkpoints + logging."""
+    global_batch = params.train.batch_size * info.replicas
+    steps = data.count("train") // global_batch
+
+    def run() -> tuple[int, list[float]]:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
             root = Path(tmp)
             paths = RunPaths(
@@ -161,15 +243,34 @@ def run_bench(params: Params, examples: int, epochs: int, batch_size: int) -> di
         ends = [started + h["seconds"] for h in result.metrics["history"]]
         return steps * global_batch, ends
 
-    def limit_way() -> tuple[int, list[float]]:
+    return run
+
+
+def _limit_way(
+    params: Params,
+    strategy: Any,
+    info: StrategyInfo,
+    data: Prepared,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+) -> Run:
+    """One hand-written `tf.function` per epoch over data already in memory (decoded)."""
+    import keras
+    import tensorflow as tf
+
+    batch_size, epochs = params.train.batch_size, params.train.epochs
+    global_batch = batch_size * info.replicas
+    steps = len(x_train) // global_batch
+    shape = [steps, info.replicas, batch_size, *x_train.shape[1:]]
+
+    def run() -> tuple[int, list[float]]:
         with strategy.scope():
-            model = build_model(data.spec, 10, model_cfg)
-            optimizer = keras.optimizers.Adam(lr)
+            model = build_model(data.spec, 10, params.model)
+            optimizer = keras.optimizers.Adam(params.train.learning_rate)
             optimizer.build(model.trainable_variables)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
         with tf.device("/cpu:0"):
-            x = tf.constant(x_train)
-            y = tf.constant(y_train)
+            x, y = tf.constant(x_train), tf.constant(y_train)
 
         def replica_step(xe: tf.Tensor, ye: tf.Tensor, i: tf.Tensor) -> None:
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -184,8 +285,8 @@ def run_bench(params: Params, examples: int, epochs: int, batch_size: int) -> di
         @tf.function
         def one_epoch(order: tf.Tensor) -> None:
             # The whole epoch, shuffled and cut into batches up front: [steps, replicas, batch].
-            xe = tf.reshape(tf.gather(x, order), [steps, info.replicas, batch_size, -1])
-            ye = tf.reshape(tf.gather(y, order), [steps, info.replicas, batch_size])
+            xe = tf.reshape(tf.gather(x, order), shape)
+            ye = tf.reshape(tf.gather(y, order), shape[:3])
             for i in tf.range(steps):
                 strategy.run(replica_step, args=(xe, ye, i))
 
@@ -198,30 +299,7 @@ def run_bench(params: Params, examples: int, epochs: int, batch_size: int) -> di
             ends.append(time.perf_counter())
         return n, ends
 
-    rows = [
-        ("a", "model.fit on NumPy arrays (seed)", seed_way),
-        ("b", "this trainer, checkpoints + logging", trainer_way),
-        ("c", "one tf.function per epoch (limit)", limit_way),
-    ]
-    speeds: dict[str, float] = {}
-    print(
-        f"{'':3}{'method':38}{'examples/s':>11}{'(whole call)':>13}{'seconds':>9}"
-        f"{'peak RSS +MB':>14}"
-    )
-    for key, label, run in rows:
-        steady, whole, seconds, mem = _measure(run, tf, info.device)
-        speeds[key] = steady
-        print(f"{key:3}{label:38}{steady:11,.0f}{whole:13,.0f}{seconds:9.2f}{mem:>14}", flush=True)
-    print(
-        "examples/s: median epoch after the first (tracing excluded; checkpoints, logging and "
-        "validation included for b); whole call: every epoch, tracing and setup included",
-        flush=True,
-    )
-    tmp.cleanup()
-    ratio_seed = speeds["b"] / speeds["a"]
-    ratio_limit = speeds["b"] / speeds["c"]
-    print(f"ratio_vs_seed={ratio_seed:.2f} ratio_vs_limit={ratio_limit:.2f}", flush=True)
-    return {**speeds, "ratio_vs_seed": ratio_seed, "ratio_vs_limit": ratio_limit}
+    return run
 
 
 def _measure(
@@ -333,8 +411,6 @@ def train_peak_rss_mb(project: Path, overrides: list[str], storage: Path) -> flo
 def run_image_bench(params: Params, images: int, batch_size: int, steps: int) -> dict[str, float]:
     """The image workload: `pipeline_vs_limit`, and the peak RSS of `train` for N and 4N images
     (the same number of steps each: 4 epochs of N, 1 of 4N). Prints one line per figure."""
-    from .prepare import prepare
-
     seed_everything(params.seed, params.repro.deterministic)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
@@ -342,14 +418,7 @@ def run_image_bench(params: Params, images: int, batch_size: int, steps: int) ->
         for n, epochs in ((images, 4), (4 * images, 1)):
             raw = make_images(root / f"images-{n}", n, (IMAGE_SIDE, IMAGE_SIDE), params.seed)
             project = root / f"project-{n}"
-            project.mkdir()
-            (project / "params.yaml").write_text("{}\n")
-            data_cfg = dataclasses.replace(
-                params.data, source="images", path=str(root / f"images-{n}"),
-                image_size=[IMAGE_SIDE, IMAGE_SIDE], image_channels=3, augment=[],
-            )  # fmt: skip
-            prepare(dataclasses.replace(params, data=data_cfg), project)
-            data = load_prepared(project / "data/processed")
+            data = _prepared_images(params, root / f"images-{n}", project, IMAGE_SIDE)
             shards = sum(Path(p).stat().st_size for s in ("train", "validation", "test")
                          for p in data.shards(s))  # fmt: skip
             print(f"images {n}: raw JPEGs {raw / 2**20:.1f} MB, processed {shards / 2**20:.1f} MB "
@@ -366,10 +435,123 @@ def run_image_bench(params: Params, images: int, batch_size: int, steps: int) ->
             print(f"train on {n} images ({steps_run} steps): peak RSS {out[f'rss_{n}']:.0f} MB",
                   flush=True)  # fmt: skip
         out["pipeline_vs_limit"] = pipeline_vs_limit(data, batch_size, steps, params.seed)
-    n = images
-    print(
-        f"pipeline_vs_limit={out['pipeline_vs_limit']:.2f} peak_rss_mb_{n}={out[f'rss_{n}']:.0f} "
-        f"peak_rss_mb_{4 * n}={out[f'rss_{4 * n}']:.0f}",
-        flush=True,
-    )
     return out
+
+
+def _prepared_images(params: Params, raw: Path, project: Path, side: int) -> Prepared:
+    """Run `prepare` on the JPEG folder `raw` in `project` at side x side, RGB, no augmentation."""
+    from .prepare import prepare
+
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "params.yaml").write_text("{}\n")
+    data_cfg = dataclasses.replace(
+        params.data, source="images", path=str(raw), image_size=[side, side],
+        image_channels=3, augment=[],
+    )  # fmt: skip
+    prepare(dataclasses.replace(params, data=data_cfg), project)
+    return load_prepared(project / "data/processed")
+
+
+def run_fit_bench(
+    params: Params, strategy: Any, info: StrategyInfo, images: int, epochs: int, batch_size: int
+) -> dict[str, float]:
+    """The image workload against `model.fit`: `images` JPEGs of PHOTO_SIDE trained at
+    TRAIN_SIDE, (a) this trainer on what `prepare` wrote, (b) `image_dataset_from_directory` +
+    `model.fit`, (c) the fused limit; (a) and (b) alternate three times."""
+    seed_everything(params.seed, params.repro.deterministic)
+    params = _with_training(
+        params, ModelConfig(architecture="cnn", dropout=0.0), epochs, batch_size
+    )
+    global_batch = batch_size * info.replicas
+    with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
+        raw = Path(tmp) / "photos"
+        make_images(raw, images, (PHOTO_SIDE, PHOTO_SIDE), params.seed)
+        started = time.perf_counter()
+        data = _prepared_images(params, raw, Path(tmp) / "project", TRAIN_SIDE)
+        seconds = time.perf_counter() - started
+        print(f"prepare (one-time): {images} JPEGs {PHOTO_SIDE}x{PHOTO_SIDE} -> TFRecord shards "
+              f"at {TRAIN_SIDE}x{TRAIN_SIDE} in {seconds:.1f} s", flush=True)  # fmt: skip
+        steps = data.count("train") // global_batch
+        x_train, y_train = _decoded(data)
+        parameters = build_model(data.spec, 10, params.model).count_params()
+        print(f"fit bench: {data.count('train')} training images, {steps} steps x {epochs} epochs, "
+              f"global batch {global_batch}, CNN {params.model.filters} ({parameters:,} "
+              f"parameters)", flush=True)  # fmt: skip
+        ours = _trainer_way(params, strategy, info, data)
+        keras_way = _keras_fit_way(params, strategy, raw, steps)
+        rows = [(f"{key}{i}", label, way) for i in (1, 2, 3) for key, label, way in (
+            ("a", "this trainer on prepare's shards", ours),
+            ("b", "image_dataset_from_directory+fit", keras_way),
+        )]  # fmt: skip
+        rows.append(("c", "one tf.function per epoch (limit)",
+                     _limit_way(params, strategy, info, data, x_train, y_train)))  # fmt: skip
+        speeds = _print_table(rows, info.device)
+    ratio = statistics.median(speeds[f"a{i}"] / speeds[f"b{i}"] for i in (1, 2, 3))
+    a = statistics.median(speeds[f"a{i}"] for i in (1, 2, 3))
+    b = statistics.median(speeds[f"b{i}"] for i in (1, 2, 3))
+    print(f"fit bench examples/s (median epoch after the first; median of 3 runs): trainer "
+          f"{a:,.0f}, keras fit {b:,.0f}, limit {speeds['c']:,.0f}", flush=True)  # fmt: skip
+    return {"ratio_vs_fit": ratio, "fit_images": images, "fit_batch": global_batch,
+            "fit_params": parameters}  # fmt: skip
+
+
+def _decoded(data: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """The training split decoded into memory (float32 pixels, int32 classes), for the limit."""
+    import tensorflow as tf
+
+    from .pipeline import decoder
+
+    ds = tf.data.TFRecordDataset(data.shards("train")).map(decoder(data.spec))
+    pairs = list(ds.batch(256).as_numpy_iterator())
+    return np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+
+
+def _keras_fit_way(params: Params, strategy: Any, folder: Path, steps: int) -> Run:
+    """What a Keras user writes for a folder of JPEGs: `image_dataset_from_directory`
+    (decode + resize every epoch) + `.prefetch` + `model.fit`, the same CNN and global batch,
+    `steps` batches per epoch."""
+    import keras
+    import tensorflow as tf
+
+    from .dataspec import DataSpec
+
+    global_batch = params.train.batch_size * strategy.num_replicas_in_sync
+    spec = DataSpec(kind="image", input_shape=(TRAIN_SIDE, TRAIN_SIDE, 3))
+
+    def run() -> tuple[int, list[float]]:
+        ds = keras.utils.image_dataset_from_directory(
+            folder, image_size=(TRAIN_SIDE, TRAIN_SIDE), batch_size=global_batch,
+            seed=params.seed, verbose=False,
+        )  # fmt: skip
+        ds = ds.take(steps).prefetch(tf.data.AUTOTUNE)  # the trainer's number of steps
+        with strategy.scope():
+            model = build_model(spec, 10, params.model)
+            _compile(model, params.train.learning_rate)
+        ends: list[float] = []
+        model.fit(ds, epochs=params.train.epochs, verbose=0, callbacks=[_epoch_stamps(ends)])
+        return steps * global_batch, ends
+
+    return run
+
+
+def bench_all(
+    params: Params, *, examples: int, epochs: int, batch_size: int, images: int,
+    image_steps: int, image_batch_size: int, fit_images: int, fit_epochs: int,
+) -> None:  # fmt: skip
+    """Every part of `bench`; the image figures end on one line (0 images = part skipped)."""
+    strategy, info = bench_strategy(params)
+    run_bench(params, strategy, info, examples=examples, epochs=epochs, batch_size=batch_size)
+    figures: list[str] = []
+    if images:
+        out = run_image_bench(params, images, image_batch_size, image_steps)
+        figures += [f"pipeline_vs_limit={out['pipeline_vs_limit']:.2f}",
+                    f"peak_rss_mb_{images}={out[f'rss_{images}']:.0f}",
+                    f"peak_rss_mb_{4 * images}={out[f'rss_{4 * images}']:.0f}"]  # fmt: skip
+    if fit_images:
+        fit_out = run_fit_bench(params, strategy, info, fit_images, fit_epochs, image_batch_size)
+        figures += [f"ratio_vs_fit={fit_out['ratio_vs_fit']:.2f}",
+                    f"images={fit_images}", f"raw={PHOTO_SIDE}x{PHOTO_SIDE}",
+                    f"trained={TRAIN_SIDE}x{TRAIN_SIDE}", f"global_batch={fit_out['fit_batch']}",
+                    f"parameters={fit_out['fit_params']}"]  # fmt: skip
+    if figures:
+        print(" ".join(figures), flush=True)
