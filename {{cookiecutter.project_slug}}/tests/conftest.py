@@ -78,3 +78,23 @@ def cli(args: list[str], cwd: Path, env: dict[str, str], **kwargs) -> subprocess
 def sets(overrides: list[str]) -> list[str]:
     """["a=1", "b=2"] -> ["--set", "a=1", "--set", "b=2"]."""
     return [part for item in overrides for part in ("--set", item)]
+
+
+def main_in_fresh_process(
+    calls: list[list[str]], cwd: Path, storage: Path
+) -> subprocess.CompletedProcess:
+    """Run `__main__.main(args)` for each argument list in ONE new Python process (this
+    checkout's src first): what a user's fresh shell does, for the price of one TensorFlow start.
+    """
+    script = (
+        f"import sys; from {MODULE}.__main__ import main\n"
+        f"sys.exit(max(main(args) for args in {calls!r}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=cli_env(storage),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

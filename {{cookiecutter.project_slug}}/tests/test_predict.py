@@ -5,15 +5,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import MODULE, PROJECT, cli_env
+from conftest import PROJECT, main_in_fresh_process
 
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig
 from {{ cookiecutter.module_name }}.dataspec import DataSpec
@@ -80,14 +78,7 @@ def test_predict_in_a_fresh_process_for_each_task(tmp_path: Path) -> None:
     ]
     exported = tmp_path / "served"
     calls.append(["export", "--output", str(exported), "--params", calls[0][3]])
-    script = (
-        f"import sys; from {MODULE}.__main__ import main\n"
-        f"sys.exit(max(main(args) for args in {calls!r}))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=cli_env(tmp_path / "storage"),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = main_in_fresh_process(calls, tmp_path, tmp_path / "storage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("Wrote ") == len(CASES) + 1
     assert (exported / "saved_model.pb").is_file()

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MODULE, PROJECT, cli_env
+from conftest import PROJECT, main_in_fresh_process
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.evaluate import evaluate
@@ -122,14 +120,7 @@ def test_predict_each_trained_task_in_a_fresh_process(trained, tmp_path: Path) -
          "--params", str(project / "params.yaml")]
         for task, (project, _, _) in trained.items()
     ]  # fmt: skip
-    script = (
-        f"import sys; from {MODULE}.__main__ import main\n"
-        f"sys.exit(max(main(args) for args in {calls!r}))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=cli_env(tmp_path / "storage"),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = main_in_fresh_process(calls, tmp_path, tmp_path / "storage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with (tmp_path / "multilabel.csv").open() as handle:
         labels = list(csv.DictReader(handle))

@@ -203,14 +203,7 @@ def split_indices(
         parts["validation"].append(idx[n_test : n_test + n_val])
         parts["train"].append(idx[n_test + n_val :])
     out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
-    wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
-    for name, idx in out.items():
-        if len(idx) == 0 and wanted[name] > 0:
-            raise ConfigError(
-                f"data: {len(y)} examples leave the {name} split empty "
-                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
-            )
-    return out
+    return _refuse_empty(out, len(y), validation_fraction, test_fraction)
 
 
 def random_split(
@@ -225,6 +218,13 @@ def random_split(
         "validation": np.sort(order[n_test : n_test + n_val]),
         "train": np.sort(order[n_test + n_val :]),
     }
+    return _refuse_empty(out, n, validation_fraction, test_fraction)
+
+
+def _refuse_empty(
+    out: dict[str, np.ndarray], n: int, validation_fraction: float, test_fraction: float
+) -> dict[str, np.ndarray]:
+    """`out`, unless a split that should have examples has none (one line naming the keys)."""
     wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
     for name, idx in out.items():
         if len(idx) == 0 and wanted[name] > 0:
