@@ -21,14 +21,12 @@ from .dataspec import DataSpec
 MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
 
 
-def build_model(spec: DataSpec | int, num_outputs: int, cfg: ModelConfig) -> keras.Model:
+def build_model(spec: DataSpec, num_outputs: int, cfg: ModelConfig) -> keras.Model:
     """Raw inputs of `spec.input_shape` -> `num_outputs` float32 logits, per `model.architecture`.
 
     Your own model: replace the body below (keep `inputs`, `_scaled` and the float32 `logits`
     layer), or add an architecture name to config.py's ARCHITECTURES and a branch here.
     """
-    if isinstance(spec, int):  # a flat input size: the trainer before it reads spec.json
-        spec = DataSpec(kind="vector", input_shape=(spec,))
     inputs = keras.Input(shape=spec.input_shape, name="inputs")
     if cfg.architecture == "backbone":
         features = _backbone_features(inputs, spec, cfg)

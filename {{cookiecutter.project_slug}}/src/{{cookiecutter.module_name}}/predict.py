@@ -23,6 +23,7 @@ import numpy as np
 from .config import ConfigError
 from .dataspec import DataSpec
 from .files import atomic_write
+from .sources import is_number
 from .task import Task
 
 MODEL = "model.keras"
@@ -146,7 +147,7 @@ def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np
             try:
                 values.append([float(row[name]) for name in features])
             except (TypeError, ValueError):
-                bad = next(n for n in features if not _is_number(row[n]))
+                bad = next(n for n in features if not is_number(row[n]))
                 raise ConfigError(
                     f"{source}: row {number}, column {bad!r}: expected a number, got {row[bad]!r}"
                 ) from None
@@ -156,14 +157,6 @@ def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np
                 ids, values = [], []
         if ids:
             yield ids, np.asarray(values, dtype=np.float32)
-
-
-def _is_number(text: Any) -> bool:
-    try:
-        float(text)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _read_image(path: Path, shape: list[int]) -> np.ndarray:

@@ -28,7 +28,15 @@ from .config import ConfigError, Params
 from .dataspec import SPEC, DataSpec
 from .files import atomic_write
 from .pipeline import serialize
-from .sources import Source, read_csv, read_digits, read_images, read_tfds, read_tfrecord
+from .sources import (
+    Source,
+    is_number,
+    read_csv,
+    read_digits,
+    read_images,
+    read_tfds,
+    read_tfrecord,
+)
 from .staging import INDEX, stage
 
 RAW = "data/raw"
@@ -243,7 +251,7 @@ def _check_classes(source: Source) -> None:
     label column of mostly distinct values (a continuous target) is refused first, pointing at
     regression, rather than failing later with an empty split."""
     counts = np.bincount(source.labels, minlength=len(source.names))
-    numeric = all(_is_number(name) for name in source.names)
+    numeric = all(is_number(name) for name in source.names)
     hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
     if numeric and len(source.names) > MAX_DISTINCT_SHARE * len(source.labels):
         raise ConfigError(
@@ -256,14 +264,6 @@ def _check_classes(source: Source) -> None:
                 f"data: class {name!r} has {n} example{'s' if n != 1 else ''}; the split needs "
                 f"at least 2 per class (add examples or remove the class){hint}"
             )
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:

@@ -67,10 +67,11 @@ def _label_order(name: str) -> tuple[int, int, str]:
     return (0, int(name), name) if name.lstrip("-").isdigit() else (1, 0, name)
 
 
-def _is_float(text: str) -> bool:
+def is_number(text: Any) -> bool:
+    """True when `text` reads as a number (CSV cells: prepare's and predict's checks)."""
     try:
         float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         return False
     return True
 
@@ -92,7 +93,7 @@ def read_csv(path: str, label: str, task: str = "classification") -> Source:
             if not row:
                 continue
             values = row[:col] + row[col + 1 :]
-            bad = next((i for i, v in enumerate(values) if not _is_float(v)), None)
+            bad = next((i for i, v in enumerate(values) if not is_number(v)), None)
             cell = row[col] if col < len(row) else ""
             no_label = cell == "" and (task != "multilabel" or col >= len(row))  # "" = no labels
             if bad is not None or len(values) != len(names) or no_label:
