@@ -194,7 +194,8 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     assert curve == ["epoch,loss,val_loss,val_r2", "1,0.5,0.6,0.1"]
 
 
-def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
+def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
+    """What notebook 03 calls after `evaluate`: the summary and the figure, chosen by task.type."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,24 +203,62 @@ def test_notebook_report_helpers_follow_the_task(tmp_path: Path) -> None:
     from {{ cookiecutter.module_name }}.evaluate import write_evaluation
 
     truth = np.array([[1, 0, 1], [0, 1, 0]])
-    write_evaluation(tmp_path / "results", task_for("multilabel").evaluate([(truth, truth * 0.9)]))
-    table = report.rows_table(report.load_plot_rows(tmp_path, "per_label.csv"))
-    assert table.splitlines()[0] == "| label | precision | recall | f1 | support |"
-    assert table.splitlines()[2] == "| cat | 1.000 | 1.000 | 1.000 | 1 |"
-    reg = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
-    write_evaluation(tmp_path / "results", reg)
-    fig = report.plot_predicted_vs_true(report.load_plot_rows(tmp_path, "predictions.csv"))
-    assert len(fig.axes) == 2
-    history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
-    assert report.main_metric(history) == "mae"
-    assert len(report.plot_training_curves(history).axes) == 2
-    # Notebook 01's look at the targets: label counts, a histogram of values, class counts.
-    labels = report.plot_targets({"train": truth.astype("float32")}, LABELS)
+    cases = {
+        "classification": (np.array([0, 1, 2, 2]), np.eye(7)[[0, 1, 1, 2]]),
+        "multilabel": (truth, truth * 0.9),
+        "regression": (np.array([50.0, 70.0]), np.array([52.0, 66.0])),
+    }
+    shown = {}
+    for kind, (y, outputs) in cases.items():
+        write_evaluation(tmp_path / kind / "results", task_for(kind).evaluate([(y, outputs)]))
+        fig, name = report.plot_evaluation(tmp_path / kind, kind)
+        shown[kind] = report.evaluation_summary(tmp_path / kind, kind).splitlines(), fig, name
+
+    lines, fig, name = shown["classification"]  # per-class metrics, the confusion matrix
+    assert lines[0].startswith("Test split (classification, 4 examples): accuracy 0.7500")
+    assert lines[2] == "| class | precision | recall | F1 | support |"
+    assert "| c1 | 0.500 | 1.000 | 0.667 | 1 |" in lines and "accuracy 0.7500" in lines[-1]
+    assert name == "03_confusion_matrix" and fig.axes[0].get_title().startswith("Confusion")
+    lines, fig, name = shown["multilabel"]  # per-label metrics, as a table and as bars
+    assert lines[2:4] == ["| label | precision | recall | f1 | support |", "|---|---|---|---|---|"]
+    assert lines[4] == "| cat | 1.000 | 1.000 | 1.000 | 1 |"
+    assert name == "03_per_label_metrics"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == LABELS
+    lines, fig, name = shown["regression"]  # residuals (predicted - true: 2, -4), predicted vs true
+    assert "mae 3.0000" in lines[0] and lines[-1] == "| test split | -1 | 3 | 3.8 |"
+    assert name == "03_predicted_vs_true" and len(fig.axes) == 2
+    with pytest.raises(ValueError, match=r"^task\.type: 'ranking' is not one of classification"):
+        report.plot_evaluation(tmp_path / "regression", "ranking")
+
+
+def test_notebook_01_shows_the_data_as_the_task_has_it() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from {{ cookiecutter.module_name }} import report
+
+    # Examples of images (RGB, 0-255): a named row per class, else titled with labels or values.
+    images = np.random.default_rng(0).integers(0, 256, (6, 5, 5, 3)).astype("float32")
+    y = np.array([0, 1, 2, 0, 1, 2])
+    by_class = report.plot_examples(images, y, ["a", "b", "c"], per_class=2)
+    assert [by_class.axes[i].get_ylabel() for i in (0, 2, 4)] == ["a", "b", "c"]
+    truth = np.array([[1, 0, 1], [0, 0, 0]] * 3, dtype="float32")
+    labelled = report.plot_examples(images, truth, LABELS, per_class=2)
+    assert [ax.get_title() for ax in labelled.axes[:2]] == ["cat+owl", "-"]
+    values = report.plot_examples(images, np.arange(6, dtype="float32") * 10, ["price"], 3)
+    assert [ax.get_title() for ax in values.axes[:3]] == ["0", "10", "20"]
+    means = report.plot_mean_images(images, y, ["a", "b", "c"])
+    assert [ax.get_title() for ax in means.axes] == ["a", "b", "c"]
+    # The targets: label counts, a histogram of values, class counts; the training curves.
+    labels = report.plot_targets({"train": truth}, LABELS)
     assert [t.get_text() for t in labels.axes[0].get_xticklabels()] == LABELS
     values = report.plot_targets({"train": np.array([50.0, 70.0], "float32")}, ["price"])
     assert values.axes[0].get_xlabel() == "price"
     classes = report.plot_targets({"train": np.array([0, 1, 1])}, ["a", "b"])
     assert classes.axes[0].get_xlabel() == "class"
+    history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
+    assert report.main_metric(history) == "mae"
+    assert len(report.plot_training_curves(history).axes) == 2
 
 
 def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:

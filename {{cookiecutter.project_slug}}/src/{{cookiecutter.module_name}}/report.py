@@ -2,7 +2,8 @@
 
 The notebooks only call these functions, so a figure looks the same from every notebook and from
 `make notebooks`, and the plotting code is reviewed and linted like the rest of the package.
-Every figure is also saved to `results/figures/<name>.png`.
+Every figure is also saved to `results/figures/<name>.png`. Notebook 03 shows what fits the task
+(`task.type`) through `evaluation_summary` and `plot_evaluation`.
 """
 
 from __future__ import annotations
@@ -91,35 +92,69 @@ def as_image(features: np.ndarray) -> np.ndarray:
     return flat.reshape(side, side) if side * side == flat.size else flat.reshape(1, -1)
 
 
-def plot_examples(x: np.ndarray, y: np.ndarray, per_class: int = 6) -> Any:
-    """A grid of examples, one row per class (square images: 8x8 digits, 28x28, ...)."""
+def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
+    """Draw one example on `ax` without ticks: an image square, a row of features stretched."""
+    picture = as_image(features)
+    ax.imshow(picture, cmap=cmap, aspect="auto" if picture.shape[0] == 1 else "equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _target_text(target: np.ndarray, names: list[str] | None) -> str:
+    """A multilabel row as its labels ("cat+dog", "-" for none), a value as 3 digits."""
+    target = np.asarray(target)
+    if target.ndim == 1:
+        on = np.flatnonzero(target >= 0.5)
+        return "+".join(names[i] if names else str(i) for i in on) or "-"
+    return f"{float(target):.3g}"
+
+
+def plot_examples(
+    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 6
+) -> Any:
+    """A grid of examples as the task has them: one row per class, named (classification:
+    class indices in `y`), else the first examples, each titled with its labels (multilabel:
+    0/1 rows) or its value (regression). Images in their own colours; vectors square when
+    they can be (8x8 digits, 28x28), else one row."""
     import matplotlib.pyplot as plt
 
-    classes = np.unique(y)
+    y = np.asarray(y)
+    cmap = "gray" if np.asarray(x).ndim == 4 else "gray_r"  # photos as taken; digits dark on white
+    by_class = y.ndim == 1 and np.issubdtype(y.dtype, np.integer)
+    if by_class:
+        rows = [np.flatnonzero(y == k)[:per_class] for k in np.unique(y)]
+    else:
+        first = np.arange(min(len(y), 3 * per_class))
+        rows = [first[r : r + per_class] for r in range(0, len(first), per_class)]
+    height = 1.0 if by_class else 1.25  # room for a title over each example
     fig, axes = plt.subplots(
-        len(classes), per_class, figsize=(per_class, len(classes)), squeeze=False
+        len(rows), per_class, figsize=(per_class, height * len(rows)), squeeze=False
     )
-    for row, label in zip(axes, classes, strict=True):
-        picks = np.flatnonzero(y == label)[:per_class]
-        for ax, i in zip(row, picks, strict=False):
-            ax.imshow(as_image(x[i]), cmap="gray_r", aspect="auto")
+    for row, picks in zip(axes, rows, strict=True):
         for ax in row:
-            ax.set_xticks([])
-            ax.set_yticks([])
-        row[0].set_ylabel(str(label), rotation=0, labelpad=10)
-    fig.suptitle("Examples per class")
+            ax.axis("off")
+        for ax, i in zip(row, picks, strict=False):
+            _show(ax, x[i], cmap)
+            ax.axis("on")
+            if not by_class:
+                ax.set_title(_target_text(y[i], names), fontsize=8)
+        if by_class:
+            label = int(y[picks[0]])
+            row[0].set_ylabel(names[label] if names else str(label), rotation=0, ha="right")
+    fig.suptitle("Examples per class" if by_class else "Examples")
     return fig
 
 
-def plot_mean_images(x: np.ndarray, y: np.ndarray) -> Any:
-    """The mean image of each class: what the model can tell apart on average."""
+def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = None) -> Any:
+    """The mean image of each class (classification): what the model can tell apart on
+    average."""
     import matplotlib.pyplot as plt
 
     classes = np.unique(y)
-    fig, axes = plt.subplots(1, len(classes), figsize=(len(classes), 1.4))
+    fig, axes = plt.subplots(1, len(classes), figsize=(1.2 * len(classes), 1.6))
     for ax, label in zip(np.atleast_1d(axes), classes, strict=True):
-        ax.imshow(as_image(x[y == label].mean(axis=0)), cmap="viridis", aspect="auto")
-        ax.set_title(str(label))
+        _show(ax, x[y == label].mean(axis=0), "viridis")
+        ax.set_title(names[label] if names else str(label), fontsize=9)
         ax.axis("off")
     return fig
 
@@ -303,3 +338,69 @@ def metrics_table(metrics: dict[str, Any]) -> str:
     total = sum(c["support"] for c in metrics["per_class"])
     rows.append(f"| **all** | | | **accuracy {metrics['accuracy']:.4f}** | {total} |")
     return "\n".join(rows)
+
+
+# Notebook 03: what the test split says, as fits the task (`task.type`).
+TASKS = ("classification", "multilabel", "regression")
+
+
+def evaluation_summary(project_dir: Path, task_type: str) -> str:
+    """Markdown of `evaluate`'s results for the task: the test scores, then per-class precision,
+    recall, F1 and support with the accuracy (classification), the same per label (multilabel),
+    or the residuals' mean, spread and 90th percentile of their size (regression)."""
+    _check_task(task_type)
+    test = load_test_metrics(project_dir)
+    # Float scores only: counts such as test_examples are said apart.
+    scores = [
+        f"{k[5:]} {v:.4f}"
+        for k, v in test.items()
+        if k.startswith("test_") and isinstance(v, float)
+    ]
+    if task_type == "classification":
+        detail = metrics_table(class_metrics(*load_confusion(project_dir)))
+    elif task_type == "multilabel":
+        detail = rows_table(load_plot_rows(project_dir, "per_label.csv"))
+    else:
+        detail = (
+            "| residual (predicted - true) | mean | std | abs, 90th percentile |\n"
+            "|---|---|---|---|\n"
+            f"| test split | {test['residual_mean']:.4g} | {test['residual_std']:.4g} "
+            f"| {test['residual_abs_p90']:.4g} |"
+        )
+    examples = test.get("test_examples", "?")
+    return f"Test split ({task_type}, {examples} examples): {', '.join(scores)}\n\n{detail}"
+
+
+def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
+    """The figure that fits the task, and its name for `save_figure`: the confusion matrix
+    (classification), precision / recall / F1 per label (multilabel), predicted against true
+    values beside the residuals (regression)."""
+    _check_task(task_type)
+    if task_type == "classification":
+        return plot_confusion_matrix(*load_confusion(project_dir)), "03_confusion_matrix"
+    if task_type == "multilabel":
+        rows = load_plot_rows(project_dir, "per_label.csv")
+        return plot_label_metrics(rows), "03_per_label_metrics"
+    rows = load_plot_rows(project_dir, "predictions.csv")
+    return plot_predicted_vs_true(rows), "03_predicted_vs_true"
+
+
+def plot_label_metrics(rows: list[dict[str, str]]) -> Any:
+    """Multilabel: precision, recall and F1 of each label (rows of per_label.csv) as bars."""
+    import matplotlib.pyplot as plt
+
+    labels = [r["label"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(labels) + 2), 3.5))
+    for k, metric in enumerate(("precision", "recall", "f1")):
+        values = [float(r[metric]) for r in rows]
+        ax.bar(np.arange(len(labels)) + (k - 1) * 0.27, values, 0.27, label=metric)
+    ax.set_xticks(np.arange(len(labels)), labels, rotation=90 if len(labels) > 8 else 0)
+    ax.set(ylim=(0, 1.05), xlabel="label", title="Per-label metrics (test split)")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def _check_task(task_type: str) -> None:
+    if task_type not in TASKS:
+        raise ValueError(f"task.type: {task_type!r} is not one of {', '.join(TASKS)}")
