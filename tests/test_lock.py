@@ -1,7 +1,9 @@
-"""The generated locks pin every package, install on Python 3.10-3.13 and agree with Colab."""
+"""The generated locks pin every package, install on Python 3.10-3.13 and agree with Colab (but for
+tools/lock.py's OVERRIDES)."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import re
 from pathlib import Path
@@ -19,6 +21,17 @@ COLAB_PYTHON = "3.13"
 OPTIONS = {"dvc_remote": ["drive", "gcs", "gdrive", "local", "none"], "tracking": ["tensorboard", "mlflow", "wandb"]}
 COMBOS = [dict(zip(OPTIONS, values)) for values in itertools.product(*OPTIONS.values())]
 PLUGINS = {"gcs": "dvc-gs", "gdrive": "dvc-gdrive", "mlflow": "mlflow", "wandb": "wandb"}
+
+
+def lock_overrides() -> dict[str, str]:
+    """The Colab pins that tools/lock.py replaces on purpose, read from tools/lock.py itself."""
+    spec = importlib.util.spec_from_file_location("lock_tool", PROJECT / "tools" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.OVERRIDES
+
+
+OVERRIDES = lock_overrides()
 
 
 def render(name: str, answers: dict[str, str]) -> str:
@@ -68,8 +81,11 @@ def test_every_package_pinned_and_colab_aligned(answers: dict[str, str], lock: s
     for python in PYTHONS:
         pins = pins_for(text, python)
         assert direct <= set(pins), f"unpinned on {python}: {direct - set(pins)}"
+        overridden = {n: (pins[n], v) for n, v in OVERRIDES.items() if n in pins and pins[n] != v}
+        assert overridden == {}, f"pins on {python} that differ from OVERRIDES: {overridden}"
         if python == COLAB_PYTHON:
-            differs = {n: (v, colab[n]) for n, v in pins.items() if n in colab and colab[n] != v}
+            differs = {n: (v, colab[n]) for n, v in pins.items()
+                       if n in colab and colab[n] != v and n not in OVERRIDES}
             assert differs == {}, f"pins that differ from Colab's: {differs}"
 
 
@@ -82,6 +98,16 @@ def test_only_the_chosen_plugins_are_pinned(answers: dict[str, str]) -> None:
             assert plugin in pins
         else:
             assert plugin not in pins, f"{plugin} pinned though not chosen"
+
+
+def test_overrides_are_in_the_lock_and_still_needed() -> None:
+    colab = colab_pins()
+    for python in PYTHONS:
+        pins = pins_for(render("requirements.txt", COMBOS[0]), python)
+        for name, version in OVERRIDES.items():
+            assert pins.get(name) == version, f"{name} on {python}: OVERRIDES says {version}"
+            # Once Colab's own pin is the override's version, the override has done its job.
+            assert colab[name] != version, f"{name}: Colab pins {version} now; drop the override"
 
 
 def test_colab_headline_versions() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -205,23 +207,41 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
 
 
 def test_tfds_through_mock_data(tmp_path: Path) -> None:
-    try:
-        import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds
 
-        tfds.testing.mock_data  # noqa: B018 - a second, partial import fails here instead
-    except Exception as exc:  # noqa: BLE001 - protobuf's VersionError is not an ImportError
-        pytest.skip(f"tensorflow_datasets does not import here: {type(exc).__name__}: {exc}")
-
+    # Without metadata files mock_data knows no split names and gives every split asked for:
+    # all three are kept as they are.
     with tfds.testing.mock_data(num_examples=30):  # random examples, mnist's features
         run_prepare(tmp_path, "data.source=tfds", "data.name=mnist")
     spec = load_spec(processed(tmp_path))
     assert spec.kind == "image" and spec.input_shape == (28, 28, 1)
     assert spec.names == [str(i) for i in range(10)]
-    # mock_data gives every split asked for: all three are kept as they are.
     assert spec.counts == {"train": 30, "validation": 30, "test": 30}
     x, _, _ = read_split(processed(tmp_path), "validation")
     assert x.shape[1:] == (28, 28, 1) and 0 <= x.min() <= x.max() <= 255
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
+    assert manifest.check(tmp_path) == 5  # tfds.json, 3 shards, spec.json
+
+    # With metadata that lists mnist's real splits (train and test only): pooled, then split.
+    meta = tmp_path / "tfds-metadata"
+    builder = tfds.builder("mnist", data_dir=str(meta))
+    real = [tfds.core.SplitInfo(name=s, shard_lengths=[30], num_bytes=0) for s in ("train", "test")]
+    builder.info.set_splits(tfds.core.SplitDict(real))
+    Path(builder.data_dir).mkdir(parents=True)
+    builder.info.write_to_directory(builder.data_dir)
+    project = tmp_path / "real-splits"
+    with tfds.testing.mock_data(num_examples=30, data_dir=str(meta)):
+        info = run_prepare(project, "data.source=tfds", "data.name=mnist")
+    assert sum(info["counts"].values()) == 60 and min(info["counts"].values()) > 0
+    assert json.loads((project / "data/raw/tfds.json").read_text())["examples"] == 60
+
+
+def test_tfds_that_imports_only_partly_is_a_config_error(tmp_path: Path, monkeypatch) -> None:
+    # tensorflow_datasets catches its own import errors (e.g. protobuf's VersionError) and logs
+    # them: the module imports, empty.
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", types.ModuleType("tensorflow_datasets"))
+    with pytest.raises(ConfigError, match=r"^data.source: tfds, but tensorflow_datasets does not"):
+        run_prepare(tmp_path, "data.source=tfds", "data.name=mnist")
 
 
 def table(path: Path, kind: str, n: int = 60) -> Path:

@@ -237,10 +237,13 @@ def read_tfds(name: str, data_dir: str | None = None) -> Source:
     splits are pooled and `prepare` splits them as for any other source."""
     try:
         import tensorflow_datasets as tfds
+
+        tfds.builder  # noqa: B018 - tensorflow_datasets logs its own import errors and goes on, empty
     except Exception as exc:  # noqa: BLE001 - e.g. protobuf's VersionError, not an ImportError
         raise ConfigError(
             f"data.source: tfds, but tensorflow_datasets does not import ({type(exc).__name__}: "
-            f"{str(exc)[:160]}); with protobuf 5.x: pip install 'tensorflow-metadata<1.18'"
+            f"{str(exc)[:160]}; its own error is logged above); pip install -r requirements.txt "
+            "(it pins tensorflow-metadata 1.17.3, which imports with protobuf 5)"
         ) from None
     try:
         builder = tfds.builder(name, data_dir=data_dir)
