@@ -119,3 +119,36 @@ def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) 
         for x, _ in train_dataset(tf.distribute.InputContext(), shards, 48, 3, 0, 2, []).take(1)
     ]
     assert not np.array_equal(a[0], plain[0])
+
+
+@pytest.fixture(scope="module")
+def vectors(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """N 3-feature vectors whose first feature is the example's id: small enough for memory."""
+    folder = tmp_path_factory.mktemp("vectors")
+    ids = np.arange(N)
+    x = np.stack([ids, ids % 7, ids % 3], axis=1).astype(np.float32)
+    source = Source("vector", (ids % 5).astype(np.int32), list("abcde"), x.__getitem__, str, (3,))
+    idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
+    write_processed(source, idx, folder, load_params(PARAMS))
+    return load_prepared(folder)
+
+
+def test_small_tabular_data_is_held_in_memory_with_the_same_guarantees(vectors: Prepared) -> None:
+    assert vectors.in_memory_bytes() == 4 * 3 * N
+
+    def vector_steps(replicas: int, start: int = 0, count: int = 60, seed: int = 3) -> list:
+        ctx = tf.distribute.InputContext(num_replicas_in_sync=replicas)
+        ds = train_dataset(ctx, vectors, 48, seed, start_step=start, epochs=3, augment=[])
+        batches = [x[:, 0].numpy().astype(int).tolist() for x, _ in ds.take(count * replicas)]
+        assert all(len(b) == 48 // replicas for b in batches)
+        return [sum(batches[i : i + replicas], []) for i in range(0, len(batches), replicas)]
+
+    one = vector_steps(replicas=1)  # 52 steps per epoch: crosses an epoch
+    assert vector_steps(replicas=2) == one == vector_steps(replicas=1)
+    assert len(set(sum(one[:52], []))) == 52 * 48  # no example twice within an epoch
+    assert one[:8] != one[52:60] and one != vector_steps(1, seed=4)  # reshuffled per epoch
+    assert vector_steps(replicas=1, start=37, count=23) == one[37:]  # mid-epoch resume
+    assert vector_steps(replicas=2, start=52, count=8) == one[52:]  # from an epoch start
+    # Targets travel with their inputs.
+    for x, y in train_dataset(tf.distribute.InputContext(), vectors, 48, 3, 0, 1, []).take(2):
+        assert np.array_equal(y.numpy(), x[:, 0].numpy().astype(int) % 5)

@@ -18,9 +18,10 @@ at 64x64 with the same small CNN (`model.architecture: cnn`) and global batch fo
 
   (a) trainer this project's `fit` on the TFRecord shards `prepare` wrote (prepare's one-time
               cost is printed on its own line), checkpoints and logging on;
-  (b) keras   `keras.utils.image_dataset_from_directory(folder, image_size=(64, 64))` +
-              `.prefetch(tf.data.AUTOTUNE)` + `model.fit`, as a Keras user writes it, for the
-              same number of steps per epoch;
+  (b) keras   `keras.utils.image_dataset_from_directory(folder, image_size=(64, 64),
+              validation_split=0.2, subset="both")` + `.prefetch(tf.data.AUTOTUNE)` +
+              `model.fit(train, validation_data=val)`, as a Keras user writes it, for the same
+              steps per epoch and number of validation images as (a);
   (c) limit   the fused loop above, on the decoded training images already in memory.
 
 (a) and (b) alternate three times; `ratio_vs_fit` is the median of the three (a)/(b) ratios.
@@ -478,7 +479,7 @@ def run_fit_bench(
               f"global batch {global_batch}, CNN {params.model.filters} ({parameters:,} "
               f"parameters)", flush=True)  # fmt: skip
         ours = _trainer_way(params, strategy, info, data)
-        keras_way = _keras_fit_way(params, strategy, raw, steps)
+        keras_way = _keras_fit_way(params, strategy, raw, steps, data.count("validation"))
         rows = [(f"{key}{i}", label, way) for i in (1, 2, 3) for key, label, way in (
             ("a", "this trainer on prepare's shards", ours),
             ("b", "image_dataset_from_directory+fit", keras_way),
@@ -506,10 +507,13 @@ def _decoded(data: Prepared) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
 
 
-def _keras_fit_way(params: Params, strategy: Any, folder: Path, steps: int) -> Run:
+def _keras_fit_way(
+    params: Params, strategy: Any, folder: Path, steps: int, validation: int
+) -> Run:
     """What a Keras user writes for a folder of JPEGs: `image_dataset_from_directory`
-    (decode + resize every epoch) + `.prefetch` + `model.fit`, the same CNN and global batch,
-    `steps` batches per epoch."""
+    (decode + resize every epoch) for a training and a validation subset, `.prefetch`, and
+    `model.fit(..., validation_data=...)`: the same CNN, global batch, steps per epoch and number
+    of validation images as the trainer (which validates every epoch too)."""
     import keras
     import tensorflow as tf
 
@@ -519,16 +523,18 @@ def _keras_fit_way(params: Params, strategy: Any, folder: Path, steps: int) -> R
     spec = DataSpec(kind="image", input_shape=(TRAIN_SIDE, TRAIN_SIDE, 3))
 
     def run() -> tuple[int, list[float]]:
-        ds = keras.utils.image_dataset_from_directory(
+        train, val = keras.utils.image_dataset_from_directory(
             folder, image_size=(TRAIN_SIDE, TRAIN_SIDE), batch_size=global_batch,
-            seed=params.seed, verbose=False,
+            seed=params.seed, validation_split=0.2, subset="both", verbose=False,
         )  # fmt: skip
-        ds = ds.take(steps).prefetch(tf.data.AUTOTUNE)  # the trainer's number of steps
+        train = train.take(steps).prefetch(tf.data.AUTOTUNE)  # the trainer's number of steps
+        val = val.unbatch().take(validation).batch(global_batch).prefetch(tf.data.AUTOTUNE)
         with strategy.scope():
             model = build_model(spec, 10, params.model)
             _compile(model, params.train.learning_rate)
         ends: list[float] = []
-        model.fit(ds, epochs=params.train.epochs, verbose=0, callbacks=[_epoch_stamps(ends)])
+        model.fit(train, validation_data=val, epochs=params.train.epochs, verbose=0,
+                  callbacks=[_epoch_stamps(ends)])  # fmt: skip
         return steps * global_batch, ends
 
     return run

@@ -20,7 +20,7 @@ class StepParts:
     model: Any
     optimizer: Any
     task: Task
-    metrics: list[Any]  # task.make_metrics(), created in strategy.scope(): summed over replicas
+    metrics: list[Any]  # task.make_metrics(training=True), made in strategy.scope()
     loss_sum: Any  # an ON_READ SUM variable: the chunk's loss, added up across replicas
     step_var: Any
     global_batch: int

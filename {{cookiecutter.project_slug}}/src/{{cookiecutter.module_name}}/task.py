@@ -86,18 +86,24 @@ class Task:
             self.target_std, offset=self.target_mean, name="value", dtype="float32"
         )
 
-    def make_metrics(self) -> list[Any]:
-        """keras.metrics objects for training and validation, built and reset.
+    def make_metrics(self, training: bool = False) -> list[Any]:
+        """keras.metrics objects for validation and test (or, `training=True`, for the training
+        steps), built and reset.
 
         Classification: accuracy, top-5 accuracy (more than 5 classes), AUC (one-vs-rest,
-        macro), precision and recall (one-vs-rest at probability 0.5, pooled over classes),
-        F1 (macro, of the arg-max class). Multilabel: binary accuracy, AUC (macro over labels),
+        macro), precision and recall (of the arg-max class, pooled over classes: with one
+        label per example both equal accuracy; `evaluate` reports them per class), F1 (macro,
+        of the arg-max class). Multilabel: binary accuracy, AUC (macro over labels),
         precision, recall (pooled, at 0.5), F1 (macro). Regression, in the user's units: MAE,
         RMSE, R2. Then `task.metrics` by name.
 
+        Training steps get the first of these (accuracy, binary accuracy, MAE) and
+        `task.metrics`: on a small model the whole set (AUC keeps 200 thresholds per class)
+        cost 40 % of the step time, for numbers the validation pass gives once per epoch.
+
         Create them inside `strategy.scope()`: their variables then sum over replicas, and
         `result()` is the metric of the whole global batch."""
-        standard = self._standard_metrics()
+        standard = self._standard_metrics()[: 1 if training else None]
         metrics = [*standard, *self._named_metrics({m.name for m in standard})]
         for metric in metrics:
             _build(metric, self)
@@ -131,10 +137,12 @@ class Task:
             return [m.MeanAbsoluteError(name="mae"), m.RootMeanSquaredError(name="rmse"),
                     m.R2Score(name="r2")]  # fmt: skip
         labels = self.num_outputs
+        # A class is predicted when it is the arg-max (top_k=1); a label, when it reaches 0.5.
+        pick = {"top_k": 1} if self.type == "classification" else {"thresholds": THRESHOLD}
         common = [
             m.AUC(multi_label=True, num_labels=labels, name="auc"),
-            m.Precision(thresholds=THRESHOLD, name="precision"),
-            m.Recall(thresholds=THRESHOLD, name="recall"),
+            m.Precision(name="precision", **pick),
+            m.Recall(name="recall", **pick),
         ]
         if self.type == "multilabel":
             f1 = m.F1Score(average="macro", threshold=THRESHOLD, name="f1")

@@ -271,7 +271,7 @@ def _build(
             aggregation=tf.VariableAggregation.SUM,
             trainable=False,
         )
-        metrics = task.make_metrics()
+        metrics = task.make_metrics(training=True)
         best = BestWeights(model)
     parts = StepParts(
         strategy, model, optimizer, task, metrics, loss_sum, step_var, plan.global_batch
@@ -286,7 +286,9 @@ def _build(
         best=best.variables,
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
-    held = preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
+    held = data.in_memory_bytes() or preflight.data_bytes(
+        data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW
+    )
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
