@@ -82,8 +82,11 @@ def test_metric_names_per_task() -> None:
     extra = ["mean_squared_error"]
     training = {kind: [m.name for m in task_for(kind, extra_metrics=extra).make_metrics(True)]
                 for kind in ("classification", "multilabel", "regression")}  # fmt: skip
-    assert training == {"classification": ["accuracy", *extra],
-                        "multilabel": ["binary_accuracy", *extra], "regression": ["mae", *extra]}  # fmt: skip
+    assert training == {
+        "classification": ["accuracy", *extra],
+        "multilabel": ["binary_accuracy", *extra],
+        "regression": ["mae", *extra],
+    }
     small = dataclasses.replace(task_for("classification"), names=["a", "b", "c"])
     assert "top5_accuracy" not in [m.name for m in small.make_metrics()]
     with pytest.raises(ConfigError, match=r"^task\.metrics: 'accurcy' is not a keras metric"):

@@ -507,9 +507,7 @@ def _decoded(data: Prepared) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
 
 
-def _keras_fit_way(
-    params: Params, strategy: Any, folder: Path, steps: int, validation: int
-) -> Run:
+def _keras_fit_way(params: Params, strategy: Any, folder: Path, steps: int, validation: int) -> Run:
     """What a Keras user writes for a folder of JPEGs: `image_dataset_from_directory`
     (decode + resize every epoch) for a training and a validation subset, `.prefetch`, and
     `model.fit(..., validation_data=...)`: the same CNN, global batch, steps per epoch and number
@@ -528,7 +526,10 @@ def _keras_fit_way(
             seed=params.seed, validation_split=0.2, subset="both", verbose=False,
         )  # fmt: skip
         train = train.take(steps).prefetch(tf.data.AUTOTUNE)  # the trainer's number of steps
-        val = val.unbatch().take(validation).batch(global_batch).prefetch(tf.data.AUTOTUNE)
+        count = min(validation, len(val.file_paths))
+        val = val.unbatch().take(count).batch(global_batch).prefetch(tf.data.AUTOTUNE)
+        # Known length: Keras warns "ran out of data" on a dataset of unknown length.
+        val = val.apply(tf.data.experimental.assert_cardinality(-(-count // global_batch)))
         with strategy.scope():
             model = build_model(spec, 10, params.model)
             _compile(model, params.train.learning_rate)

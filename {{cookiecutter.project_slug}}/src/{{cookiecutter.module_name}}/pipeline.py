@@ -307,7 +307,7 @@ def _in_memory_dataset(
         return tf.data.Dataset.from_tensor_slices(tf.reshape(steps[skip:, mine], [-1, per_replica]))
 
     ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_steps)
-    ds = ds.map(lambda i: (tf.gather(x, i), tf.gather(y, i)), deterministic=True)
+    ds = ds.map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
