@@ -228,6 +228,28 @@ def epoch_records(shards: list[str], seed: int, epoch: Any) -> Any:
     return epoch_windows(shards, seed, epoch).unbatch()
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """The remaining global steps as this worker takes them (both training datasets)."""
+
+    per_epoch: int  # global steps per epoch
+    first_epoch: int
+    first_step: int  # steps of `first_epoch` already done (a resumed run skips them)
+    per_worker: int
+    per_replica: int
+    mine: slice  # this worker's consecutive slice of every global batch
+
+
+def _steps(ctx: Any, data: Prepared, global_batch: int, start_step: int) -> _Steps:
+    per_epoch = data.count("train") // global_batch
+    first_epoch, first_step = divmod(start_step, per_epoch)
+    per_worker = global_batch // ctx.num_input_pipelines
+    start = ctx.input_pipeline_id * per_worker
+    per_replica = ctx.get_per_replica_batch_size(global_batch)
+    mine = slice(start, start + per_worker)
+    return _Steps(per_epoch, first_epoch, first_step, per_worker, per_replica, mine)
+
+
 def train_dataset(
     ctx: Any,
     data: Prepared,
@@ -246,22 +268,18 @@ def train_dataset(
     if data.in_memory_bytes():
         return _in_memory_dataset(ctx, data, global_batch, seed, start_step, epochs)
     shards = data.shards("train")
-    per_epoch = data.count("train") // global_batch
-    first_epoch, first_step = divmod(start_step, per_epoch)
-    pipelines, pipeline_id = ctx.num_input_pipelines, ctx.input_pipeline_id
-    per_worker = global_batch // pipelines
-    per_replica = ctx.get_per_replica_batch_size(global_batch)
+    at = _steps(ctx, data, global_batch, start_step)
     decode = decoder(data.spec)
     augment_image = augmenter(augment) if augment and data.spec.kind == "image" else None
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
         # Global batches of serialized records; a resumed epoch skips its done steps before any
         # decoding, then this worker keeps its consecutive slice of every global batch.
-        skip = tf.where(epoch == first_epoch, tf.constant(first_step, tf.int64), 0)
+        skip = tf.where(epoch == at.first_epoch, tf.constant(at.first_step, tf.int64), 0)
         ds = epoch_windows(shards, seed, epoch).rebatch(global_batch, drop_remainder=True)
-        ds = ds.take(per_epoch).skip(skip)
-        mine = slice(pipeline_id * per_worker, (pipeline_id + 1) * per_worker)
-        return ds.map(lambda pos, rec: (tf.fill([per_worker], epoch), pos[mine], rec[mine]))
+        ds = ds.take(at.per_epoch).skip(skip)
+        mine = at.mine
+        return ds.map(lambda pos, rec: (tf.fill([at.per_worker], epoch), pos[mine], rec[mine]))
 
     def load(epoch: tf.Tensor, pos: tf.Tensor, record: tf.Tensor):
         x, y = decode(record)
@@ -269,13 +287,13 @@ def train_dataset(
             x = augment_image(x, tf.stack([tf.constant(seed, tf.int64), epoch * 2**32 + pos]))
         return x, y
 
-    ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_steps)
+    ds = tf.data.Dataset.range(at.first_epoch, epochs).flat_map(epoch_steps)
     if data.spec.kind == "image":  # decode (and augment) example by example, in parallel
         ds = ds.unbatch().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.batch(per_replica, drop_remainder=True)
+        ds = ds.batch(at.per_replica, drop_remainder=True)
     else:  # vectors: parse a whole batch at once
         decode_batch = batch_decoder(data.spec)
-        ds = ds.rebatch(per_replica, drop_remainder=True).map(
+        ds = ds.rebatch(at.per_replica, drop_remainder=True).map(
             lambda epoch, pos, records: decode_batch(records),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
@@ -293,20 +311,17 @@ def _in_memory_dataset(
     batches = list(eval_dataset(data, "train", 4096))
     x = tf.concat([bx for bx, _ in batches], axis=0)
     y = tf.concat([by for _, by in batches], axis=0)
-    per_epoch = data.count("train") // global_batch
-    first_epoch, first_step = divmod(start_step, per_epoch)
-    per_worker = global_batch // ctx.num_input_pipelines
-    per_replica = ctx.get_per_replica_batch_size(global_batch)
-    mine = slice(ctx.input_pipeline_id * per_worker, (ctx.input_pipeline_id + 1) * per_worker)
+    at = _steps(ctx, data, global_batch, start_step)
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
         key = tf.stack([tf.constant(seed, tf.int64), epoch])
         order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(x)[0]), seed=key)
-        steps = tf.reshape(order[: per_epoch * global_batch], [per_epoch, global_batch])
-        skip = tf.where(epoch == first_epoch, first_step, 0)  # a resumed epoch: its done steps
-        return tf.data.Dataset.from_tensor_slices(tf.reshape(steps[skip:, mine], [-1, per_replica]))
+        steps = tf.reshape(order[: at.per_epoch * global_batch], [at.per_epoch, global_batch])
+        skip = tf.where(epoch == at.first_epoch, at.first_step, 0)  # a resumed epoch's done steps
+        mine = tf.reshape(steps[skip:, at.mine], [-1, at.per_replica])
+        return tf.data.Dataset.from_tensor_slices(mine)
 
-    ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_steps)
+    ds = tf.data.Dataset.range(at.first_epoch, epochs).flat_map(epoch_steps)
     ds = ds.map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
     return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .config import TASKS
+
 FIGURES = Path("results") / "figures"
 
 
@@ -341,7 +343,6 @@ def metrics_table(metrics: dict[str, Any]) -> str:
 
 
 # Notebook 03: what the test split says, as fits the task (`task.type`).
-TASKS = ("classification", "multilabel", "regression")
 
 
 def evaluation_summary(project_dir: Path, task_type: str) -> str:
