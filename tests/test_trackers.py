@@ -29,7 +29,7 @@ def test_baked_tracker_logs_a_real_run(tracker: str, tmp_path: Path) -> None:
     pins = (project / "requirements.txt").read_text().splitlines()
     assert any(line.startswith(f"{tracker}==") for line in pins)
     assert not any(line.startswith(f"{other}==") for line in pins)
-    assert f"import {other}" not in (project / "src" / "colab_project" / "tracking.py").read_text()
+    assert f"import {other}" not in (project / "src" / "colab_project" / "training" / "tracking.py").read_text()
 
     python = project_env.project_python(project)
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}

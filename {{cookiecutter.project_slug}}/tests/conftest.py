@@ -9,6 +9,7 @@ start `python -m <module>` in a subprocess; each one costs a TensorFlow import (
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -78,6 +79,16 @@ def cli(args: list[str], cwd: Path, env: dict[str, str], **kwargs) -> subprocess
 def sets(overrides: list[str]) -> list[str]:
     """["a=1", "b=2"] -> ["--set", "a=1", "--set", "b=2"]."""
     return [part for item in overrides for part in ("--set", item)]
+
+
+def save_for_users(logits_model, task, spec, models_dir: Path) -> Path:
+    """Save `model.keras` and `model.json` as `train` does, for tests that need a saved model."""
+    from {{ cookiecutter.module_name }}.training.saved_model import user_sidecar, wrap_for_users
+
+    models_dir.mkdir(parents=True, exist_ok=True)
+    wrap_for_users(logits_model, task).save(models_dir / "model.keras")
+    (models_dir / "model.json").write_text(json.dumps(user_sidecar(task, spec)))
+    return models_dir / "model.keras"
 
 
 def main_in_fresh_process(

@@ -12,7 +12,7 @@ from conftest import TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 Setup = Callable[[Path], list[str]]  # prepares the project, returns the command line
 

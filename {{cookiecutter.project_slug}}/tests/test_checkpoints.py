@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from {{ cookiecutter.module_name }}.checkpoints import (
+from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     CheckpointStore,
     list_checkpoints,
@@ -95,7 +95,7 @@ def test_intact_but_different_model_is_an_error(tmp_path: Path) -> None:
 def test_commit_without_folder_rename(tmp_path: Path, monkeypatch) -> None:
     """Where a folder cannot be renamed (Cloud Storage FUSE, flat bucket), files move one by one
     with meta.json last, and the result restores like any other checkpoint."""
-    from {{ cookiecutter.module_name }} import checkpoints
+    from {{ cookiecutter.module_name }}.training import checkpoints
 
     real_replace = os.replace
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }} import storage
 from {{ cookiecutter.module_name }}.config import ConfigError
-from {{ cookiecutter.module_name }}.strategy import _workers, is_chief
+from {{ cookiecutter.module_name }}.core import storage
+from {{ cookiecutter.module_name }}.training.strategy import _workers, is_chief
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]

@@ -148,7 +148,6 @@ def test_lists_of_any_scalar_optional_values_and_nested_sections() -> None:
         ),
         ("train.fine_tune=3", "train.fine_tune: expected a section of keys, got 3"),
         ("model.weights=imagenet21k", "model.weights: expected imagenet or null"),
-        ("data.augment=[flap]", "data.augment: expected a list of flip / rotation / zoom"),
         ("train.profile_steps=[5]", "train.profile_steps: expected [] or [from, to]"),
         ("train.profile_steps=[9, 3]", "train.profile_steps: expected [] or [from, to]"),
         ("task.type=ranking", "task.type: expected one of classification / multilabel"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }} import storage
+from {{ cookiecutter.module_name }}.core import storage
 
 
 def fake_colab(monkeypatch: pytest.MonkeyPatch, mount) -> None:

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import PROJECT, cli, cli_env, sets
 
-from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.prepare import prepare
-from {{ cookiecutter.module_name }}.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
 
 SETTINGS = [
     "data.source=images",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from {{ cookiecutter.module_name }}.githooks import EXTRA_KEYS
+from {{ cookiecutter.module_name }}.colab.githooks import EXTRA_KEYS
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.pipeline import (
+from {{ cookiecutter.module_name }}.augment import augmenter
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.data.pipeline import (
     Prepared,
-    augmenter,
-    epoch_records,
+    epoch_windows,
     load_prepared,
     train_dataset,
 )
-from {{ cookiecutter.module_name }}.prepare import write_processed
+from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
@@ -28,7 +28,7 @@ N = 2500  # three shards of 1000 / 1000 / 500 at SHARD_BYTES below, over two shu
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     """N 4x4x1 images whose first pixel is the example's id (id % 250), in several shards."""
-    import {{ cookiecutter.module_name }}.prepare as prepare
+    import {{ cookiecutter.module_name }}.data.prepare as prepare
 
     folder = tmp_path_factory.mktemp("shards")
     ids = np.arange(N)
@@ -66,15 +66,15 @@ def steps(
 
 def test_shards_and_epoch_order_is_a_pure_function_of_seed_and_epoch(shards: Prepared) -> None:
     assert len(shards.shards("train")) == 3
-    first = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
-    again = [r.numpy() for _, r in epoch_records(shards.shards("train"), 3, 1).take(5)]
+    first = [r.numpy() for _, r in epoch_windows(shards.shards("train"), 3, 1).unbatch().take(5)]
+    again = [r.numpy() for _, r in epoch_windows(shards.shards("train"), 3, 1).unbatch().take(5)]
     assert first == again
-    positions = [int(p) for p, _ in epoch_records(shards.shards("train"), 3, 1)]
+    positions = [int(p) for p, _ in epoch_windows(shards.shards("train"), 3, 1).unbatch()]
     assert positions == list(range(N))  # positions number the epoch
 
     def ids(seed: int, epoch: int) -> list[int]:
         schema = {"x": tf.io.FixedLenFeature([], tf.string)}
-        ds = epoch_records(shards.shards("train"), seed, epoch)
+        ds = epoch_windows(shards.shards("train"), seed, epoch).unbatch()
         ds = ds.map(lambda p, r: tf.io.parse_single_example(r, schema)["x"])
         return [hash(v) for v in ds.as_numpy_iterator()]
 
@@ -152,3 +152,12 @@ def test_small_tabular_data_is_held_in_memory_with_the_same_guarantees(vectors: 
     # Targets travel with their inputs.
     for x, y in train_dataset(tf.distribute.InputContext(), vectors, 48, 3, 0, 1, []).take(2):
         assert np.array_equal(y.numpy(), x[:, 0].numpy().astype(int) % 5)
+
+
+def test_an_unknown_augmentation_is_a_one_line_error_listing_the_registered_ones() -> None:
+    with pytest.raises(ConfigError) as info:
+        augmenter(["flip", "flap"])
+    assert str(info.value) == (
+        "data.augment: 'flap' is not registered (registered: contrast, flip, rotation, zoom; "
+        "example: --set data.augment=[contrast])"
+    )

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
-from {{ cookiecutter.module_name }} import lease as leases
-from {{ cookiecutter.module_name }}.checkpoints import CheckpointStore, list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST, Lease, LeaseHeld
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training import lease as leases
+from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore, list_checkpoints
+from {{ cookiecutter.module_name }}.training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST, Lease, LeaseHeld
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 # Long enough to outlive a second process's start (a TensorFlow import), capped by the budget.
 SLOW = [
@@ -188,7 +188,7 @@ def test_a_heartbeat_on_full_storage_is_a_storage_fault_not_a_lost_lease(
     assert lease.storage_fault == "" and "written again" in capsys.readouterr().out
     foreign_lease(lease.path, heartbeat_age_s=0)
     lease.beat()
-    assert "taken over by host other-vm" in lease.lost_reason()
+    assert "taken over by host other-vm" in lease.lost
     lease.release()
     assert lease.path.exists()  # not ours any more: left to its holder
 

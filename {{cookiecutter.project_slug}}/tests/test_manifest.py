@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }} import manifest
+from {{ cookiecutter.module_name }}.data import manifest
 
 
 @pytest.fixture
@@ -67,4 +67,4 @@ def test_other_mismatches(project: Path, change, words: str) -> None:
 def test_no_manifest(tmp_path: Path) -> None:
     assert manifest.load(tmp_path) is None
     with pytest.raises(manifest.ManifestMismatch, match="prepare"):
-        manifest.check(tmp_path, module="pkg")
+        manifest.check(tmp_path)

@@ -11,7 +11,6 @@ import tensorflow as tf
 from conftest import PROJECT
 
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig, load_params
-from {{ cookiecutter.module_name }}.dataspec import DataSpec
 from {{ cookiecutter.module_name }}.model import (
     build_model,
     find_backbone,
@@ -19,6 +18,7 @@ from {{ cookiecutter.module_name }}.model import (
     set_backbone_trainable,
 )
 from {{ cookiecutter.module_name }}.optim import clip_gradients
+from {{ cookiecutter.module_name }}.spec import DataSpec
 
 IMAGES = DataSpec(kind="image", input_shape=(32, 32, 3), names=["a", "b", "c"])
 VECTORS = DataSpec(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
-from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.trainer import EXIT_BUDGET
+from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET
 
 
 def _free_ports(n: int) -> list[int]:

@@ -18,7 +18,7 @@ import papermill
 import pytest
 import yaml
 
-from {{ cookiecutter.module_name }}.notebooks import (
+from {{ cookiecutter.module_name }}.colab.notebooks import (
     NotebookError,
     keep_state_on_storage,
     push_stage,

@@ -15,8 +15,12 @@ from {{ cookiecutter.module_name }}.config import TrainConfig, load_params
 from {{ cookiecutter.module_name }}.optim import (
     build_optimizer,
     clip_gradients,
-    current_learning_rate,
 )
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The rate the next step uses."""
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def train_cfg(*overrides: str) -> TrainConfig:

@@ -106,6 +106,10 @@ class Project:
         assert n == 1, key
         params.write_text(text)
 
+    def changed_stages(self) -> set[str]:
+        """The stages `dvc status` reports as changed."""
+        return set(json.loads(self.dvc("status", "--json").stdout or "{}"))
+
     def sha256(self, rel: str) -> str:
         return hashlib.sha256((self.path / rel).read_bytes()).hexdigest()
 
@@ -147,6 +151,23 @@ def test_pipeline(project: Project) -> None:
 
     ran, noop = p.repro()
     assert ran == set()
+    assert p.changed_stages() == set()  # __pycache__ of the runs does not count (.dvcignore)
+
+    # The stages depend on folders: a module the user adds counts for train and evaluate; an edit
+    # to the model leaves the (long) prepare alone.
+    package = p.path / "src" / MODULE
+    (package / "resnet.py").write_text('"""A model of my own."""\n')
+    assert p.changed_stages() == {"train", "evaluate"}
+    (package / "resnet.py").unlink()
+    model = package / "model.py"
+    original = model.read_text()
+    model.write_text(original + "# a comment\n")
+    assert p.changed_stages() == {"train", "evaluate"}
+    model.write_text(original)
+    (package / "sources.py").write_text((package / "sources.py").read_text() + "# a comment\n")
+    assert "prepare" in p.changed_stages()
+    p.run("git", "checkout", "--", f"src/{MODULE}/sources.py")
+    assert p.changed_stages() == set()
 
     p.set_param("learning_rate", "0.003")
     ran, _ = p.repro()

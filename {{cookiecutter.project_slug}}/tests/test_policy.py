@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 from conftest import TINY
 
-from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.policy import checkpoint_due
-from {{ cookiecutter.module_name }}.predict import load_for_users
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.policy import checkpoint_due
+from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 PER_EPOCH = 1438 // 32  # TINY on one replica
 

@@ -11,19 +11,17 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, main_in_fresh_process
+from conftest import PROJECT, main_in_fresh_process, save_for_users
 
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig
-from {{ cookiecutter.module_name }}.dataspec import DataSpec
-from {{ cookiecutter.module_name }}.model import build_model
-from {{ cookiecutter.module_name }}.predict import (
+from {{ cookiecutter.module_name }}.evaluation.predict import (
     export_saved_model,
-    load_for_users,
     predict,
-    save_for_users,
-    wrap_for_users,
 )
+from {{ cookiecutter.module_name }}.model import build_model
+from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import Task
+from {{ cookiecutter.module_name }}.training.saved_model import load_for_users, wrap_for_users
 
 FEATURES = ["height", "weight"]
 VECTOR = dict(kind="vector", input_shape=(2,), feature_names=FEATURES,

@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 from conftest import TINY, sets
 
-from {{ cookiecutter.module_name }} import preflight
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import Params
-from {{ cookiecutter.module_name }}.preflight import PreflightError
-from {{ cookiecutter.module_name }}.strategy import StrategyInfo
+from {{ cookiecutter.module_name }}.training import preflight
+from {{ cookiecutter.module_name }}.training.preflight import PreflightError
+from {{ cookiecutter.module_name }}.training.strategy import StrategyInfo
 
 CPU = StrategyInfo(name="_DefaultDistributionStrategy", replicas=1, device="CPU", is_chief=True)
 GPU = StrategyInfo(name="MirroredStrategy", replicas=2, device="GPU", is_chief=True)

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from {{ cookiecutter.module_name }} import gcs, manifest
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
-from {{ cookiecutter.module_name }}.dataspec import load_spec
-from {{ cookiecutter.module_name }}.pipeline import read_split
-from {{ cookiecutter.module_name }}.prepare import prepare, split_indices
+from {{ cookiecutter.module_name }}.core import gcs
+from {{ cookiecutter.module_name }}.data import manifest
+from {{ cookiecutter.module_name }}.data.pipeline import read_split
+from {{ cookiecutter.module_name }}.data.prepare import prepare, split_indices
+from {{ cookiecutter.module_name }}.spec import load_spec
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
@@ -355,9 +356,10 @@ def test_a_continuous_target_is_refused_as_classes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["classes", "multilabel", "regression"])
 def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: str) -> None:
     """evaluate over the test shards with a model saved as users get it (model.json beside)."""
-    from {{ cookiecutter.module_name }}.evaluate import evaluate
+    from conftest import save_for_users
+
+    from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
     from {{ cookiecutter.module_name }}.model import build_model
-    from {{ cookiecutter.module_name }}.predict import save_for_users
     from {{ cookiecutter.module_name }}.task import make_task
 
     project = prepare_table(tmp_path, kind)
@@ -394,8 +396,8 @@ def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: 
 
 def test_csv_vectors_train_and_evaluate_end_to_end(tmp_path: Path, monkeypatch) -> None:
     """Tabular data: unscaled shards, a model that normalises its own inputs, test metrics."""
-    from {{ cookiecutter.module_name }}.evaluate import evaluate
-    from {{ cookiecutter.module_name }}.trainer import train
+    from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
+    from {{ cookiecutter.module_name }}.training.trainer import train
 
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     rng = np.random.default_rng(1)

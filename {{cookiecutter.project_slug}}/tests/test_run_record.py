@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from {{ cookiecutter.module_name }}.environment import collect_environment
-from {{ cookiecutter.module_name }}.files import file_sha256
-from {{ cookiecutter.module_name }}.run_record import (
+from {{ cookiecutter.module_name }}.core.environment import collect_environment
+from {{ cookiecutter.module_name }}.core.files import file_sha256
+from {{ cookiecutter.module_name }}.training.run_record import (
     FIELDS,
     build_record,
     list_runs,

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 from conftest import TINY
 
-from {{ cookiecutter.module_name }} import seeding
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training import seeding
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 
 def _draws() -> tuple:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }} import staging
 from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.data import staging
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
-from {{ cookiecutter.module_name }}.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
 
 
 def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Path, capsys) -> None:

@@ -15,15 +15,15 @@ import pytest
 import tensorflow as tf
 from conftest import PROJECT, cli, cli_env, sets
 
-from {{ cookiecutter.module_name }} import checkpoints
-from {{ cookiecutter.module_name }}.checkpoints import (
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.training import checkpoints
+from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointStore,
     ResultsWriteError,
     list_checkpoints,
     write_results,
 )
-from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 # 64 -> 512 -> 512 -> 10: about 1.2 MB of weights, 3.6 MB with Adam's two slots per checkpoint.
 # A 6 MiB storage root holds the first checkpoint; the 2nd and every later one do not fit.

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from {{ cookiecutter.module_name }} import strategy as strat
 from {{ cookiecutter.module_name }}.config import DistributeConfig, load_params
-from {{ cookiecutter.module_name }}.strategy import Hardware, StrategyError, choose_plan
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.training import strategy as strat
+from {{ cookiecutter.module_name }}.training.strategy import Hardware, StrategyError, choose_plan
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 TF_CONFIG = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}
 
@@ -133,7 +133,7 @@ def test_xla_and_float16_loss_scaling_paths_train(tiny_project: Path, monkeypatc
     """XLA-compiled gradients, and the float16 policy with loss scaling (used on GPUs; forced
     here on the CPU), both train and checkpoint."""
     monkeypatch.setattr(
-        "{{ cookiecutter.module_name }}.trainer.mixed_precision_policy",
+        "{{ cookiecutter.module_name }}.training.trainer.mixed_precision_policy",
         lambda device, enabled: ("mixed_float16", None),
     )
     params = load_params(

@@ -15,9 +15,9 @@ import pytest
 from conftest import PROJECT, main_in_fresh_process
 
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.evaluate import evaluate
-from {{ cookiecutter.module_name }}.prepare import prepare
-from {{ cookiecutter.module_name }}.trainer import train
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 ROWS = 240  # 20% test: 48 rows
 TINY = ["train.epochs=8", "train.batch_size=16", "train.learning_rate=0.02",

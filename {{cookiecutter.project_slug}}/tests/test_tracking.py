@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }}.tracking import Tracker, flatten, numeric
+from {{ cookiecutter.module_name }}.training.tracking import Tracker, flatten, numeric
 
-SOURCE = Path(__file__).resolve().parents[1] / "src" / "{{ cookiecutter.module_name }}" / "tracking.py"
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "{{ cookiecutter.module_name }}" / "training" / "tracking.py"
 PARAMS = {"seed": 7, "run_name": "r1", "train": {"epochs": 2, "learning_rate": 0.01}}
 HISTORY = [{"step": 10, "val_accuracy": 0.5}, {"step": 20, "val_accuracy": 0.75}]
 
@@ -154,7 +154,7 @@ def test_wandb_offline_run_is_logged_without_a_key(tmp_path, monkeypatch):
 
 
 def test_wandb_key_comes_from_colab_secrets_then_the_environment(monkeypatch):
-    from {{ cookiecutter.module_name }}.tracking import wandb_api_key
+    from {{ cookiecutter.module_name }}.training.tracking import wandb_api_key
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     assert wandb_api_key() is None

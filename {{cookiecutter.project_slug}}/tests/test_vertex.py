@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import ConfigError, load_params
-from {{ cookiecutter.module_name }}.vertex import (
+from {{ cookiecutter.module_name }}.cloud.vertex import (
     ACCELERATOR_TYPES,
     forwarded_overrides,
     job_spec,
     run_vertex,
     validate,
 )
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 
 MODULE = "{{ cookiecutter.module_name }}"
 SLUG = "{{ cookiecutter.project_slug }}"
@@ -268,7 +268,7 @@ def test_following_the_example_fixes_the_error(bad):
 
 
 def test_every_accelerator_is_allowed_on_some_machine():
-    from {{ cookiecutter.module_name }}.vertex import MACHINE_ACCELERATORS
+    from {{ cookiecutter.module_name }}.cloud.vertex import MACHINE_ACCELERATORS
 
     carried = {acc for accs in MACHINE_ACCELERATORS.values() for acc in accs}
     assert carried == set(ACCELERATOR_TYPES)

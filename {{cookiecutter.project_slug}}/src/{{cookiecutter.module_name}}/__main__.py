@@ -12,22 +12,22 @@ import shlex
 import sys
 from pathlib import Path
 
-from .checkpoints import CheckpointMismatch, ResultsWriteError
-from .config import ConfigError, Params, load_params
-from .lease import EXIT_LEASE_HELD, LeaseHeld
-from .manifest import ManifestMismatch
-from .staging import StagingError
-from .strategy import StrategyError
+from .config import COMMAND, ConfigError, Params, load_params
+from .data.manifest import ManifestMismatch
+from .data.staging import StagingError
+from .training.checkpoints import CheckpointMismatch, ResultsWriteError
+from .training.lease import EXIT_LEASE_HELD, LeaseHeld
+from .training.strategy import StrategyError
 
 # TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notices) drown the useful output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-PROG = f"python -m {__package__}"
+PROG = COMMAND
 
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
     """Train, resuming the run named `run_name` unless --fresh."""
-    from .trainer import train
+    from .training.trainer import train
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
@@ -39,7 +39,7 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
     """Write data/raw, the seeded split in data/processed and data/manifest.json."""
-    from .prepare import prepare
+    from .data.prepare import prepare
 
     prepare(params, Path(args.params).resolve().parent)
     return 0
@@ -47,7 +47,7 @@ def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
     """Evaluate results/models/model.keras on the test split."""
-    from .evaluate import evaluate
+    from .evaluation.evaluate import evaluate
 
     evaluate(params, Path(args.params).resolve().parent)
     return 0
@@ -55,8 +55,8 @@ def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_predict(args: argparse.Namespace, params: Params) -> int:
     """Score a CSV, an image or a folder of images with results/models/model.keras."""
-    from .predict import predict
-    from .storage import results_root
+    from .core.storage import results_root
+    from .evaluation.predict import predict
 
     results = results_root(Path(args.params).resolve().parent)
     output = Path(args.output) if args.output else results / "predictions.csv"
@@ -67,8 +67,8 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_export(args: argparse.Namespace, params: Params) -> int:
     """Export results/models/model.keras as a TensorFlow SavedModel for serving."""
-    from .predict import export_saved_model
-    from .storage import results_root
+    from .core.storage import results_root
+    from .evaluation.predict import export_saved_model
 
     results = results_root(Path(args.params).resolve().parent)
     output = Path(args.output) if args.output else results / "models" / "saved_model"
@@ -79,42 +79,15 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_stage(args: argparse.Namespace, params: Params) -> int:
     """Copy SRC to DEST (fast local disk), skipping what is already there."""
-    from .staging import stage
+    from .data.staging import stage
 
     print(stage(args.src, args.dest, verify=args.verify).summary())
     return 0
 
 
-def cmd_bench(args: argparse.Namespace, params: Params) -> int:
-    """Throughput of model.fit vs this trainer vs a fused loop, on vectors and on images."""
-    from .bench import bench_all
-
-    if (
-        min(args.epochs, args.fit_epochs) < 2
-        or min(args.examples, args.batch_size, args.image_batch_size) < 1
-        or min(args.images, args.fit_images) < 0
-    ):
-        raise ConfigError(
-            "bench: needs --epochs >= 2 and --fit-epochs >= 2 (the first one is warm-up), "
-            "positive --examples and batch sizes (example: --epochs 4 --fit-epochs 3)"
-        )
-    bench_all(
-        params,
-        examples=args.examples,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        images=args.images,
-        image_steps=args.image_steps,
-        image_batch_size=args.image_batch_size,
-        fit_images=args.fit_images,
-        fit_epochs=args.fit_epochs,
-    )
-    return 0
-
-
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
-    from .vertex import run_vertex
+    from .cloud.vertex import run_vertex
 
     params_file = Path(args.params).resolve()
     return run_vertex(
@@ -124,7 +97,7 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_env(args: argparse.Namespace, params: Params) -> int:
     """Print the environment (packages, TensorFlow build, devices, git, data) and save it."""
-    from .environment import log_environment
+    from .core.environment import log_environment
 
     project_dir = Path(args.params).resolve().parent
     log_environment(project_dir, args.output, packages=not args.brief)
@@ -133,7 +106,7 @@ def cmd_env(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
-    from .notebooks import NotebookError, parse_parameters, run_notebooks
+    from .colab.notebooks import NotebookError, parse_parameters, run_notebooks
 
     project_dir = Path(args.params).resolve().parent
     try:
@@ -146,7 +119,7 @@ def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_hooks(args: argparse.Namespace, params: Params) -> int:
     """Register nbstripout (git filter), nbdime (diff/merge drivers) and pre-commit."""
-    from .githooks import install
+    from .colab.githooks import install
 
     for line in install(Path(args.params).resolve().parent):
         print(line)
@@ -222,28 +195,8 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.set_defaults(func=cmd_vertex)
 
 
-def _add_bench_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """bench: the sizes of each workload."""
-    p = sub.add_parser("bench", parents=[common], help="compare training speeds (minutes)")
-    p.add_argument("--examples", type=int, default=60_000, help="synthetic examples")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=64, help="per replica")
-    p.add_argument(
-        "--images", type=int, default=750, help="image workload: N and 4N images (0 = skip)"
-    )
-    p.add_argument("--image-steps", type=int, default=50, help="steps timed per input pipeline")
-    p.add_argument("--image-batch-size", type=int, default=32, help="image batch per replica")
-    p.add_argument(
-        "--fit-images", type=int, default=3000, help="JPEGs for the model.fit comparison (0 = skip)"
-    )
-    p.add_argument("--fit-epochs", type=int, default=3, help="epochs per run, fit comparison")
-    p.set_defaults(func=cmd_bench)
-
-
 def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """bench, env, notebooks, hooks."""
-    _add_bench_command(sub, common)
-
+    """env, notebooks, hooks."""
     p = sub.add_parser("env", parents=[common], help="print and save the environment")
     p.add_argument("--output", default=None, help="file (default: results/environment.json)")
     p.add_argument("--brief", action="store_true", help="print the summary, not every package")

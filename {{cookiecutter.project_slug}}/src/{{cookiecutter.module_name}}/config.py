@@ -26,11 +26,13 @@ from pydantic import (
 )
 from pydantic import dataclasses as pydantic_dataclasses
 
+# How a user runs this package: messages quote it.
+COMMAND = "python -m {{ cookiecutter.module_name }}"
+
 STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
 LR_SCALING = ("linear", "none")
 DATA_SOURCES = ("digits", "csv", "images", "tfrecord", "tfds")
 FEATURE_KINDS = ("vector", "image")
-AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
 ARCHITECTURES = ("mlp", "cnn", "backbone")
 TASKS = ("classification", "multilabel", "regression")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -94,9 +96,7 @@ class DataConfig:
     feature_kind: Literal[FEATURE_KINDS] = _key("vector", "image")  # TFRecord: floats / image
     image_size: list[PosInt] = _key([28, 28], "[64,64]", "a list of integers >= 1")
     image_channels: Int = _key(1, "3", ge=1)
-    augment: list[Literal[AUGMENTATIONS]] = _key(
-        [], "[flip,rotation]", "a list of " + " / ".join(AUGMENTATIONS)
-    )
+    augment: list[Text] = _key([], "[flip,rotation]", "a list of augmentation names (augment.py)")
     test_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
 
 
@@ -175,7 +175,7 @@ class VertexConfig:
 
     project: Text = _key("", "my-gcp-project")  # "" = gcloud's configured project
     region: Text = _key("us-central1", "europe-west4")
-    display_name: Text = _key("", "colab-project-baseline")  # "" = <project_slug>-<run_name>
+    display_name: Text = _key("", "{{ cookiecutter.project_slug }}-baseline")  # "" = <project_slug>-<run_name>
     machine_type: Text = _key("g2-standard-8", "n1-standard-8")
     accelerator_type: Text = _key("NVIDIA_L4", "NVIDIA_TESLA_T4")  # "" = CPU only
     accelerator_count: Int = _key(1, "1", ge=0)  # per replica
@@ -187,7 +187,7 @@ class VertexConfig:
     executor_image_uri: Text = _key(  # the prebuilt image a python_package_uri runs in
         "", "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
     )
-    bucket: Text = _key("", "gs://my-bucket/colab-project")  # checkpoints and results
+    bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")  # checkpoints and results
     service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
     output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
 

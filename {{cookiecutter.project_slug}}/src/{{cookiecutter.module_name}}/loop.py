@@ -3,12 +3,12 @@ validation pass. Edit `train_step` to change what one step does (the loss, a reg
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .config import TrainConfig
 from .optim import clip_gradients
-from .pipeline import Prepared, eval_dataset
 from .task import Task
 
 
@@ -101,14 +101,10 @@ class Validator:
 
         self._update = update
 
-    def run(self, data: Prepared, batch: int) -> dict[str, float]:
-        """{val_loss, val_<metric>...} over the validation split, streamed batch by batch."""
-        # Vectors: big batches, few Python round trips. Images: the training batch, because a
-        # conv net's activations, not the inputs, set the memory (600 96x96 images: +700 MB).
-        if data.spec.kind == "vector":
-            batch = max(batch, 1024)
+    def run(self, batches: Iterable[tuple[Any, Any]]) -> dict[str, float]:
+        """{val_loss, val_<metric>...} over (inputs, targets) batches of the validation split."""
         for metric in (self.loss, *self.metrics):
             metric.reset_state()
-        for x, y in eval_dataset(data, "validation", batch):
+        for x, y in batches:
             self._update(x, y)
         return metric_values([self.loss, *self.metrics], "val_")

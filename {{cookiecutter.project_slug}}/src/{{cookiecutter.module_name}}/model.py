@@ -15,7 +15,7 @@ import inspect
 import keras
 
 from .config import ConfigError, ModelConfig
-from .dataspec import DataSpec
+from .spec import DataSpec
 
 # Smallest height/width keras.applications accepts (most families: 32).
 MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}

@@ -107,8 +107,3 @@ class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
         if isinstance(base, dict):
             base = keras.optimizers.schedules.deserialize(base)
         return cls(base, config["factor"], config["boundary_step"])
-
-
-def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
-    """The rate the next step uses (for logging)."""
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))  # evaluated at iterations

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import gcs
 from .config import ConfigError
+from .core import gcs
 from .task import encode_multilabel, encode_numbers, label_names
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError, Params
-from .dataspec import DataSpec
+from .spec import DataSpec
 
 LABEL_SEPARATOR = "|"  # multilabel CSV column: "cat|dog"
 THRESHOLD = 0.5  # multilabel: a label is predicted when its probability reaches this
@@ -304,11 +304,6 @@ def make_task(params: Params, spec: DataSpec) -> Task:
         label_smoothing=params.train.label_smoothing if kind != "regression" else 0.0,
         extra_metrics=list(params.task.metrics),
     )
-
-
-def class_names(values: Iterable[Any]) -> list[str]:
-    """The sorted distinct classes of a classification column."""
-    return sorted({str(v) for v in values})
 
 
 def label_names(values: Iterable[Any]) -> list[str]:

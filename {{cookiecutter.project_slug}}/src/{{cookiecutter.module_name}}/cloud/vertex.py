@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, Params, VertexConfig
-from .files import atomic_write
+from ..config import ConfigError, Params, VertexConfig
+from ..core.files import atomic_write
 
-PACKAGE = __package__ or "{{ cookiecutter.module_name }}"
+PACKAGE = "{{ cookiecutter.module_name }}"
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
 
 # AcceleratorType values accepted by Vertex AI v1 (K80 has reached end of support).
@@ -132,7 +132,7 @@ def _check_names(cfg: VertexConfig, run_name: str) -> None:
         raise _bad("region", f"{cfg.region!r} is not a region name", "us-central1")
     name = display_name(cfg, run_name)
     if len(name) > 128:
-        raise _bad("display_name", f"{len(name)} characters, at most 128", "colab-project-baseline")
+        raise _bad("display_name", f"{len(name)} characters, at most 128", "{{ cookiecutter.project_slug }}-baseline")
 
 
 def _check_machine(cfg: VertexConfig) -> None:

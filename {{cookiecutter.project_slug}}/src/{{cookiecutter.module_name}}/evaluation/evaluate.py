@@ -11,7 +11,7 @@ module writes
   predicted, residual: regression);
 - `results/plots/training_curve.csv`: every per-epoch number from `results/metrics/train.json`.
 
-The model: with `model.json` beside it (predict.save_for_users), its outputs are in the user's
+The model: with `model.json` beside it (training/saved_model.py), its outputs are in the user's
 units (probabilities or values); without, they are logits, turned into outputs by the task.
 """
 
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from . import manifest
-from .config import ConfigError, Params
-from .files import atomic_write
-from .pipeline import Prepared, eval_dataset, load_prepared
-from .prepare import PROCESSED
-from .storage import results_root
-from .task import PLOTS, Evaluation, Task, make_task
+from ..config import COMMAND, ConfigError, Params
+from ..core.files import atomic_write
+from ..core.storage import results_root
+from ..data import manifest
+from ..data.pipeline import Prepared, eval_dataset, load_prepared
+from ..data.prepare import PROCESSED
+from ..task import PLOTS, Evaluation, Task, make_task
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
 MODEL = "models/model.keras"
@@ -103,17 +103,17 @@ def load_model(results: Path, task: Task) -> Any:
     model_file = results / MODEL
     if not model_file.is_file():
         raise ConfigError(
-            f"{model_file}: no trained model; train first: `python -m {__package__} train` "
+            f"{model_file}: no trained model; train first: `{COMMAND} train` "
             "(or `dvc repro`, or `dvc pull` to fetch the versioned one)"
         )
     if (results / SIDECAR).is_file():
-        from .predict import load_for_users
+        from ..training.saved_model import load_for_users
 
         model, _ = load_for_users(model_file.parent)
         return lambda x: model(x, training=False)
     import keras
 
-    from . import model as _custom_layers  # noqa: F401 - registers the model's own layers
+    from .. import model as _custom_layers  # noqa: F401 - registers the model's own layers
 
     logits_model = keras.models.load_model(model_file, compile=False)
     return lambda x: task.outputs(logits_model(x, training=False))
@@ -127,7 +127,7 @@ def scored_batches(predict: Any, data: Prepared, batch: int) -> Iterator[tuple[A
 
 def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     """Evaluate the saved model on the test split and write metrics and plot data."""
-    manifest.check(project_dir, module=__package__ or "")
+    manifest.check(project_dir)
     results = results_root(project_dir)
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec)

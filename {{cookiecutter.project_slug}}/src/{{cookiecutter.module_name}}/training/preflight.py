@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, Params
+from ..config import ConfigError, Params
 from .strategy import StrategyInfo
 
 DRIVE_ROOT = Path("/content/drive")

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .storage import results_root
+from ..core.storage import results_root
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
 

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .config import DistributeConfig
+from ..config import DistributeConfig
 
 
 class StrategyError(RuntimeError):

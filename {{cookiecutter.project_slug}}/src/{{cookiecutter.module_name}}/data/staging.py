@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import atomic_write, file_sha256
+from ..core.files import atomic_write, file_sha256
 
 INDEX = ".stage-index.json"
 CHUNK_BYTES = 4 << 20  # read/write unit; a resumed copy restarts at a chunk boundary

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config import ConfigError
+from ..config import ConfigError
 
 # Metric names that get better as they go down; every other metric (accuracy, auc, r2...) goes up.
 LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge", "residual")

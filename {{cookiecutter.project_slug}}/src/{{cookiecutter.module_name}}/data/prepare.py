@@ -23,12 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from . import gcs, manifest
-from .config import ConfigError, Params
-from .dataspec import SPEC, DataSpec
-from .files import atomic_write
-from .pipeline import serialize
-from .sources import (
+from ..config import COMMAND, ConfigError, Params
+from ..core import gcs
+from ..core.files import atomic_write
+from ..sources import (
     Source,
     is_number,
     read_csv,
@@ -37,6 +35,9 @@ from .sources import (
     read_tfds,
     read_tfrecord,
 )
+from ..spec import SPEC, DataSpec
+from . import manifest
+from .pipeline import serialize
 from .staging import INDEX, stage
 
 RAW = "data/raw"
@@ -434,7 +435,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source} split (seed {params.seed})"
     info = {
-        "generated_by": f"python -m {__package__} prepare",
+        "generated_by": f"{COMMAND} prepare",
         "source": cfg.source,
         "data_path": None if cfg.source in ("digits", "tfds") else cfg.path,
         "seed": params.seed,

@@ -1,8 +1,5 @@
-"""The model users get, and predictions from it alone.
+"""Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
-`save_for_users` wraps the trained logits model (model.py) with the task's output layer (task.py)
-and saves `results/models/model.keras` (raw inputs in, outputs in the user's units out) with a
-sidecar, `results/models/model.json` (task, class or label names, feature names, input kind).
 `predict` scores a CSV with the training feature columns, an image file or a folder of images;
 `export_saved_model` writes a TensorFlow SavedModel for serving (e.g. Vertex AI).
 """
@@ -11,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -20,63 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .dataspec import DataSpec
-from .files import atomic_write
-from .sources import is_number
-from .task import Task
+from ..config import ConfigError
+from ..core.files import atomic_write
+from ..sources import is_number
+from ..training.saved_model import load_for_users
 
-MODEL = "model.keras"
-SIDECAR = "model.json"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 CHUNK = 256  # examples per model call: bounds memory for a large folder
-
-
-def wrap_for_users(logits_model: Any, task: Task) -> Any:
-    """Raw inputs -> outputs in the user's units (probabilities, or the value)."""
-    import keras
-
-    outputs = task.output_layer()(logits_model.outputs[0])
-    # One input tensor, not a list: the exported `serve` signature then takes a plain array.
-    return keras.Model(logits_model.inputs[0], outputs, name="model")
-
-
-def save_for_users(logits_model: Any, task: Task, spec: DataSpec, models_dir: Path) -> Path:
-    """Write `<models_dir>/model.keras` and `model.json`, each complete or not at all."""
-    models_dir.mkdir(parents=True, exist_ok=True)
-    target = models_dir / MODEL
-    partial = models_dir / f".{MODEL}.partial.keras"  # keras insists on the .keras suffix
-    wrap_for_users(logits_model, task).save(partial)
-    os.replace(partial, target)
-    atomic_write(models_dir / SIDECAR, json.dumps(user_sidecar(task, spec), indent=2) + "\n")
-    return target
-
-
-def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
-    """What `model.json` holds beside the model: the task, class names and the inputs."""
-    return {
-        "task": task.type,
-        "names": task.names,
-        "input_kind": spec.kind,
-        "input_shape": list(spec.input_shape),
-        "feature_names": spec.feature_names,
-        "threshold": 0.5,
-    }
-
-
-def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """The saved model and its sidecar; model.py is imported so its custom layers load."""
-    import keras
-
-    from . import model as _custom_layers  # noqa: F401 - registers BackbonePreprocessing
-
-    target, sidecar = models_dir / MODEL, models_dir / SIDECAR
-    for path in (target, sidecar):
-        if not path.is_file():
-            raise ConfigError(
-                f"{path}: no saved model; train first (example: python -m {__package__} train)"
-            )
-    return keras.models.load_model(target, compile=False), json.loads(sidecar.read_text())
 
 
 def predict(source: Path, output: Path, models_dir: Path) -> int:

@@ -32,15 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from .dataspec import DataSpec, load_spec
+from ..augment import augmenter
+from ..spec import DataSpec, load_spec
 
 X, Y = "x", "y"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
-AUGMENTATIONS = ("flip", "rotation", "zoom", "contrast")
-MAX_ROTATION = 0.1  # of a full turn, either way (36 degrees)
-MAX_ZOOM = 0.15  # +-15 %
-CONTRAST = (0.8, 1.2)
 IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size are held in memory
 
 
@@ -149,51 +146,6 @@ def batch_decoder(spec: DataSpec):
     return decode
 
 
-def augmenter(names: list[str] | tuple[str, ...]):
-    """(image, key) -> image, every random draw a stateless op of `key` (shape [2], int64)."""
-    import tensorflow as tf
-
-    def augment(image: tf.Tensor, key: tf.Tensor) -> tf.Tensor:
-        keys = [tf.random.experimental.stateless_fold_in(key, i) for i in range(4)]
-        if "flip" in names:
-            image = tf.image.stateless_random_flip_left_right(image, keys[0])
-        if "rotation" in names or "zoom" in names:
-            turn = MAX_ROTATION if "rotation" in names else 0.0
-            zoom = MAX_ZOOM if "zoom" in names else 0.0
-            angle = tf.random.stateless_uniform([], keys[1], -turn, turn) * 2 * np.pi
-            scale = 1.0 + tf.random.stateless_uniform([], keys[2], -zoom, zoom)
-            image = _affine(image, angle, scale)
-        if "contrast" in names:
-            image = tf.image.stateless_random_contrast(image, *CONTRAST, keys[3])
-            image = tf.clip_by_value(image, 0.0, 255.0)
-        return image
-
-    return augment
-
-
-def _affine(image: Any, angle: Any, scale: Any) -> Any:
-    """Rotate by `angle` (radians) and zoom by `scale` about the centre, reflecting at borders."""
-    import tensorflow as tf
-
-    h = tf.cast(tf.shape(image)[0], tf.float32)
-    w = tf.cast(tf.shape(image)[1], tf.float32)
-    cx, cy = (w - 1) / 2, (h - 1) / 2
-    # The transform maps each output pixel to the input pixel it samples.
-    k = 1.0 / scale
-    a0, a1 = k * tf.cos(angle), -k * tf.sin(angle)
-    b0, b1 = k * tf.sin(angle), k * tf.cos(angle)
-    matrix = tf.stack([a0, a1, cx - a0 * cx - a1 * cy, b0, b1, cy - b0 * cx - b1 * cy, 0.0, 0.0])
-    out = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None],
-        transforms=matrix[None],
-        output_shape=tf.shape(image)[:2],
-        fill_value=0.0,
-        interpolation="BILINEAR",
-        fill_mode="REFLECT",
-    )
-    return out[0]
-
-
 def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
     """The serialized records of `epoch` in shuffled windows: a pure function of (seed, epoch).
 
@@ -221,11 +173,6 @@ def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
         return positions, tf.random.experimental.stateless_shuffle(window, seed=wkey)
 
     return records.batch(SHUFFLE_WINDOW).enumerate().map(shuffle_window)
-
-
-def epoch_records(shards: list[str], seed: int, epoch: Any) -> Any:
-    """`epoch_windows` one record at a time: (position, record)."""
-    return epoch_windows(shards, seed, epoch).unbatch()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .files import CHUNK, atomic_write
+from ..config import COMMAND
+from ..core.files import CHUNK, atomic_write
 
 MANIFEST = "data/manifest.json"
 
@@ -74,7 +75,7 @@ def load(project_dir: Path) -> dict | None:
     return json.loads(target.read_text())
 
 
-def check(project_dir: Path, module: str = "<module>") -> int:
+def check(project_dir: Path) -> int:
     """Compare every file in the manifest (and every file of its outputs) with the disk.
 
     Returns the number of files checked; raises ManifestMismatch naming the first bad file.
@@ -82,12 +83,12 @@ def check(project_dir: Path, module: str = "<module>") -> int:
     manifest = load(project_dir)
     if manifest is None:
         raise ManifestMismatch(
-            f"{MANIFEST}: not found; prepare the data first: `python -m {module} prepare` "
+            f"{MANIFEST}: not found; prepare the data first: `{COMMAND} prepare` "
             "(or `dvc pull` / `dvc repro prepare`)"
         )
     fix = (
         f"restore the versioned data with `dvc checkout` (or `dvc pull`), or rerun "
-        f"`python -m {module} prepare` to make this the new version"
+        f"`{COMMAND} prepare` to make this the new version"
     )
     listed = set()
     for entry in manifest["files"]:

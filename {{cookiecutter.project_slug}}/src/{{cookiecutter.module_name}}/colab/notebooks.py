@@ -35,14 +35,14 @@ def start_session(project_dir: Path, seed: int | None = None, hooks: bool = True
 
     `seed` overrides params.yaml's `seed` (a notebook parameter); None keeps it.
     """
-    from .config import load_params
-    from .environment import log_environment
+    from ..config import load_params
+    from ..core.environment import log_environment
+    from ..training.seeding import seed_everything
     from .githooks import install
-    from .seeding import seed_everything
 
     project_dir = Path(project_dir)
     params = load_params(project_dir / "params.yaml", [f"seed={seed}"] if seed is not None else [])
-    from .storage import on_colab, storage_root
+    from ..core.storage import on_colab, storage_root
 
     if on_colab():
         for line in keep_state_on_storage(project_dir, storage_root(project_dir)):

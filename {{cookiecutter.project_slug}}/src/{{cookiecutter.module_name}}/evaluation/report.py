@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import TASKS
+from ..config import COMMAND, TASKS
 
 FIGURES = Path("results") / "figures"
 
@@ -163,7 +163,7 @@ def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = Non
 
 def load_history(project_dir: Path) -> list[dict[str, float]]:
     """Per-epoch metrics of the last completed run (results/metrics/train.json)."""
-    from .storage import results_root
+    from ..core.storage import results_root
 
     path = results_root(Path(project_dir)) / "metrics" / "train.json"
     if not path.is_file():
@@ -199,7 +199,7 @@ def load_plot_rows(project_dir: Path, name: str) -> list[dict[str, str]]:
 
     path = _results_file(project_dir, f"plots/{name}")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
@@ -294,7 +294,7 @@ def load_confusion(project_dir: Path) -> tuple[np.ndarray, list[str]]:
 
     path = _results_file(project_dir, CONFUSION)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
     with open(path, newline="") as f:
         pairs = [(row["actual"], row["predicted"]) for row in csv.DictReader(f)]
     classes = sorted({c for pair in pairs for c in pair}, key=_natural)
@@ -310,13 +310,13 @@ def load_test_metrics(project_dir: Path) -> dict[str, Any]:
 
     path = _results_file(project_dir, METRICS)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `python -m {__package__} evaluate`")
+        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
     return json.loads(path.read_text())
 
 
 def _results_file(project_dir: Path, name: str) -> Path:
     """`evaluate`'s output `name`, under the results root (`results/`, or $PROJECT_RESULTS_DIR)."""
-    from .storage import results_root
+    from ..core.storage import results_root
 
     if name.startswith("results/"):  # a path from the project folder
         return Path(project_dir) / name

@@ -291,9 +291,9 @@ def write_results(
 ) -> None:
     """Save the final model and metrics, each atomically (a failure leaves the old file or none,
     never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
-    `sidecar`: what the model needs beside it (predict.SIDECAR, e.g. class names), if any."""
-    from .files import atomic_write, temp_file
-    from .predict import SIDECAR
+    `sidecar`: what the model needs beside it (saved_model.SIDECAR, e.g. class names), if any."""
+    from ..core.files import atomic_write, temp_file
+    from .saved_model import SIDECAR
 
     target = model_file
     try:

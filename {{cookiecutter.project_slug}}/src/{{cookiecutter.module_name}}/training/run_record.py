@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from .environment import collect_environment, save_json, utc_now
-from .files import atomic_write, file_sha256
-from .storage import results_root
+from ..config import COMMAND
+from ..core.environment import collect_environment, save_json, utc_now
+from ..core.files import atomic_write, file_sha256
+from ..core.storage import results_root
 
-MODULE = __package__
 # Fields every manifest has (tests/test_run_record.py checks each).
 FIELDS = (
     "run_id",
@@ -85,7 +85,7 @@ def build_record(
     if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
         run_dir = run_dir.relative_to(project_dir)
     run_name = params.get("run_name", "")
-    command = command or f"python -m {MODULE} train"
+    command = command or f"{COMMAND} train"
     return {
         "run_id": run_id,
         "run_name": run_name,
@@ -119,7 +119,7 @@ def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str) -> lis
         f"git checkout {commit}",
         "dvc pull  # the data version of that commit (checked against data.manifest)",
         f"cp {run_dir / 'params.yaml'} params.yaml",
-        f"python -m {MODULE} train --fresh --set run_name={run_name}-repro",
+        f"{COMMAND} train --fresh --set run_name={run_name}-repro",
     ]
 
 

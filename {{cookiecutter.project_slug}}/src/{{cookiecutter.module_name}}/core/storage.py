@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ConfigError
+from ..config import ConfigError
 
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
 COLAB_DRIVE = Path("/content/drive/MyDrive")

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .files import atomic_write, temp_file
+from ..core.files import atomic_write, temp_file
 
 LEASE_FILE = "lease.json"
 # Seconds between heartbeats; `PROJECT_LEASE_HEARTBEAT_S` changes it (tests use a fraction).
@@ -206,10 +206,6 @@ class Lease:
         self._thread = threading.Thread(target=loop, name="lease-heartbeat", daemon=True)
         self._thread.start()
         return self
-
-    def lost_reason(self) -> str:
-        """Why training must stop now (another session took the run), or ''."""
-        return self.lost
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lease if it is still ours."""

@@ -1,0 +1,54 @@
+"""The model users get: raw inputs in, outputs in their units out, with `model.json` beside it.
+
+`train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
+`results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task,
+the class or label names, the input kind and shape, the feature names. `evaluate`, `predict` and
+`export` load the two back with `load_for_users`, and need nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..config import COMMAND, ConfigError
+from ..spec import DataSpec
+from ..task import Task
+
+MODEL = "model.keras"
+SIDECAR = "model.json"
+
+
+def wrap_for_users(logits_model: Any, task: Task) -> Any:
+    """Raw inputs -> outputs in the user's units (probabilities, or the value)."""
+    import keras
+
+    outputs = task.output_layer()(logits_model.outputs[0])
+    # One input tensor, not a list: the exported `serve` signature then takes a plain array.
+    return keras.Model(logits_model.inputs[0], outputs, name="model")
+
+
+def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
+    """What `model.json` holds beside the model: the task, class names and the inputs."""
+    return {
+        "task": task.type,
+        "names": task.names,
+        "input_kind": spec.kind,
+        "input_shape": list(spec.input_shape),
+        "feature_names": spec.feature_names,
+        "threshold": 0.5,
+    }
+
+
+def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The saved model and its sidecar; model.py is imported so its custom layers load."""
+    import keras
+
+    from .. import model as _custom_layers  # noqa: F401 - registers BackbonePreprocessing
+
+    target, sidecar = models_dir / MODEL, models_dir / SIDECAR
+    for path in (target, sidecar):
+        if not path.is_file():
+            raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")
+    return keras.models.load_model(target, compile=False), json.loads(sidecar.read_text())
