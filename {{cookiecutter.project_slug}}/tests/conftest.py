@@ -42,6 +42,22 @@ TINY = [
 ]
 
 
+# A checkout's own outputs and environments (at its top level), and caches anywhere.
+OUTPUTS = (".git", ".venv", "results", "data", "wandb", "checkpoints")
+CACHES = shutil.ignore_patterns("__pycache__", "*.egg-info")
+
+
+def copy_checkout(dest: Path) -> Path:
+    """This project's files without outputs, environments or caches (src/<module>/data stays)."""
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = set(OUTPUTS) & set(names) if Path(folder) == PROJECT else set()
+        return top | CACHES(folder, names)
+
+    shutil.copytree(PROJECT, dest, ignore=ignore)
+    return dest
+
+
 @pytest.fixture
 def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder with the template's params.yaml and its own storage root."""

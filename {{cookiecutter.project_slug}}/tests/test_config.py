@@ -150,7 +150,6 @@ def test_lists_of_any_scalar_optional_values_and_nested_sections() -> None:
         ("model.weights=imagenet21k", "model.weights: expected imagenet or null"),
         ("train.profile_steps=[5]", "train.profile_steps: expected [] or [from, to]"),
         ("train.profile_steps=[9, 3]", "train.profile_steps: expected [] or [from, to]"),
-        ("task.type=ranking", "task.type: expected one of classification / multilabel"),
         ("train.momentum=1.5", "train.momentum: expected a number >= 0.0 and < 1.0, got 1.5"),
         ("data.image_size=[64, 0.5]", "data.image_size: expected a list of integers >= 1"),
     ],

@@ -20,7 +20,7 @@ from {{ cookiecutter.module_name }}.evaluation.predict import (
 )
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec
-from {{ cookiecutter.module_name }}.task import Task
+from {{ cookiecutter.module_name }}.task import task_class
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users, wrap_for_users
 
 FEATURES = ["height", "weight"]
@@ -43,8 +43,9 @@ ROWS = [["height", "weight", "note"], ["180", "80", "x"], ["150", "50", "y"], ["
 def _project(root: Path, name: str) -> tuple[Path, np.ndarray, Path]:
     """A project folder with a saved model of case `name`, an input, and the expected outputs."""
     spec, architecture = CASES[name]
-    task = Task(type=spec.task, names=spec.names, target_mean=spec.target_mean or 0.0,
-                target_std=spec.target_std or 1.0)  # fmt: skip
+    task = task_class(spec.task)(
+        names=spec.names, target_mean=spec.target_mean or 0.0, target_std=spec.target_std or 1.0
+    )
     model_cfg = ModelConfig(
         architecture=architecture, backbone="MobileNetV2", hidden_units=[4], filters=[4]
     )

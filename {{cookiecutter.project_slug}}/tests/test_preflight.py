@@ -26,7 +26,7 @@ def fake_drive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "content" / "drive"
     root.mkdir(parents=True)
     monkeypatch.setattr(preflight, "DRIVE_ROOT", root)
-    monkeypatch.setattr(preflight, "DRIVE_MOUNTED", root / "MyDrive")
+    monkeypatch.setattr(preflight, "COLAB_DRIVE", root / "MyDrive")
     return root
 
 

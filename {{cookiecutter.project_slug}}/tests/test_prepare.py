@@ -9,11 +9,12 @@ import sys
 import types
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
-from {{ cookiecutter.module_name }}.core import gcs
+from {{ cookiecutter.module_name }}.core import locations
 from {{ cookiecutter.module_name }}.data import manifest
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.prepare import prepare, split_indices
@@ -142,7 +143,7 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     assert {p.name: sha(p) for p in processed(project).iterdir()} == before
     bad.unlink()
     (folder / "bird").mkdir()
-    with pytest.raises(ConfigError, match=r"^data.path: class folder .*bird has no images"):
+    with pytest.raises(ConfigError, match=r"^data.path: class folder 'bird' of .* has no images"):
         run_prepare(project, *args)
     (folder / "bird").rmdir()
 
@@ -199,12 +200,18 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
 
-    # The gs:// code path (tf.io.gfile) on a local folder: same listing, same bytes.
-    local = sorted(gcs.walk_files(str(folder)))
-    assert sorted(gcs.walk_files(str(folder), force_gfile=True)) == local
-    with gcs.open_binary(local[0], force_gfile=True) as f:
+    # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.
+    local = sorted(locations.walk_files(str(folder)))
+    remote = fsspec.filesystem("memory")
+    for path in local:
+        remote.pipe(f"/bucket/records/{Path(path).name}", Path(path).read_bytes())
+    remote.pipe("/bucket/records/.hidden", b"")
+    urls = list(locations.walk_files("memory://bucket/records"))
+    assert urls == [f"memory:///bucket/records/{Path(p).name}" for p in local]
+    with locations.open_binary(urls[0]) as f:
         assert f.read() == Path(local[0]).read_bytes()
-    assert gcs.size(local[0], force_gfile=True) == Path(local[0]).stat().st_size
+    assert locations.size(urls[0]) == Path(local[0]).stat().st_size
+    assert locations.list_dir("memory://bucket") == ["records"]
 
 
 def test_tfds_through_mock_data(tmp_path: Path) -> None:

@@ -65,12 +65,16 @@ def test_mixed_precision_policy_per_device() -> None:
 
 
 def test_tpu_found_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_NAME"):
+    """One detection for the strategy and the environment record: the same signals."""
+    from {{ cookiecutter.module_name }}.core import environment
+
+    for key in environment.TPU_VARIABLES:
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(strat.glob, "glob", lambda pattern: [])
-    assert strat.tpu_present() is False
+    monkeypatch.setattr(environment.glob, "glob", lambda pattern: [])
+    assert strat.tpu_present() is False and environment.tpu_info({}) is None
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-1")
     assert strat.tpu_present() is True
+    assert environment.accelerator([], {}) == "TPU: v5litepod-1"
 
 
 def test_tpu_without_tpu_tensorflow_falls_back_with_a_message(capsys) -> None:

@@ -31,10 +31,7 @@ COMMAND = "python -m {{ cookiecutter.module_name }}"
 
 STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
 LR_SCALING = ("linear", "none")
-DATA_SOURCES = ("digits", "csv", "images", "tfrecord", "tfds")
 FEATURE_KINDS = ("vector", "image")
-ARCHITECTURES = ("mlp", "cnn", "backbone")
-TASKS = ("classification", "multilabel", "regression")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
 
@@ -88,7 +85,7 @@ schema = pydantic_dataclasses.dataclass(config=ConfigDict(extra="forbid"))
 @schema
 class DataConfig:
     validation_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
-    source: Literal[DATA_SOURCES] = _key("digits", "csv")
+    source: Text = _key("digits", "csv")  # a reader registered in sources.py (registry.py)
     path: Text = _key("data/external", "data/external/my.csv")
     name: Text = _key("", "mnist")  # tfds: the dataset's name
     label: Text = _key("label", "label")  # csv column / TFRecord feature with the target
@@ -102,7 +99,7 @@ class DataConfig:
 
 @schema
 class ModelConfig:
-    architecture: Literal[ARCHITECTURES] = _key("mlp", "cnn")
+    architecture: Text = _key("mlp", "cnn")  # registered in model.py (registry.py)
     backbone: Text = _key("MobileNetV3Small", "EfficientNetV2B0")  # a keras.applications name
     weights: Literal["imagenet"] | None = _key("imagenet", "null", "imagenet or null")
     hidden_units: list[PosInt] = _key([64, 64], "[128,64]", "a list of integers >= 1")
@@ -112,7 +109,7 @@ class ModelConfig:
 
 @schema
 class TaskConfig:
-    type: Literal[TASKS] = _key("classification", "regression")
+    type: Text = _key("classification", "regression")  # registered in task.py (registry.py)
     metrics: list[Text] = _key([], "[auc]", "a list of keras metric names")
 
 
@@ -125,7 +122,7 @@ class FineTuneConfig:
 
 @schema
 class TrainConfig:
-    epochs: Int = _key(10, "10", ge=1)
+    epochs: Int = _key(20, "10", ge=1)
     batch_size: Int = _key(32, "64", ge=1)  # per replica
     learning_rate: Float = _key(0.001, "0.001", gt=0.0)
     lr_scaling: Literal[LR_SCALING] = _key("linear", "linear")
@@ -229,7 +226,7 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     for item in overrides or []:
-        key, value = _parse_override(item)
+        key, value = parse_assignment(item, "--set", "train.epochs=5")
         _set_dotted(raw, key, value)
     try:
         return _PARAMS.validate_python(raw)
@@ -237,11 +234,12 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         raise ConfigError(_one_line(exc, raw)) from None
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
+def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
+    """`KEY=VALUE` (`--set` here, `-p` for notebooks) -> (key, value of the YAML type)."""
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE (example: --set train.epochs=5)")
+        raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE (example: {flag} {example})")
     try:
         # YAML gives the same types on the command line as in the file: 5, 0.1, true, [0,1], null.
         value = yaml.safe_load(text) if text.strip() else ""

@@ -1,10 +1,20 @@
-"""The model, defined in one place: `build_model` is the function to edit for your own model.
+"""Your models: an architecture per `model.architecture`, registered under that name.
 
-Every model takes RAW inputs (pixel values 0-255, or unscaled CSV features) and returns float32
-LOGITS: the input scaling lives inside the model, so the saved model needs nothing else, and the
-task (task.py) turns logits into probabilities or values. Build it inside `strategy.scope()` so
-its variables are mirrored. The last Dense computes in float32 even under a mixed-precision policy:
-a bfloat16/float16 softmax or loss loses too much precision.
+An architecture is a function `(inputs, spec, cfg) -> features`: it gets the RAW inputs (pixel
+values 0-255, or unscaled features; `scaled` scales them), the data's spec (spec.py: input shape,
+kind, feature statistics) and the `model:` section of params.yaml, and returns the features the
+head reads. `build_model` adds the head: dropout and a float32 Dense of logits (a bfloat16 or
+float16 softmax or loss loses too much precision). The task (task.py) turns logits into
+probabilities or values, so the saved model needs nothing else. Build it inside
+`strategy.scope()` so its variables are mirrored.
+
+An architecture of your own, in this file or a new one beside it, then `model.architecture: mine`:
+
+    @register("architecture", "mine")
+    def mine(inputs, spec, cfg):
+        x = scaled(inputs, spec)
+        x = keras.layers.Conv2D(32, 3, activation="relu")(x)
+        return keras.layers.GlobalAveragePooling2D()(x)
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import inspect
 import keras
 
 from .config import ConfigError, ModelConfig
+from .registry import lookup, register
 from .spec import DataSpec
 
 # Smallest height/width keras.applications accepts (most families: 32).
@@ -22,25 +33,18 @@ MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
 
 
 def build_model(spec: DataSpec, num_outputs: int, cfg: ModelConfig) -> keras.Model:
-    """Raw inputs of `spec.input_shape` -> `num_outputs` float32 logits, per `model.architecture`.
-
-    Your own model: replace the body below (keep `inputs`, `_scaled` and the float32 `logits`
-    layer), or add an architecture name to config.py's ARCHITECTURES and a branch here.
-    """
+    """Raw inputs of `spec.input_shape` -> `num_outputs` float32 logits: the architecture
+    `model.architecture`, then dropout and the float32 head."""
+    architecture = lookup("architecture", cfg.architecture)
     inputs = keras.Input(shape=spec.input_shape, name="inputs")
-    if cfg.architecture == "backbone":
-        features = _backbone_features(inputs, spec, cfg)
-    elif cfg.architecture == "cnn":
-        features = _cnn_features(_scaled(inputs, spec), spec, cfg)
-    else:
-        features = _mlp_features(_scaled(inputs, spec), cfg)
+    features = architecture(inputs, spec, cfg)
     if cfg.dropout > 0:
         features = keras.layers.Dropout(cfg.dropout, name="head_dropout")(features)
     logits = keras.layers.Dense(num_outputs, dtype="float32", name="logits")(features)
     return keras.Model(inputs, logits, name=cfg.architecture)
 
 
-def _scaled(inputs: keras.KerasTensor, spec: DataSpec) -> keras.KerasTensor:
+def scaled(inputs: keras.KerasTensor, spec: DataSpec) -> keras.KerasTensor:
     """Images: pixels to [0, 1]. Vectors: standardised with the training split's statistics."""
     if spec.kind == "image":
         return keras.layers.Rescaling(1.0 / 255, name="scale_pixels")(inputs)
@@ -51,7 +55,10 @@ def _scaled(inputs: keras.KerasTensor, spec: DataSpec) -> keras.KerasTensor:
     )(inputs)
 
 
-def _mlp_features(x: keras.KerasTensor, cfg: ModelConfig) -> keras.KerasTensor:
+@register("architecture", "mlp")
+def mlp(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+    """Dense layers of `model.hidden_units` (tabular data; small images are flattened)."""
+    x = scaled(inputs, spec)
     if len(x.shape) > 2:
         x = keras.layers.Flatten(name="flatten")(x)
     for i, units in enumerate(cfg.hidden_units):
@@ -61,13 +68,15 @@ def _mlp_features(x: keras.KerasTensor, cfg: ModelConfig) -> keras.KerasTensor:
     return x
 
 
-def _cnn_features(x: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+@register("architecture", "cnn")
+def cnn(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
     """A small conv net: per block 3x3 conv + batch norm + ReLU, then 2x2 pooling if room."""
     if spec.kind != "image":
         raise ConfigError(
             "model.architecture: cnn needs images (data.source images / tfrecord / tfds), got "
             f"{spec.kind} inputs (example: --set model.architecture=mlp)"
         )
+    x = scaled(inputs, spec)
     for filters in cfg.filters:
         x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
         x = keras.layers.BatchNormalization()(x)
@@ -77,10 +86,10 @@ def _cnn_features(x: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
 
 
-def _backbone_features(
-    inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig
-) -> keras.KerasTensor:
-    """A keras.applications model without its top, with its own input preprocessing."""
+@register("architecture", "backbone")
+def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+    """The keras.applications model `model.backbone` without its top, with its own input
+    preprocessing, weights `model.weights` (imagenet: downloaded on first use), then pooling."""
     constructor = _backbone_constructor(cfg.backbone)
     _check_backbone_input(spec, cfg)
     height, width, channels = spec.input_shape

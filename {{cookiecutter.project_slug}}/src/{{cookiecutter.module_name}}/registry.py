@@ -66,6 +66,17 @@ def lookup(kind: str, name: str) -> Any:
     return entries[name]
 
 
+def check(params: Any) -> None:
+    """Look up every name params gives (`data.source`, ...): one line for the first unknown one,
+    before a command writes anything."""
+    for kind, key in KINDS.items():
+        value = params
+        for part in key.split("."):
+            value = getattr(value, part)
+        for name in value if isinstance(value, list) else [value]:
+            lookup(kind, name)
+
+
 def _import_top_level() -> None:
     """Import every module at the top of the package, once: their decorators register."""
     global _imported

@@ -1,30 +1,40 @@
-"""Readers: each `data.source` as labels plus a way to load example i, for `prepare` to shard.
+"""Your data: a reader per `data.source`, registered under that name.
 
-A reader holds what is small (labels, file paths, a CSV's numbers) and loads the big part (an
-image) one example at a time, so `prepare` streams images instead of decoding them all at once.
+A reader turns your data into labels plus a way to load example i; `prepare` splits, encodes and
+shards what it returns. It holds what is small (labels, file paths, a CSV's numbers) and loads
+the big part (an image) one example at a time, so `prepare` streams images instead of decoding
+them all at once.
 - `digits`: scikit-learn's bundled 8x8 digits, as 8x8x1 images of pixel values 0-255;
 - `csv`: one row per example, a `data.label` column, every other column a number; the label is a
   class (classification), labels joined by `|` (multilabel, `cat|dog`) or a number (regression);
 - `images`: a folder with one subfolder per class (`cats/001.png`, `dogs/002.jpg`, ...);
-- `tfrecord`: the user's `tf.train.Example` records: `data.features` holds an encoded image
+- `tfrecord`: your `tf.train.Example` records: `data.features` holds an encoded image
   (`data.feature_kind: image`) or a float vector (`vector`), `data.label` an integer or a string
   (classification), a number (regression), or label strings / a 0-1 vector (multilabel);
 - `tfds`: the TensorFlow Datasets data set `data.name` (its supervised keys: input and label).
+
+A source of your own: a function `(path, data, kind) -> Source` with `@source("<name>")`, here or
+in a file beside this one, and `data.source: <name>` in params.yaml. `path` is where `data.path`
+is to read (a local copy `prepare` staged under data/raw, or a `gs://` URL), `data` the `data:`
+section of params.yaml, `kind` the task's kind (task.py: classification / multilabel /
+regression); `task.encode(kind, raw_labels, column)` gives the targets and names.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .config import ConfigError
-from .core import gcs
-from .task import encode_multilabel, encode_numbers, label_names
+from .config import ConfigError, DataConfig
+from .core import locations
+from .registry import register
+from .task import encode
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
@@ -42,29 +52,29 @@ class Source:
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
     feature_names: list[str] = field(default_factory=list)
     splits: dict[str, np.ndarray] | None = None  # given splits (tfds), else prepare splits
-    task: str = "classification"  # what `labels` hold (task.type)
+    task: str = "classification"  # the task's kind: what `labels` hold
+    # Sources that read no `data.path`: a record for data/raw, {file name: (bytes, description)}.
+    raw: dict[str, tuple[bytes, str]] = field(default_factory=dict)
 
 
-def encode_targets(values: list[Any], task: str, column: str) -> tuple[np.ndarray, list[str]]:
-    """Raw label values -> (targets, names) for `task` (task.py's encodings; `column` names
-    the values in errors). Regression's one name is the column's."""
-    if task == "multilabel":
-        names = label_names(values)
-        return encode_multilabel(values, names, column), names
-    if task == "regression":
-        return encode_numbers(values, column), [column]
-    return encode_labels(values)
+def source(name: str, reads_path: bool = True) -> Callable[[Any], Any]:
+    """Register a reader as `data.source: <name>`. `reads_path=False`: it needs no `data.path`
+    (bundled or downloaded data) and gets an empty `path`."""
+
+    def add(reader: Any) -> Any:
+        reader.reads_path = reads_path
+        return register("source", name)(reader)
+
+    return add
 
 
-def encode_labels(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Class indices and class names (sorted; numerically when every label is an integer)."""
-    names = sorted({str(v) for v in values}, key=_label_order)
-    lookup = {name: i for i, name in enumerate(names)}
-    return np.array([lookup[str(v)] for v in values], dtype=np.int32), names
-
-
-def _label_order(name: str) -> tuple[int, int, str]:
-    return (0, int(name), name) if name.lstrip("-").isdigit() else (1, 0, name)
+def only_classes(name: str, kind: str) -> None:
+    """Refuse a task other than classification for a source with one class per example."""
+    if kind != "classification":
+        raise ConfigError(
+            f"task.type: {kind} needs a csv or tfrecord source; data.source {name} has one "
+            "class per example (example: --set task.type=classification, or --set data.source=csv)"
+        )
 
 
 def is_number(text: Any) -> bool:
@@ -76,76 +86,103 @@ def is_number(text: Any) -> bool:
     return True
 
 
-def read_csv(path: str, label: str, task: str = "classification") -> Source:
-    """A CSV with a header row: `label` is the target column (`task`), every other a number."""
-    with gcs.open_binary(path) as f:
-        reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
-        header = next(reader, None)
-        if header is None or label not in header:
-            raise ConfigError(
-                f"data.label: column {label!r} not in the header of {path} "
-                f"(columns: {', '.join((header or [])[:8])}) (example: --set data.label=target)"
-            )
-        col = header.index(label)
-        names = header[:col] + header[col + 1 :]
-        features, labels = [], []
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            values = row[:col] + row[col + 1 :]
-            bad = next((i for i, v in enumerate(values) if not is_number(v)), None)
-            cell = row[col] if col < len(row) else ""
-            no_label = cell == "" and (task != "multilabel" or col >= len(row))  # "" = no labels
-            if bad is not None or len(values) != len(names) or no_label:
-                what = "a missing value" if bad is None or values[bad] == "" else "not a number"
-                where = names[bad] if bad is not None and bad < len(names) else label
-                raise ConfigError(
-                    f"{path}: line {line}, column {where!r}: {what} (every column but "
-                    "data.label must be a number, in every row)"
-                )
-            features.append([float(v) for v in values])
-            labels.append(row[col])
-    y, classes = encode_targets(labels, task, label)
-    x = np.array(features, dtype=np.float32).reshape(len(labels), len(names))
+@source("csv")
+def read_csv(path: str, data: DataConfig, kind: str) -> Source:
+    """A CSV with a header row: `data.label` is the target column, every other a number."""
+    import pandas as pd
+
+    if locations.isdir(path):
+        raise ConfigError(
+            f"data.path: {data.path} is a folder; source csv needs a file "
+            "(example: --set data.path=data/external/my.csv)"
+        )
+    label = data.label
+    try:
+        with locations.open_binary(path) as f:
+            table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{path}: not a readable CSV ({first})") from None
+    if label not in table.columns:
+        raise ConfigError(
+            f"data.label: column {label!r} not in the header of {path} "
+            f"(columns: {', '.join(list(table.columns)[:8])}) (example: --set data.label=target)"
+        )
+    features = table.drop(columns=[label])
+    numbers = features.apply(pd.to_numeric, errors="coerce")
+    missing_label = (table[label] == "") & (kind != "multilabel")  # "" = no labels (multilabel)
+    bad = numbers.isna().to_numpy() | missing_label.to_numpy()[:, None]
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        column = features.columns[col] if numbers.isna().to_numpy()[row, col] else label
+        cell = table[column].iloc[row]
+        what = "a missing value" if cell == "" else "not a number"
+        raise ConfigError(
+            f"{path}: line {row + 2}, column {column!r}: {what} (every column but data.label "
+            "must be a number, in every row)"
+        )
+    y, classes = encode(kind, table[label].tolist(), label)
+    x = numbers.to_numpy(dtype=np.float32)
     return Source(
         "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}", x.shape[1:],
-        feature_names=names, task=task,
+        feature_names=list(features.columns), task=kind,
     )  # fmt: skip
 
 
-def read_digits(csv_path: str) -> Source:
-    """The digits CSV that `prepare` writes (values 0-16) as 8x8x1 images of pixel values 0-255."""
-    rows = read_csv(csv_path, "label")
-    x = rows.load(slice(None)).reshape(-1, 8, 8, 1)
-    pixels = np.round(x * (255.0 / 16.0)).astype(np.uint8)
-    return Source("image", rows.labels, rows.names, pixels.__getitem__, rows.where, (8, 8, 1))
+@source("digits", reads_path=False)
+def read_digits(path: str, data: DataConfig, kind: str) -> Source:
+    """scikit-learn's bundled digits (values 0-16) as 8x8x1 images of pixel values 0-255; their
+    CSV goes to data/raw (the versioned copy)."""
+    import sklearn
+    from sklearn.datasets import load_digits
+
+    only_classes("digits", kind)
+    digits = load_digits()
+    pixels = np.round(digits.data.reshape(-1, 8, 8, 1) * (255.0 / 16.0)).astype(np.uint8)
+    y, names = encode(kind, digits.target.tolist(), "label")
+    table = io.StringIO()
+    writer = csv.writer(table, lineterminator="\n")
+    writer.writerow([f"pixel_{i}" for i in range(digits.data.shape[1])] + ["label"])
+    writer.writerows(np.column_stack([digits.data.astype(np.int64), digits.target]).tolist())
+    what = f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
+    return Source(
+        "image", y.astype(np.int32), names, pixels.__getitem__, lambda i: f"digits: row {i + 2}",
+        (8, 8, 1), raw={"digits.csv": (table.getvalue().encode(), what)},
+    )  # fmt: skip
 
 
-def read_images(folder: str) -> Source:
+@source("images")
+def read_images(path: str, data: DataConfig, kind: str) -> Source:
     """Images in class subfolders; decoded later, one at a time, by `prepare`."""
-    classes = sorted(d for d in gcs.list_dir(folder) if gcs.isdir(gcs.join(folder, d)))
+    only_classes("images", kind)
+    folder = path
+    classes = sorted(
+        d for d in locations.list_dir(folder) if locations.isdir(locations.join(folder, d))
+    )
     paths: list[str] = []
     labels: list[int] = []
     for label, name in enumerate(classes):
         found = sorted(
-            p for p in gcs.walk_files(gcs.join(folder, name)) if p.lower().endswith(IMAGE_SUFFIXES)
+            p
+            for p in locations.walk_files(locations.join(folder, name))
+            if p.lower().endswith(IMAGE_SUFFIXES)
         )
         if not found:
             raise ConfigError(
-                f"data.path: class folder {gcs.join(folder, name)} has no images "
+                f"data.path: class folder {name!r} of {data.path} has no images "
                 f"({', '.join(IMAGE_SUFFIXES)}); remove it or add images (example: pets/cat/1.png)"
             )
         paths += found
         labels += [label] * len(found)
     if not paths:
         raise ConfigError(
-            f"data.path: no class subfolders with images in {folder} "
+            f"data.path: no class subfolders with images in {data.path} "
             "(example: data/external/pets with pets/cat/1.png, pets/dog/2.png)"
         )
     jpegs = sum(p.lower().endswith((".jpg", ".jpeg")) for p in paths)
 
     def load(i: int) -> bytes:
-        with gcs.open_binary(paths[i]) as f:
+        with locations.open_binary(paths[i]) as f:
             return f.read()
 
     return Source(
@@ -154,17 +191,17 @@ def read_images(folder: str) -> Source:
     )  # fmt: skip
 
 
-def read_tfrecord(
-    path: str, features: str, label: str, kind: str, task: str = "classification"
-) -> Source:
-    """The user's TFRecord file(s): `features` (an encoded image or floats) and `label`: a class
-    (int or string), a number (regression), or label strings or a 0/1 vector (multilabel).
+@source("tfrecord")
+def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
+    """Your TFRecord file(s): `data.features` (an encoded image or floats) and `data.label`: a
+    class (int or string), a number (regression), or label strings or a 0/1 vector (multilabel).
 
     The serialized records are held in memory while `prepare` runs (TFRecords have no random
     access, and prepare writes them in a seeded random order); `train` then streams the shards."""
     import tensorflow as tf
 
-    files = sorted(gcs.walk_files(path)) if gcs.isdir(path) else [path]
+    features, label, task = data.features, data.label, kind
+    files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
     inputs: list[Any] = []
     labels: list[Any] = []
     for n, raw in enumerate(tf.data.TFRecordDataset(files).as_numpy_iterator()):
@@ -175,7 +212,7 @@ def read_tfrecord(
                 f"{sorted(feature)} (example: --set data.features=image --set data.label=label)"
             )
         x = feature[features]
-        if kind == "image":
+        if data.feature_kind == "image":
             if not x.bytes_list.value:
                 raise ConfigError(
                     f"data.feature_kind: {features!r} in {path} is not an encoded image "
@@ -187,7 +224,7 @@ def read_tfrecord(
         labels.append(_tfrecord_label(feature[label], task))
     y, classes = _tfrecord_targets(labels, task, label, path)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
-    if kind == "image":
+    if data.feature_kind == "image":
         return Source("image", y, classes, inputs.__getitem__, where, task=task)
     widths = {len(v) for v in inputs}
     if len(widths) != 1:
@@ -215,11 +252,12 @@ def _tfrecord_targets(
 ) -> tuple[np.ndarray, list[str]]:
     """Multilabel: label strings (`[b"cat", b"dog"]`) or a 0/1 vector (names `label_0`, ...)."""
     if task == "regression":
-        return encode_numbers(labels, f"data.label {label!r} in {path}"), [label]
+        y, _ = encode(task, labels, f"data.label {label!r} in {path}")
+        return y, [label]
     if task != "multilabel":
-        return encode_labels(labels)
+        return encode(task, labels, "data.label")
     if all(isinstance(v, str) for row in labels for v in row):
-        return encode_targets(["|".join(row) for row in labels], task, f"data.label in {path}")
+        return encode(task, ["|".join(row) for row in labels], f"data.label in {path}")
     widths = {len(row) for row in labels}
     if len(widths) != 1:
         raise ConfigError(
@@ -230,11 +268,14 @@ def _tfrecord_targets(
     return vectors, [f"label_{i}" for i in range(vectors.shape[1])]
 
 
-def read_tfds(name: str, data_dir: str | None = None) -> Source:
-    """The TFDS data set `name` (`data.name`), e.g. `mnist`, `tf_flowers`, `cifar10`.
+@source("tfds", reads_path=False)
+def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
+    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`.
 
     Its `train` / `validation` / `test` splits are kept when it has all three; otherwise its
     splits are pooled and `prepare` splits them as for any other source."""
+    only_classes("tfds", kind)
+    name = data.name
     try:
         import tensorflow_datasets as tfds
 
@@ -276,12 +317,13 @@ def read_tfds(name: str, data_dir: str | None = None) -> Source:
     label_feature = builder.info.features[keys[1]]
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
-    kind = "image" if is_image else "vector"
     shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
     load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
     given = {"train", "validation", "test"} <= set(ranges)
+    record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
-        kind, np.array(labels, dtype=np.int32), names, load,
+        "image" if is_image else "vector", np.array(labels, dtype=np.int32), names, load,
         lambda i: f"tfds {name}: example {i}", tuple(shape),
         splits={s: ranges[s] for s in ("train", "validation", "test")} if given else None,
+        raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
     )  # fmt: skip

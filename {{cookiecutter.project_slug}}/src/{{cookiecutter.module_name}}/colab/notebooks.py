@@ -165,13 +165,9 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
 
 def parse_parameters(items: list[str]) -> dict[str, Any]:
     """`["epochs=1", "run_name=nb"]` -> {"epochs": 1, "run_name": "nb"} (YAML types)."""
-    parameters = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"-p {item!r}: expected NAME=VALUE (example: -p epochs=1)")
-        parameters[key.strip()] = yaml.safe_load(text) if text.strip() else ""
-    return parameters
+    from ..config import parse_assignment
+
+    return dict(parse_assignment(item, "-p", "epochs=1") for item in items)
 
 
 def run_notebooks(

@@ -7,6 +7,7 @@ field (a T4 and an A100, or a package that drifted, show up at once).
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import json
 import os
@@ -134,18 +135,31 @@ def nvidia_gpus() -> list[dict[str, Any]]:
     return gpus
 
 
+# What a TPU VM has: these variables (Colab's, Cloud TPU's) and accelerator device files.
+TPU_VARIABLES = ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_ID")
+TPU_DEVICE_FILES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
+
+
+def tpu_signals() -> tuple[dict[str, str], list[str]]:
+    """The TPU variables set here and the TPU device files present (no TensorFlow needed)."""
+    variables = {k: os.environ[k] for k in TPU_VARIABLES if os.environ.get(k)}
+    files = sorted(f for pattern in TPU_DEVICE_FILES for f in glob.glob(pattern))
+    return variables, files
+
+
+def tpu_present() -> bool:
+    """A TPU on this VM, by its variables or device files."""
+    variables, files = tpu_signals()
+    return bool(variables or files)
+
+
 def tpu_info(tf_info: dict[str, Any]) -> dict[str, Any] | None:
-    """The TPU this VM sees, from the variables and device files a TPU VM has; else None."""
-    variables = {
-        k: os.environ[k]
-        for k in ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_ID")
-        if k in os.environ
-    }
-    chips = sorted(str(p) for p in Path("/dev").glob("accel*")) if Path("/dev").is_dir() else []
+    """The TPU this VM sees (its variables, device files, TensorFlow devices); else None."""
+    variables, files = tpu_signals()
     tf_tpus = [d for d in tf_info.get("devices", []) if "TPU" in d]
-    if not (variables or chips or tf_tpus):
+    if not (variables or files or tf_tpus):
         return None
-    return {"env": variables, "device_files": chips, "tensorflow_devices": tf_tpus}
+    return {"env": variables, "device_files": files, "tensorflow_devices": tf_tpus}
 
 
 def accelerator(gpus: list[dict[str, Any]], tf_info: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -40,10 +41,26 @@ def atomic_write(target: Path, data: bytes | str) -> Path:
     return target
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
+def free_bytes(folder: Path) -> int | None:
+    """Free space where `folder` is (or would be created), or None when unknown."""
+    for place in (folder, *folder.parents):
+        try:
+            return shutil.disk_usage(place).free
+        except OSError:
+            continue
+    return None
+
+
+def file_digests(path: Path, *algorithms: str) -> dict[str, str]:
+    """Hex digests of a file, read once in 1 MiB blocks: `file_digests(p, "sha256", "md5")`."""
+    hashers = {name: hashlib.new(name) for name in algorithms}
     with open(path, "rb") as f:
         while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+            for hasher in hashers.values():
+                hasher.update(block)
+    return {name: hasher.hexdigest() for name, hasher in hashers.items()}
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file."""
+    return file_digests(path, "sha256")["sha256"]

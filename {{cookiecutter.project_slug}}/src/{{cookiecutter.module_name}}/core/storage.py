@@ -20,7 +20,13 @@ from pathlib import Path
 from ..config import ConfigError
 
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
-COLAB_DRIVE = Path("/content/drive/MyDrive")
+# What train and evaluate write under the results root (the docs and dvc.yaml use these names).
+MODEL_FILE = "models/model.keras"  # the model users get (training/saved_model.py)
+SIDECAR_FILE = "models/model.json"  # what it needs beside it: task, names, inputs
+TRAIN_METRICS = "metrics/train.json"
+TEST_METRICS = "metrics/evaluate.json"
+DRIVE_ROOT = Path("/content/drive")  # where Colab mounts Google Drive
+COLAB_DRIVE = DRIVE_ROOT / "MyDrive"
 
 
 class StorageError(ConfigError):
@@ -58,7 +64,7 @@ def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     return mount / bucket_and_prefix
 
 
-def mount_drive(mountpoint: str = "/content/drive") -> bool:
+def mount_drive(mountpoint: str = str(DRIVE_ROOT)) -> bool:
     """Mount Google Drive on Colab (asks for consent once); True when `MyDrive` is then there.
 
     It works only in the notebook's own Python (a `!python ...` subprocess cannot show the consent
@@ -140,6 +146,6 @@ def run_paths(project_dir: Path, run_name: str, is_chief: bool = True) -> RunPat
         checkpoints=checkpoints,
         restore_from=checkpoints,
         tensorboard=results / "tensorboard" / run_name,
-        model_file=results / "models" / "model.keras",
-        metrics_file=results / "metrics" / "train.json",
+        model_file=results / MODEL_FILE,
+        metrics_file=results / TRAIN_METRICS,
     )

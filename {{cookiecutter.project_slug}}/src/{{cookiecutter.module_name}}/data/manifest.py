@@ -9,13 +9,12 @@ exactly which stored object `dvc pull` / `dvc checkout` restores for this file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from ..config import COMMAND
-from ..core.files import CHUNK, atomic_write
+from ..core.files import atomic_write, file_digests
 
 MANIFEST = "data/manifest.json"
 
@@ -26,14 +25,8 @@ class ManifestMismatch(Exception):
 
 def digests(path: Path) -> tuple[int, str, str]:
     """(size, sha256, md5) of a file, reading it once."""
-    sha, md5 = hashlib.sha256(), hashlib.md5()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha.update(chunk)
-            md5.update(chunk)
-            size += len(chunk)
-    return size, sha.hexdigest(), md5.hexdigest()
+    found = file_digests(path, "sha256", "md5")
+    return path.stat().st_size, found["sha256"], found["md5"]
 
 
 def _files_under(folder: Path) -> list[Path]:

@@ -4,16 +4,15 @@
 gs://). Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is
 read as a stream and only listed in `data/raw/source.json`. The split (train / validation /
 test) depends only on `seed`: stratified by class for classification, a seeded random split for
-multilabel and regression (`task.type`). Each split is written as TFRecord shards
+multilabel and regression (the task's kind). Each split is written as TFRecord shards
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
 across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
 JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
-(dataspec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
+(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import shutil
@@ -24,18 +23,12 @@ from typing import Any
 import numpy as np
 
 from ..config import COMMAND, ConfigError, Params
-from ..core import gcs
+from ..core import locations
 from ..core.files import atomic_write
-from ..sources import (
-    Source,
-    is_number,
-    read_csv,
-    read_digits,
-    read_images,
-    read_tfds,
-    read_tfrecord,
-)
+from ..registry import lookup
+from ..sources import Source, is_number, read_digits
 from ..spec import SPEC, DataSpec
+from ..task import task_class
 from . import manifest
 from .pipeline import serialize
 from .staging import INDEX, stage
@@ -47,100 +40,67 @@ SHARD_BYTES = 100 * 2**20  # about 100 MB per shard: big reads, yet many shards 
 ENCODE_CHUNK = 256  # images decoded and re-encoded at a time (threads: PIL releases the GIL)
 
 
-def write_digits_csv(path: Path) -> str:
-    """Write scikit-learn's bundled digits as CSV; return a description of the source."""
-    import sklearn
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    header = [f"pixel_{i}" for i in range(digits.data.shape[1])] + ["label"]
-    rows = np.column_stack([digits.data.astype(np.int64), digits.target])
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows.tolist())
-    atomic_write(path, buf.getvalue().encode())
-    return f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
-
-
 def _load_source(
     params: Params, project_dir: Path, recorded: set[str]
 ) -> tuple[Source, dict[str, str]]:
     """Read the configured source; return (the source, {raw file: source description}).
     `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
-    task = params.task.type
-    if task != "classification" and cfg.source in ("digits", "images", "tfds"):
-        raise ConfigError(
-            f"task.type: {task} needs a csv or tfrecord source; data.source {cfg.source} has one "
-            "class per example (example: --set task.type=classification, or --set data.source=csv)"
-        )
+    reader = lookup("source", cfg.source)
+    kind = task_class(params.task.type).kind
     raw_dir = project_dir / RAW
     raw_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.source == "digits":
-        target = raw_dir / "digits.csv"
-        refuse_unrecorded(project_dir, target, recorded)
-        source = write_digits_csv(target)
-        return read_digits(str(target)), {f"{RAW}/digits.csv": source}
-    if cfg.source == "tfds":
-        refuse_unrecorded(project_dir, raw_dir / "tfds.json", recorded)
-        found = read_tfds(cfg.name)
-        what = {"tfds": cfg.name, "examples": len(found.labels), "classes": found.names}
-        atomic_write(raw_dir / "tfds.json", json.dumps(what, indent=2) + "\n")
-        return found, {f"{RAW}/tfds.json": f"tensorflow_datasets {cfg.name}"}
+    if not reader.reads_path:  # bundled or downloaded: the reader says what data/raw records
+        found = reader("", cfg, kind)
+        for name in found.raw:
+            refuse_unrecorded(project_dir, raw_dir / name, recorded)
+        for name, (payload, _) in found.raw.items():
+            atomic_write(raw_dir / name, payload)
+        return found, {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
+    path, sources = _stage(cfg.path, project_dir, recorded)
+    found = reader(path, cfg, kind)
+    if not locations.is_url(path):  # name the user's file in errors, not its staged copy
+        staged = {str(project_dir / rel): original for rel, original in sources.items()}
+        found.where = lambda i, where=found.where: staged.get(where(i), where(i))
+    return found, sources
 
-    path = cfg.path if gcs.is_gcs(cfg.path) else str((project_dir / cfg.path).expanduser())
-    if gcs.is_gcs(path):
-        gcs.authenticate()
+
+def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[str, str]]:
+    """`data.path` made readable: a local file or folder is staged into data/raw (a versioned
+    copy, skipped when unchanged), a gs:// one is streamed and only listed in
+    data/raw/source.json. Returns (where to read, {raw file: where it came from})."""
+    raw_dir = project_dir / RAW
+    path = data_path if locations.is_url(data_path) else str((project_dir / data_path).expanduser())
+    if locations.is_url(path):
+        locations.authenticate()
     else:
         for out in (RAW, PROCESSED):
             if Path(path).resolve().is_relative_to((project_dir / out).resolve()):
                 raise ConfigError(
-                    f"data.path: {cfg.path} is inside {out}, which prepare writes; keep your "
+                    f"data.path: {data_path} is inside {out}, which prepare writes; keep your "
                     "data elsewhere (example: --set data.path=data/external/my.csv)"
                 )
-    if not gcs.exists(path):
+    if not locations.exists(path):
         raise ConfigError(
-            f"data.path: {cfg.path} does not exist (example: --set data.path=data/external/my.csv)"
+            f"data.path: {data_path} does not exist (example: --set data.path=data/external/my.csv)"
         )
-    sources: dict[str, str] = {}
-    if gcs.is_gcs(path):
+    if locations.is_url(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
-        listing = [{"path": p, "size": gcs.size(p)} for p in gcs.walk_files(path)]
+        listing = [{"path": p, "size": locations.size(p)} for p in locations.walk_files(path)]
         atomic_write(raw_dir / "source.json", (json.dumps(listing, indent=2) + "\n").encode())
-        sources[f"{RAW}/source.json"] = f"listing of {path}"
-        read_from = path
-    else:
-        # Staged: a local, versioned copy (fast to read; skipped when already there).
-        local = Path(path)
-        target_dir = raw_dir if local.is_file() else raw_dir / local.name
-        refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
-        stage(local, target_dir, progress=True)
-        read_from = str(raw_dir / local.name)
-        # Listed from the user's data, so a file deleted there leaves data/raw too.
-        originals = [Path(p) for p in gcs.walk_files(str(local))] if local.is_dir() else [local]
-        for original in originals:
-            copy = (
-                Path(read_from, original.relative_to(local)) if local.is_dir() else Path(read_from)
-            )
-            sources[copy.relative_to(project_dir).as_posix()] = str(original)
-    if cfg.source == "csv":
-        if gcs.isdir(read_from):
-            raise ConfigError(
-                f"data.path: {cfg.path} is a folder; source csv needs a file "
-                "(example: --set data.path=data/external/my.csv)"
-            )
-        return read_csv(read_from, cfg.label, task), sources
-    if cfg.source == "images":
-        if not gcs.is_gcs(path):
-            read_images(path)  # lists the user's folders (staging skips an empty one); no reads
-        found = read_images(read_from)
-        if not gcs.is_gcs(path):  # name the user's file in errors, not its staged copy
-            staged = {str(project_dir / rel): original for rel, original in sources.items()}
-            found.where = lambda i, where=found.where: staged.get(where(i), where(i))
-        return found, sources
-    found = read_tfrecord(read_from, cfg.features, cfg.label, cfg.feature_kind, task)
-    return found, sources
+        return path, {f"{RAW}/source.json": f"listing of {path}"}
+    local = Path(path)
+    target_dir = raw_dir if local.is_file() else raw_dir / local.name
+    refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
+    stage(local, target_dir, progress=True)
+    read_from = raw_dir / local.name
+    # Listed from the user's data, so a file deleted there leaves data/raw too.
+    originals = [Path(p) for p in locations.walk_files(str(local))] if local.is_dir() else [local]
+    sources = {}
+    for original in originals:
+        copy = read_from / original.relative_to(local) if local.is_dir() else read_from
+        sources[copy.relative_to(project_dir).as_posix()] = str(original)
+    return str(read_from), sources
 
 
 def written_before(project_dir: Path) -> set[str]:
@@ -182,7 +142,7 @@ def _staged(dest: Path) -> list[str]:
 def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
     """Delete the files an earlier `prepare` wrote (`recorded`) that this one did not (`written`),
     and nothing else: never a file prepare did not write, never outside data/raw, data/processed.
-    Folders left empty by it go too (staging's own index file does not count)."""
+    Folders left without files by it go too (staging's own index file does not count)."""
     outs = [(project_dir / out).resolve() for out in (RAW, PROCESSED)]
     for rel in sorted(recorded - written):
         path = project_dir / rel
@@ -190,9 +150,15 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             continue
         path.unlink()
         folder = path.parent
-        while folder.resolve() not in outs and all(p.name == INDEX for p in folder.iterdir()):
+        while folder.resolve() not in outs and _holds_no_files(folder):
             shutil.rmtree(folder)
             folder = folder.parent
+
+
+def _holds_no_files(folder: Path) -> bool:
+    """True when `folder` holds nothing but staging's index and folders without files (staging
+    copies a class folder that has no images too, so the reader sees it)."""
+    return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
 
 
 def split_indices(
@@ -402,8 +368,7 @@ def _what(spec: DataSpec) -> str:
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
     """The bundled digits split into train and validation only, as shards in `folder`: what
     `train` uses when `prepare` never ran (no data/raw, no manifest)."""
-    write_digits_csv(folder / "digits.csv")
-    source = read_digits(str(folder / "digits.csv"))
+    source = read_digits("", params.data, "classification")
     idx = split_indices(source.labels, params.data.validation_fraction, 0.0, params.seed)
     return write_processed(source, idx, folder, params)
 

@@ -115,6 +115,10 @@ def stage(
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
+        for folder in src.rglob("*"):
+            if folder.is_dir() and not folder.name.startswith("."):
+                (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     index = _load_index(dest)
     report = StageReport(files=len(files))
 

@@ -28,17 +28,13 @@ import numpy as np
 
 from ..config import COMMAND, ConfigError, Params
 from ..core.files import atomic_write
-from ..core.storage import results_root
+from ..core.storage import MODEL_FILE, SIDECAR_FILE, TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.pipeline import Prepared, eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
-from ..task import PLOTS, Evaluation, Task, make_task
+from ..task import Evaluation, Task, make_task
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
-MODEL = "models/model.keras"
-SIDECAR = "models/model.json"
-TRAIN_METRICS = "metrics/train.json"
-METRICS = "metrics/evaluate.json"
 CONFUSION = "plots/confusion_matrix.csv"  # classification; report.load_confusion reads it
 CURVE = "plots/training_curve.csv"
 # The per-epoch columns dvc.yaml plots: always in the curve file (empty where a task has none).
@@ -64,7 +60,9 @@ def write_evaluation(results: Path, evaluation: Evaluation) -> list[Path]:
 
     The training curve keeps every per-epoch number `train` recorded (the task's metrics
     included), so it follows the task too."""
-    written = [atomic_write(results / METRICS, json.dumps(evaluation.metrics, indent=2) + "\n")]
+    written = [
+        atomic_write(results / TEST_METRICS, json.dumps(evaluation.metrics, indent=2) + "\n")
+    ]
     for name, rows in evaluation.plots.items():
         written.append(atomic_write(results / "plots" / name, _csv(rows[0], rows[1:])))
     history = _history(results / TRAIN_METRICS)
@@ -79,10 +77,9 @@ def write_other_plots(results: Path, task: Task) -> list[Path]:
     history lacks (empty cells): every plot dvc.yaml declares exists, and an empty one draws
     nothing."""
     written = []
-    for kind, names in PLOTS.items():
-        if kind != task.type:
-            for name in names:
-                written.append(atomic_write(results / "plots" / name, _csv(PLOT_HEADERS[name], [])))
+    for name, header in PLOT_HEADERS.items():
+        if name not in task.plots:
+            written.append(atomic_write(results / "plots" / name, _csv(header, [])))
     curve = results / CURVE
     rows = list(csv.reader(io.StringIO(curve.read_text())))
     header, body = rows[0], rows[1:]
@@ -100,13 +97,13 @@ def _history(train_metrics: Path) -> list[dict[str, Any]]:
 def load_model(results: Path, task: Task) -> Any:
     """x -> outputs in the user's units: the saved users' model (model.json beside it), or a
     logits model (an older `train`) with the task's output on top."""
-    model_file = results / MODEL
+    model_file = results / MODEL_FILE
     if not model_file.is_file():
         raise ConfigError(
             f"{model_file}: no trained model; train first: `{COMMAND} train` "
             "(or `dvc repro`, or `dvc pull` to fetch the versioned one)"
         )
-    if (results / SIDECAR).is_file():
+    if (results / SIDECAR_FILE).is_file():
         from ..training.saved_model import load_for_users
 
         model, _ = load_for_users(model_file.parent)
@@ -140,7 +137,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     written += write_other_plots(results, task)
     shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
-        f"Test ({task.type}): "
+        f"Test ({task.kind}): "
         + ", ".join(f"{k[5:]} {v:.4g}" for k, v in shown.items() if isinstance(v, float))
         + f" on {evaluation.metrics['test_examples']} examples; wrote "
         + ", ".join(sorted(str(p.relative_to(results)) for p in written))

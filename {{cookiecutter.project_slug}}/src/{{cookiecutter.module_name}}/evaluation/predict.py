@@ -18,7 +18,6 @@ import numpy as np
 
 from ..config import ConfigError
 from ..core.files import atomic_write
-from ..sources import is_number
 from ..training.saved_model import load_for_users
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -80,29 +79,26 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
 
 
 def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np.ndarray]]:
-    with source.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [name for name in features if name not in (reader.fieldnames or [])]
+    """(row numbers, the training feature columns as float32) in chunks of CHUNK rows."""
+    import pandas as pd
+
+    for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+        missing = [name for name in features if name not in table.columns]
         if missing:
             raise ConfigError(
                 f"{source}: missing feature column {missing[0]!r} "
                 f"(the training features: {', '.join(features)})"
             )
-        ids, values = [], []
-        for number, row in enumerate(reader, start=1):
-            try:
-                values.append([float(row[name]) for name in features])
-            except (TypeError, ValueError):
-                bad = next(n for n in features if not is_number(row[n]))
-                raise ConfigError(
-                    f"{source}: row {number}, column {bad!r}: expected a number, got {row[bad]!r}"
-                ) from None
-            ids.append(str(number))
-            if len(ids) == CHUNK:
-                yield ids, np.asarray(values, dtype=np.float32)
-                ids, values = [], []
-        if ids:
-            yield ids, np.asarray(values, dtype=np.float32)
+        numbers = table[features].apply(pd.to_numeric, errors="coerce")
+        bad = numbers.isna().to_numpy()
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            value = table[features[col]].iloc[row]
+            raise ConfigError(
+                f"{source}: row {table.index[row] + 1}, column {features[col]!r}: expected a "
+                f"number, got {value!r}"
+            )
+        yield [str(i + 1) for i in table.index], numbers.to_numpy(dtype=np.float32)
 
 
 def _read_image(path: Path, shape: list[int]) -> np.ndarray:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import COMMAND, TASKS
+from ..config import COMMAND
+from ..task import task_class
 
 FIGURES = Path("results") / "figures"
 
@@ -163,9 +164,9 @@ def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = Non
 
 def load_history(project_dir: Path) -> list[dict[str, float]]:
     """Per-epoch metrics of the last completed run (results/metrics/train.json)."""
-    from ..core.storage import results_root
+    from ..core.storage import TRAIN_METRICS, results_root
 
-    path = results_root(Path(project_dir)) / "metrics" / "train.json"
+    path = results_root(Path(project_dir)) / TRAIN_METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no training metrics yet; run the training notebook first")
     return json.loads(path.read_text()).get("history", [])
@@ -237,13 +238,6 @@ def plot_predicted_vs_true(rows: list[dict[str, str]]) -> Any:
     return fig
 
 
-def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
-    """counts[i, j] = examples of class i predicted as class j."""
-    counts = np.zeros((num_classes, num_classes), dtype=np.int64)
-    np.add.at(counts, (np.asarray(y_true), np.asarray(y_pred)), 1)
-    return counts
-
-
 def plot_confusion_matrix(counts: np.ndarray, classes: list[str] | None = None) -> Any:
     """The confusion matrix as a heat map with the counts written in."""
     import matplotlib.pyplot as plt
@@ -262,53 +256,27 @@ def plot_confusion_matrix(counts: np.ndarray, classes: list[str] | None = None) 
     return fig
 
 
-def class_metrics(counts: np.ndarray, classes: list[str] | None = None) -> dict[str, Any]:
-    """Accuracy, and precision / recall / F1 / support per class, from a confusion matrix."""
-    tp = np.diag(counts).astype(float)
-    predicted = counts.sum(axis=0).astype(float)
-    actual = counts.sum(axis=1).astype(float)
-    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
-    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
-    denom = precision + recall
-    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(tp), where=denom > 0)
-    return {
-        "accuracy": float(tp.sum() / max(counts.sum(), 1)),
-        "per_class": [
-            {
-                "class": classes[i] if classes else str(i),
-                "precision": float(precision[i]),
-                "recall": float(recall[i]),
-                "f1": float(f1[i]),
-                "support": int(actual[i]),
-            }
-            for i in range(len(tp))
-        ],
-    }
-
-
 def load_confusion(project_dir: Path) -> tuple[np.ndarray, list[str]]:
-    """The confusion matrix and class names from `evaluate`'s results/plots/confusion_matrix.csv."""
+    """The confusion matrix of `evaluate`'s results/plots/confusion_matrix.csv over every class
+    of per_class.csv (also a class the test split lacks), and the class names."""
     import csv
+
+    from sklearn.metrics import confusion_matrix
 
     from .evaluate import CONFUSION
 
-    path = _results_file(project_dir, CONFUSION)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
-    with open(path, newline="") as f:
+    classes = [row["class"] for row in load_plot_rows(project_dir, "per_class.csv")]
+    with open(_results_file(project_dir, CONFUSION), newline="") as f:
         pairs = [(row["actual"], row["predicted"]) for row in csv.DictReader(f)]
-    classes = sorted({c for pair in pairs for c in pair}, key=_natural)
-    index = {c: i for i, c in enumerate(classes)}
-    actual = np.array([index[a] for a, _ in pairs], dtype=np.int64)
-    predicted = np.array([index[p] for _, p in pairs], dtype=np.int64)
-    return confusion_matrix(actual, predicted, len(classes)), classes
+    actual, predicted = zip(*pairs, strict=True) if pairs else ((), ())
+    return confusion_matrix(actual, predicted, labels=classes), classes
 
 
 def load_test_metrics(project_dir: Path) -> dict[str, Any]:
     """`evaluate`'s results/metrics/evaluate.json (test loss and accuracy)."""
-    from .evaluate import METRICS
+    from ..core.storage import TEST_METRICS
 
-    path = _results_file(project_dir, METRICS)
+    path = _results_file(project_dir, TEST_METRICS)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
     return json.loads(path.read_text())
@@ -323,23 +291,18 @@ def _results_file(project_dir: Path, name: str) -> Path:
     return results_root(Path(project_dir)) / name
 
 
-def _natural(name: str) -> tuple[int, Any]:
-    """Sort '2' before '10', and names alphabetically."""
-    return (0, int(name)) if name.lstrip("-").isdigit() else (1, name)
-
-
-def metrics_table(metrics: dict[str, Any]) -> str:
-    """A Markdown table of per-class precision, recall, F1 and support, plus overall accuracy
-    (`metrics` as `class_metrics` returns it)."""
-    rows = ["| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
-    for c in metrics["per_class"]:
-        rows.append(
-            f"| {c['class']} | {c['precision']:.3f} | {c['recall']:.3f} | {c['f1']:.3f} "
-            f"| {c['support']} |"
+def class_table(rows: list[dict[str, str]], accuracy: float) -> str:
+    """A Markdown table of per-class precision, recall, F1 and support (rows of per_class.csv),
+    plus the overall accuracy."""
+    lines = ["| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['class']} | {float(r['precision']):.3f} | {float(r['recall']):.3f} "
+            f"| {float(r['f1']):.3f} | {r['support']} |"
         )
-    total = sum(c["support"] for c in metrics["per_class"])
-    rows.append(f"| **all** | | | **accuracy {metrics['accuracy']:.4f}** | {total} |")
-    return "\n".join(rows)
+    total = sum(int(r["support"]) for r in rows)
+    lines.append(f"| **all** | | | **accuracy {accuracy:.4f}** | {total} |")
+    return "\n".join(lines)
 
 
 # Notebook 03: what the test split says, as fits the task (`task.type`).
@@ -349,7 +312,7 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     """Markdown of `evaluate`'s results for the task: the test scores, then per-class precision,
     recall, F1 and support with the accuracy (classification), the same per label (multilabel),
     or the residuals' mean, spread and 90th percentile of their size (regression)."""
-    _check_task(task_type)
+    kind = task_class(task_type).kind
     test = load_test_metrics(project_dir)
     # Float scores only: counts such as test_examples are said apart.
     scores = [
@@ -357,9 +320,10 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
         for k, v in test.items()
         if k.startswith("test_") and isinstance(v, float)
     ]
-    if task_type == "classification":
-        detail = metrics_table(class_metrics(*load_confusion(project_dir)))
-    elif task_type == "multilabel":
+    if kind == "classification":
+        rows = load_plot_rows(project_dir, "per_class.csv")
+        detail = class_table(rows, test["test_accuracy"])
+    elif kind == "multilabel":
         detail = rows_table(load_plot_rows(project_dir, "per_label.csv"))
     else:
         detail = (
@@ -376,10 +340,10 @@ def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
     """The figure that fits the task, and its name for `save_figure`: the confusion matrix
     (classification), precision / recall / F1 per label (multilabel), predicted against true
     values beside the residuals (regression)."""
-    _check_task(task_type)
-    if task_type == "classification":
+    kind = task_class(task_type).kind
+    if kind == "classification":
         return plot_confusion_matrix(*load_confusion(project_dir)), "03_confusion_matrix"
-    if task_type == "multilabel":
+    if kind == "multilabel":
         rows = load_plot_rows(project_dir, "per_label.csv")
         return plot_label_metrics(rows), "03_per_label_metrics"
     rows = load_plot_rows(project_dir, "predictions.csv")
@@ -400,8 +364,3 @@ def plot_label_metrics(rows: list[dict[str, str]]) -> Any:
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3, axis="y")
     return fig
-
-
-def _check_task(task_type: str) -> None:
-    if task_type not in TASKS:
-        raise ValueError(f"task.type: {task_type!r} is not one of {', '.join(TASKS)}")

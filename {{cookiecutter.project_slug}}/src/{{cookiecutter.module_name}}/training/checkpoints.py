@@ -30,6 +30,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from ..core.files import free_bytes
 from .lease import LEASE_FILE
 
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -239,10 +240,8 @@ def _first_line(exc: BaseException) -> str:
 
 def _free_mib(directory: Path) -> float:
     """Free space where `directory` is (or its nearest existing parent), in MiB."""
-    for place in (directory, *directory.parents):
-        with contextlib.suppress(OSError):
-            return shutil.disk_usage(place).free / MIB
-    return float("nan")
+    free = free_bytes(directory)
+    return float("nan") if free is None else free / MIB
 
 
 def _folder_bytes(path: Path) -> int:

@@ -36,7 +36,7 @@ class Stopper:
     """
 
     def __init__(self, budget_minutes: float, lease: Lease | None = None) -> None:
-        self.lease = lease  # issue 9: another session taking the run over also stops it
+        self.lease = lease  # another session taking the run over also stops it
         self.start = time.monotonic()
         self.budget_s = budget_minutes * 60.0
         self.reason = ""

@@ -14,16 +14,15 @@ Two are warnings, because the run can still work:
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, Params
+from ..core.files import free_bytes
+from ..core.storage import COLAB_DRIVE, DRIVE_ROOT
 from .strategy import StrategyInfo
 
-DRIVE_ROOT = Path("/content/drive")
-DRIVE_MOUNTED = DRIVE_ROOT / "MyDrive"
 MIB = 1 << 20
 
 
@@ -33,9 +32,9 @@ class PreflightError(ConfigError):
 
 def check_storage_root(root: Path) -> None:
     """Stop when `root` is on Google Drive's path but Drive is not mounted."""
-    if root.resolve().is_relative_to(DRIVE_ROOT) and not DRIVE_MOUNTED.is_dir():
+    if root.resolve().is_relative_to(DRIVE_ROOT) and not COLAB_DRIVE.is_dir():
         raise PreflightError(
-            f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {DRIVE_MOUNTED} is not mounted; "
+            f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {COLAB_DRIVE} is not mounted; "
             "mount it first (from google.colab import drive; drive.mount('/content/drive'))"
         )
 
@@ -81,25 +80,14 @@ def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 10
     return window * example + 8 * global_batch * example
 
 
-def free_bytes(folder: Path) -> int | None:
-    """Free space where `folder` is (or would be created), or None when unknown."""
-    for place in (folder, *folder.parents):
-        try:
-            return shutil.disk_usage(place).free
-        except OSError:
-            continue
-    return None
-
-
 def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux, including Colab), or None."""
+    """Memory available to a new allocation (psutil's `available`), or None when unknown."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError):
         return None
-    return None
 
 
 def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import COMMAND, ConfigError
+from ..core.storage import MODEL_FILE, SIDECAR_FILE
 from ..spec import DataSpec
 from ..task import Task
 
-MODEL = "model.keras"
-SIDECAR = "model.json"
+MODEL = Path(MODEL_FILE).name
+SIDECAR = Path(SIDECAR_FILE).name
 
 
 def wrap_for_users(logits_model: Any, task: Task) -> Any:
@@ -32,7 +33,7 @@ def wrap_for_users(logits_model: Any, task: Task) -> Any:
 def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
     """What `model.json` holds beside the model: the task, class names and the inputs."""
     return {
-        "task": task.type,
+        "task": task.kind,
         "names": task.names,
         "input_kind": spec.kind,
         "input_shape": list(spec.input_shape),

@@ -8,12 +8,12 @@ and MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from dataclasses import dataclass, field
 
 from ..config import DistributeConfig
+from ..core.environment import tpu_present
 
 
 class StrategyError(RuntimeError):
@@ -30,7 +30,7 @@ class Hardware:
 
 
 @dataclass(frozen=True)
-class Plan:
+class DevicePlan:
     """What `make_strategy` builds."""
 
     kind: str  # "tpu" | "multiworker" | "mirrored" | "default"
@@ -50,13 +50,6 @@ class StrategyInfo:
     workers: int = 1
 
 
-def tpu_present() -> bool:
-    """A TPU device on this VM (checked from files and variables: no TensorFlow needed)."""
-    if glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"):
-        return True
-    return any(os.environ.get(k) for k in ("TPU_ACCELERATOR_TYPE", "COLAB_TPU_ADDR", "TPU_NAME"))
-
-
 def detect_hardware() -> Hardware:
     """List GPUs (this does not initialise TensorFlow), look for a TPU and read TF_CONFIG."""
     import tensorflow as tf
@@ -72,7 +65,7 @@ def detect_hardware() -> Hardware:
     )
 
 
-def choose_plan(hw: Hardware, cfg: DistributeConfig) -> Plan:
+def choose_plan(hw: Hardware, cfg: DistributeConfig) -> DevicePlan:
     """The rules. `auto`: TPU -> TF_CONFIG (multi-worker) -> GPUs -> logical CPUs -> default."""
     bad = [i for i in cfg.gpus if i >= hw.gpus]
     if bad and hw.gpus:
@@ -104,7 +97,7 @@ def choose_plan(hw: Hardware, cfg: DistributeConfig) -> Plan:
         notes.append(
             "distribute.logical_cpus is ignored: it only applies to MirroredStrategy on CPU"
         )
-    return Plan(kind=kind, gpus=gpus, logical_cpus=logical, notes=tuple(notes))
+    return DevicePlan(kind=kind, gpus=gpus, logical_cpus=logical, notes=tuple(notes))
 
 
 def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]:
@@ -196,7 +189,7 @@ def _workers(strategy: object) -> int:
     return sum(len(spec.get(job, [])) for job in ("chief", "worker")) or 1
 
 
-def _configure_devices(tf, plan: Plan, memory_growth: bool) -> None:
+def _configure_devices(tf, plan: DevicePlan, memory_growth: bool) -> None:
     """Visible GPUs, memory growth and logical CPUs: possible only before TensorFlow starts."""
     try:
         gpus = tf.config.list_physical_devices("GPU")

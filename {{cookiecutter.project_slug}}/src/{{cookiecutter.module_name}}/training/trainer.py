@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
 from ..core.storage import RunPaths, run_paths
@@ -63,7 +64,7 @@ class TrainResult:
 
 
 @dataclass
-class Plan:
+class RunPlan:
     """The run's numbers, fixed before the first step."""
 
     global_batch: int
@@ -83,7 +84,7 @@ class Run:
     info: StrategyInfo
     data: Prepared
     paths: RunPaths
-    plan: Plan
+    plan: RunPlan
     task: Task
     parts: StepParts
     validator: Validator
@@ -112,13 +113,14 @@ def train(
     take_over: bool = False,
 ) -> TrainResult:
     """`python -m <module> train`: strategy, seeds, data, then `fit`."""
-    # The data first (issue 4): a file that differs from data/manifest.json stops the run here,
-    # before any time is spent. Without a manifest (`prepare` never ran) the bundled digits are
-    # split and sharded into a temporary folder instead.
+    registry.check(params)  # a misspelt architecture or task: one line, before anything is written
+    # The data first: a file that differs from data/manifest.json stops the run here, before any
+    # time is spent. Without a manifest (`prepare` never ran) the bundled digits are split and
+    # sharded into a temporary folder instead.
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
-    elif params.data.source != "digits":  # issue 9: never train on the example by surprise
+    elif params.data.source != "digits":  # never train on the example by surprise
         raise ConfigError(
             f"data.source: {params.data.source}, but {manifest.MANIFEST} is missing: run "
             f"`{COMMAND} prepare` (or `dvc repro prepare`) first"
@@ -140,7 +142,7 @@ def train(
         flush=True,
     )
     paths = run_paths(project_dir, params.run_name, info.is_chief)
-    # Issue 9: preflight, then one writer per run (the chief holds the lease) before any write.
+    # Preflight, then one writer per run (the chief holds the lease) before any write.
     preflight.before_training(params, info, paths.restore_from.parents[1])
     lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
     started_at = utc_now()
@@ -207,7 +209,7 @@ def fit(
     return TrainResult("completed", run.step, plan.total, 0, "", metrics)
 
 
-def _plan(params: Params, info: StrategyInfo, data: Prepared) -> Plan:
+def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; printed once."""
     import keras
 
@@ -242,11 +244,16 @@ def _plan(params: Params, info: StrategyInfo, data: Prepared) -> Plan:
         ),
         flush=True,
     )
-    return Plan(global_batch, per_epoch, total, lr, policy, phase_step)
+    return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
 
 def _build(
-    params: Params, strategy: Any, info: StrategyInfo, data: Prepared, paths: RunPaths, plan: Plan
+    params: Params,
+    strategy: Any,
+    info: StrategyInfo,
+    data: Prepared,
+    paths: RunPaths,
+    plan: RunPlan,
 ) -> Run:
     """Model, task, optimizer, metrics and checkpoint, created in `strategy.scope()`."""
     import keras
@@ -353,7 +360,7 @@ def _set_phase(run: Run) -> None:
 
 def _save(run: Run) -> None:
     """A checkpoint at `run.step` (once per step); a storage fault is reported and the run goes
-    on (issue 9)."""
+    on."""
     meta = {
         **run.meta_expected,
         "epoch": run.step // run.plan.per_epoch,

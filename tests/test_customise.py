@@ -1,0 +1,65 @@
+"""docs/customise.md's worked examples, run as a user would: each file written into a baked
+project beside model.py, then the command the page shows (with tiny training settings added)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+MODULE = "colab_project"
+TINY = ["train.epochs=1", "train.batch_size=64", "train.steps_per_execution=10"]
+
+
+def examples(page: str) -> list[tuple[str, str, str]]:
+    """(file path, code, command) of every example: a file name line, its python block, and the
+    bash block that follows."""
+    pattern = r"^`(src/[^`]+\.py)`[^\n]*\n+```python\n(.*?)^```\n.*?^```bash\n(.*?)^```"
+    return re.findall(pattern, page, flags=re.S | re.M)
+
+
+def test_every_worked_example_runs(default_project: Path, project_python: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(default_project, project, ignore=shutil.ignore_patterns(".git"))
+    found = examples((project / "docs" / "customise.md").read_text())
+    assert {Path(path).stem for path, _, _ in found} == {"tiny_resnet", "jsonl", "noise", "focal"}
+    calls = []
+    for n, (path, code, command) in enumerate(found):
+        (project / path).write_text(code)
+        args = shlex.split(command.strip())
+        assert args[:3] == ["python", "-m", MODULE], command
+        if args[3] == "train":
+            args += [f"--set={item}" for item in [*TINY, f"run_name=example-{n}"]]
+        calls.append(args[3:])
+    calls.sort(key=lambda call: call[0] == "prepare")  # the trains on the bundled digits first
+    rows = [{"x": [i % 7, (i * 3) % 5], "label": "odd" if i % 2 else "even"} for i in range(60)]
+    (project / "data" / "external" / "rows.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in rows)
+    )
+    script = (
+        f"import sys; from {MODULE}.__main__ import main\n"
+        f"codes = [main(args) for args in {calls!r}]\n"
+        "print('EXIT CODES', codes); sys.exit(max(codes))"
+    )
+    env = {**os.environ, "PROJECT_STORAGE_DIR": str(tmp_path / "storage"), "PYTHONPATH": str(project / "src")}
+    run = subprocess.run([str(project_python), "-c", script], cwd=project, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
+    spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
+    assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
+
+
+def test_the_module_map_lists_the_package(default_project: Path) -> None:
+    page = (default_project / "docs" / "customise.md").read_text()
+    section = page.split("## The package", 1)[1]
+    listed = set(re.findall(r"^\| `([a-z_/]+\.py)` \|", section, flags=re.M))
+    package = default_project / "src" / MODULE
+    tree = {p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "__init__.py"}
+    assert listed == tree

@@ -1,0 +1,93 @@
+"""Where data is read from: a local path, or a URL such as `gs://bucket/...`, the same way.
+
+fsspec picks the file system from the URL (gcsfs for `gs://`, the local disk for a path) and
+streams: nothing is downloaded whole. `prepare` stages a local `data.path` to fast disk and streams
+a URL. On Colab, `authenticate()` asks for the user's Google credentials once per session.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterator
+from typing import IO, Any
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """True for `gs://bucket/...` (or any other fsspec URL, e.g. `memory://` in the tests)."""
+    return "://" in str(path)
+
+
+def authenticate() -> None:
+    """On Colab, authenticate the user for Cloud Storage (a no-op elsewhere, where
+    `gcloud auth application-default login` or GOOGLE_APPLICATION_CREDENTIALS provide them)."""
+    try:
+        from google.colab import auth  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    try:
+        auth.authenticate_user()
+    except Exception as exc:  # a `!python` subprocess cannot show the sign-in prompt
+        print(
+            f"NOTE: Cloud Storage sign-in failed here ({type(exc).__name__}); if reading gs:// "
+            "fails, run `from google.colab import auth; auth.authenticate_user()` in a cell.",
+            flush=True,
+        )
+
+
+def _fs(path: str) -> tuple[Any, str]:
+    """(the fsspec file system, the path inside it) for a path or URL."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(path))
+
+
+def _url(like: str, inner: str) -> str:
+    """`inner` (a path inside a file system) as the URL form of `like`."""
+    return f"{str(like).split('://')[0]}://{inner}" if is_url(like) else inner
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """Open `path` for reading bytes: a stream for a URL, a file otherwise."""
+    fs, inner = _fs(path)
+    return fs.open(inner, "rb")
+
+
+def exists(path: str) -> bool:
+    fs, inner = _fs(path)
+    return fs.exists(inner)
+
+
+def isdir(path: str) -> bool:
+    fs, inner = _fs(path)
+    return fs.isdir(inner)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts with '/' for a URL (os.path.join would use '\\' on Windows)."""
+    return posixpath.join(base, *parts) if is_url(base) else os.path.join(base, *parts)
+
+
+def list_dir(path: str) -> list[str]:
+    """Sorted entry names of a folder."""
+    fs, inner = _fs(path)
+    return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(inner, detail=False))
+
+
+def walk_files(path: str) -> Iterator[str]:
+    """Every file under `path` (or `path` itself if it is a file), in a stable order; names that
+    start with a dot (.gitkeep, .DS_Store, staging bookkeeping) are left out."""
+    fs, inner = _fs(path)
+    if not fs.isdir(inner):
+        yield path
+        return
+    root = inner.rstrip("/")
+    for found in sorted(fs.find(inner)):
+        relative = found[len(root) :].strip("/")
+        if not any(part.startswith(".") for part in relative.split("/")):
+            yield _url(path, found)
+
+
+def size(path: str) -> int:
+    fs, inner = _fs(path)
+    return int(fs.size(inner))
