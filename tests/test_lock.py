@@ -1,4 +1,4 @@
-"""The generated locks pin every package, install on Python 3.10-3.13 and agree with Colab (but for
+"""The generated locks pin every package, install on Python 3.11-3.13 and agree with Colab (but for
 tools/lock.py's OVERRIDES)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "{{cookiecutter.project_slug}}"
-PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+PYTHONS = ("3.11", "3.12", "3.13")
 COLAB_PYTHON = "3.13"
 OPTIONS = {"dvc_remote": ["drive", "gcs", "gdrive", "local", "none"], "tracking": ["tensorboard", "mlflow", "wandb"]}
 COMBOS = [dict(zip(OPTIONS, values)) for values in itertools.product(*OPTIONS.values())]
