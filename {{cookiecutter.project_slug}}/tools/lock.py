@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -246,7 +247,9 @@ def main() -> None:
         help="the freeze's Python, e.g. 3.12 (default: its `# python:` line or its wheels' tags)",
     )
     parser.add_argument("--upgrade", action="store_true", help="ignore the output's current pins")
-    parser.add_argument("--uv", default="uv", help="the uv executable")
+    # uv from requirements-dev.txt: on PATH, or beside this Python (a venv that is not activated).
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    parser.add_argument("--uv", default=uv, help="the uv executable (default: %(default)s)")
     args = parser.parse_args()
     if not args.freeze.is_file():
         sys.exit(f"lock: no freeze file {args.freeze}")
@@ -265,6 +268,11 @@ def main() -> None:
     tmp.write_text("\n".join(header(args.requirements, args.freeze, python) + lines) + "\n")
     tmp.replace(args.output)
     print(f"lock: {len(lines)} pins written to {args.output} (Colab Python {python})")
+    if args.freeze.resolve() != COLAB_CONSTRAINTS.resolve():
+        print(
+            f"lock: locked to {args.freeze}; {COLAB_CONSTRAINTS.relative_to(PROJECT)} is unchanged: "
+            "copy the freeze over it to keep this runtime for the next `make lock`"
+        )
 
 
 if __name__ == "__main__":
