@@ -269,8 +269,9 @@ def main() -> None:
     tmp.replace(args.output)
     print(f"lock: {len(lines)} pins written to {args.output} (Colab Python {python})")
     if args.freeze.resolve() != COLAB_CONSTRAINTS.resolve():
+        default = COLAB_CONSTRAINTS.relative_to(PROJECT)
         print(
-            f"lock: locked to {args.freeze}; {COLAB_CONSTRAINTS.relative_to(PROJECT)} is unchanged: "
+            f"lock: locked to {args.freeze}; {default} is unchanged: "
             "copy the freeze over it to keep this runtime for the next `make lock`"
         )
 
