@@ -16,6 +16,7 @@ import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "{{cookiecutter.project_slug}}"
@@ -90,6 +91,10 @@ def test_every_package_pinned_and_colab_aligned(answers: dict[str, str], lock: s
             differs = {n: (v, colab[n]) for n, v in pins.items()
                        if n in colab and colab[n] != v and n not in OVERRIDES}
             assert differs == {}, f"pins that differ from Colab's: {differs}"
+        else:  # another Python gets Colab's version or, where that does not install, an older one
+            newer = {n: (v, colab[n]) for n, v in pins.items()
+                     if n in colab and n not in OVERRIDES and Version(v) > Version(colab[n].split("+")[0])}
+            assert newer == {}, f"pins on {python} newer than Colab's: {newer}"
 
 
 @pytest.mark.parametrize("answers", COMBOS, ids=lambda a: "-".join(a.values()))
