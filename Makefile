@@ -28,7 +28,7 @@ bench: $(STAMP)  ## time a default bake with its hooks (benchmark, not a test)
 	$(BIN)/python scripts/bench_bake.py
 
 lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned requirements
-	UV_PYTHON_DOWNLOADS=never $(BIN)/uv pip compile requirements-dev.in --universal --python-version 3.10 --no-annotate --quiet -o requirements-dev.txt
+	UV_PYTHON_DOWNLOADS=never $(BIN)/uv pip compile requirements-dev.in --universal --python-version 3.11 --no-annotate --quiet -o requirements-dev.txt
 	UV_PYTHON_DOWNLOADS=never $(BIN)/python scripts/refresh_lock.py
 
 clean:  ## remove the virtual environments, the demo and caches

@@ -25,7 +25,7 @@ from typing import Any
 
 from jinja2.ext import Extension
 
-PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
 CHOICES = {
     "python_version": PYTHON_VERSIONS,
     "dvc_remote": ("drive", "gcs", "gdrive", "local", "none"),

@@ -16,16 +16,13 @@ from cookiecutter.exceptions import FailedHookException
 
 import project_env
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 # Together these use every choice of every option at least once.
 ANSWER_SETS = [
     {},
-    {"dvc_remote": "gcs", "tracking": "mlflow", "open_source_license": "BSD-3-Clause", "python_version": "3.10"},
+    {"dvc_remote": "gcs", "tracking": "mlflow", "open_source_license": "BSD-3-Clause", "python_version": "3.11"},
     {"dvc_remote": "gdrive", "tracking": "wandb", "open_source_license": "Apache-2.0", "python_version": "3.12"},
     {"dvc_remote": "local", "open_source_license": "none", "python_version": "3.13"},
     {"dvc_remote": "none", "project_name": "Digit Classifier", "github_owner": "ada-lab"},
@@ -61,6 +58,7 @@ COMMON_FILES = {
     "requirements-dev.txt",
     "requirements.in",
     "requirements.txt",
+    "requirements/colab-constraints-tpu.txt",
     "requirements/colab-constraints.txt",
     "results/figures/.gitkeep",
     "results/metrics/.gitkeep",
@@ -281,6 +279,7 @@ BAD_ANSWERS = [
     ({"author_email": "not-an-email"}, "author_email"),
     ({"author_email": "a@b"}, "author_email"),
     ({"python_version": "3.9"}, "python_version"),
+    ({"python_version": "3.10"}, "python_version"),
     ({"python_version": "3.14"}, "python_version"),
     ({"github_owner": "-leading-hyphen"}, "github_owner"),
     ({"github_owner": "double--hyphen"}, "github_owner"),
