@@ -167,6 +167,7 @@ class DistributeConfig:
 @schema
 class ReproConfig:
     deterministic: Bool = _key(True, "false")
+{%- if cookiecutter.vertex_ai == "yes" %}
 
 
 @schema
@@ -190,6 +191,7 @@ class VertexConfig:
     bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")  # checkpoints and results
     service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
     output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
+{%- endif %}
 
 
 @schema
@@ -207,7 +209,9 @@ class Params:
     train: TrainConfig = _section(TrainConfig)
     distribute: DistributeConfig = _section(DistributeConfig)
     repro: ReproConfig = _section(ReproConfig)
+{%- if cookiecutter.vertex_ai == "yes" %}
     vertex: VertexConfig = _section(VertexConfig)
+{%- endif %}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
