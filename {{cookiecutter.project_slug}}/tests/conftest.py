@@ -25,6 +25,19 @@ import tensorflow as tf  # noqa: E402
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 SRC = PROJECT / "src"
+# What a fresh clone lacks: these top-level folders (src/<module>/data/ is code), caches anywhere.
+NOT_IN_A_CLONE = (".git", ".venv", "results", "data", "wandb", "checkpoints")
+
+
+def not_in_a_clone(folder: str, names: list[str]) -> set[str]:
+    """`shutil.copytree`'s `ignore`: copy the project as a fresh clone has it."""
+    top = Path(folder) == PROJECT
+    return {
+        name
+        for name in names
+        if (top and name in NOT_IN_A_CLONE) or name == "__pycache__" or name.endswith(".egg-info")
+    }
+
 
 _cpu = tf.config.list_physical_devices("CPU")[0]
 # RuntimeError: already initialised by another conftest or plugin; keep what exists.
@@ -83,7 +96,10 @@ def sets(overrides: list[str]) -> list[str]:
 
 def save_for_users(logits_model, task, spec, models_dir: Path) -> Path:
     """Save `model.keras` and `model.json` as `train` does, for tests that need a saved model."""
-    from {{ cookiecutter.module_name }}.training.saved_model import user_sidecar, wrap_for_users
+    from {{ cookiecutter.module_name }}.training.saved_model import (
+        user_sidecar,
+        wrap_for_users,
+    )
 
     models_dir.mkdir(parents=True, exist_ok=True)
     wrap_for_users(logits_model, task).save(models_dir / "model.keras")

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import not_in_a_clone
 
 from {{ cookiecutter.module_name }}.colab.githooks import EXTRA_KEYS
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 TOKEN = "PLANTED-TOKEN-5f3c9a"  # must never reach git
-SKIP = (".git", ".venv", "results", "data", "wandb", "checkpoints", "__pycache__", "*.egg-info")
 
 
 def colab_notebook() -> dict:
@@ -74,7 +74,7 @@ def git(repo: Path, *args: str, env: dict | None = None) -> str:
 def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A fresh clone-like copy of the project with `make hooks` run in it."""
     repo = tmp_path_factory.mktemp("hygiene") / "project"
-    shutil.copytree(PROJECT, repo, ignore=shutil.ignore_patterns(*SKIP))
+    shutil.copytree(PROJECT, repo, ignore=not_in_a_clone)
     bindir = str(Path(sys.executable).parent)
     env = {
         **os.environ,

@@ -17,6 +17,7 @@ import numpy as np
 import papermill
 import pytest
 import yaml
+from conftest import not_in_a_clone
 
 from {{ cookiecutter.module_name }}.colab.notebooks import (
     NotebookError,
@@ -30,7 +31,6 @@ PROJECT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((PROJECT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 REPO = "{{ cookiecutter.github_owner }}/{{ cookiecutter.project_slug }}"
 COLAB = f"https://colab.research.google.com/github/{REPO}/blob/main/notebooks/"
-SKIP = (".git", ".venv", "results", "data", "wandb", "checkpoints", "__pycache__", "*.egg-info")
 
 
 def code_cells(path: Path) -> list:
@@ -120,7 +120,7 @@ def test_training_notebook_shows_tensorboard_on_colab():
 def copy_project(tmp_path: Path) -> Path:
     """This project's files (no results, data or environments) in a new git repository."""
     project = tmp_path / "project"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(*SKIP))
+    shutil.copytree(PROJECT, project, ignore=not_in_a_clone)
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     return project
 
@@ -282,7 +282,7 @@ def test_setup_cell_on_colab_keeps_code_on_the_vm_and_state_on_drive(tmp_path):
     to it.
     """
     work, origin = tmp_path / "work", tmp_path / "github" / "project.git"
-    shutil.copytree(PROJECT, work, ignore=shutil.ignore_patterns(*SKIP))
+    shutil.copytree(PROJECT, work, ignore=not_in_a_clone)
     for keep in [*PROJECT.glob("data/*/.gitkeep"), *PROJECT.glob("results/*/.gitkeep")]:
         (work / keep.relative_to(PROJECT)).parent.mkdir(parents=True, exist_ok=True)
         (work / keep.relative_to(PROJECT)).touch()  # as in a clone: data/external/ is a DVC dep

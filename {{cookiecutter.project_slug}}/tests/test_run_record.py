@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import not_in_a_clone
 
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
 from {{ cookiecutter.module_name }}.core.files import file_sha256
@@ -27,13 +28,12 @@ from {{ cookiecutter.module_name }}.training.run_record import (
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
-SKIP = (".git", ".venv", "results", "data", "wandb", "checkpoints", "__pycache__", "*.egg-info")
 
 
 def copy_project(tmp_path: Path) -> Path:
     """This project's code and config in a fresh folder: runs write there, not here."""
     target = tmp_path / "project"
-    shutil.copytree(PROJECT, target, ignore=shutil.ignore_patterns(*SKIP))
+    shutil.copytree(PROJECT, target, ignore=not_in_a_clone)
     return target
 
 
