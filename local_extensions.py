@@ -31,6 +31,7 @@ CHOICES = {
     "dvc_remote": ("drive", "gcs", "gdrive", "local", "none"),
     "tracking": ("tensorboard", "mlflow", "wandb"),
     "open_source_license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),
+    "vertex_ai": ("yes", "no"),
 }
 # Import names of the generated project's dependencies: a package with one of these names
 # would shadow the real one.

@@ -21,6 +21,10 @@ def unchosen(answers: dict) -> list[Path]:
     paths = []
     if answers["open_source_license"] == "none":
         paths.append(Path("LICENSE"))
+    if answers["vertex_ai"] == "no":  # the Vertex AI job writer, its training image, their tests
+        package = Path("src") / answers["module_name"]
+        paths += [package / "cloud", Path("Dockerfile"), Path(".dockerignore")]
+        paths += [Path("tests/test_vertex.py"), Path("tests/test_dockerfile.py")]
     if COPIER_ANSWERS.exists() and not COPIER_ANSWERS.read_text().strip():
         paths.append(COPIER_ANSWERS)
     return paths
@@ -50,6 +54,9 @@ def git_init() -> str | None:
 
 def next_steps(answers: dict, git_note: str) -> str:
     slug, owner = answers["project_slug"], answers["github_owner"]
+    vertex = ""
+    if answers["vertex_ai"] == "yes":
+        vertex = "\nBeyond Colab: Vertex AI jobs (`make image`, `make vertex`; docs/scaling.md)."
     return f"""
 Created {slug}/. {git_note}
 
@@ -63,7 +70,7 @@ Next steps:
   git push -u origin main
 
 On Colab: push first, then open a notebook from the README's "Open in Colab" badges.
-`make` lists every target.
+`make` lists every target.{vertex}
 """
 
 

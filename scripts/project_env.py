@@ -48,6 +48,15 @@ def uv() -> str:
 
 def project_python(project: Path) -> Path:
     """An interpreter with the project's locked requirements and the project installed (editable)."""
+    python = locked_python(project)
+    subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "-e", str(project)],
+                   check=True, env=UV_ENV)
+    return python
+
+
+def locked_python(project: Path) -> Path:
+    """An interpreter with the project's locked requirements, shared by every project with the same
+    locks; the project itself is not installed (run it with PYTHONPATH=<project>/src)."""
     digest = hashlib.sha256(b"".join((project / name).read_bytes() for name in LOCKS)).hexdigest()
     venv = PROJECT_VENVS / digest[:16]
     python = venv / "bin" / "python"
@@ -59,6 +68,4 @@ def project_python(project: Path) -> Path:
         subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), *args],
                        check=True, env=UV_ENV)
         stamp.write_text(digest)
-    subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "-e", str(project)],
-                   check=True, env=UV_ENV)
     return python

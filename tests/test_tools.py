@@ -121,7 +121,7 @@ def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, templa
 def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     repo = template_repo(tmp_path / "template")
     project = tmp_path / "project"
-    run_copy(str(repo), project, data={"tracking": "mlflow"}, defaults=True, unsafe=True, quiet=True)
+    run_copy(str(repo), project, data={"tracking": "mlflow", "vertex_ai": "no"}, defaults=True, unsafe=True, quiet=True)
     readme = project / "README.md"
     readme.write_text(readme.read_text() + "A line of our own.\n")
     commit_all(project, "start")
@@ -130,16 +130,19 @@ def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
     assert readme.read_text().endswith("A line of our own.\n")
     answers = _yaml(project / ".copier-answers.yml")
-    assert answers["tracking"] == "mlflow"
+    assert answers["tracking"] == "mlflow" and answers["vertex_ai"] == "no"
+    assert not (project / "Dockerfile").exists() and not (project / "src/colab_project/cloud").exists()
     assert answers["_commit"] == subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
                                                 capture_output=True, text=True).stdout.strip()
 
 
 def test_cruft_create_check_update(tmp_path: Path) -> None:
     repo = template_repo(tmp_path / "template")
-    project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out", extra_context={"open_source_license": "none"})
-    assert not (project / "LICENSE").exists() and not (project / ".copier-answers.yml").exists()
-    assert json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]["open_source_license"] == "none"
+    answers = {"open_source_license": "none", "vertex_ai": "no"}
+    project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out", extra_context=answers)
+    pruned = ["LICENSE", ".copier-answers.yml", "Dockerfile", "src/colab_project/cloud", "tests/test_vertex.py"]
+    assert [name for name in pruned if (project / name).exists()] == []
+    assert answers.items() <= json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"].items()
     readme = project / "README.md"
     readme.write_text(readme.read_text() + "A line of our own.\n")
     commit_all(project, "start")
@@ -149,6 +152,7 @@ def test_cruft_create_check_update(tmp_path: Path) -> None:
     assert cruft.update(project, skip_apply_ask=True)
     assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
     assert readme.read_text().endswith("A line of our own.\n")
+    assert [name for name in pruned if (project / name).exists()] == [], "the update brought back pruned files"
     commit_all(project, "take the template's change")
     assert cruft.check(project)
 
@@ -169,7 +173,7 @@ def test_cookiecutter_prompt_refuses_a_bad_answer_before_the_next_question(tmp_p
     out.mkdir()
     child = pexpect.spawn(str(BIN / "cookiecutter"), ["--config-file", str(config), "-o", str(out), str(ROOT)],
                           encoding="utf-8", timeout=30, dimensions=(50, 200))
-    # Question 5 of 11 gets a typo; the first four keep their defaults.
+    # Question 5 of 12 gets a typo; the first four keep their defaults.
     for prompt, answer in [("Project name", ""), ("Repository and folder name", ""),
                            ("Python package name", ""), ("Your name", ""), ("Your email", "ada@example")]:
         child.expect(prompt)

@@ -25,7 +25,6 @@ import tensorflow as tf  # noqa: E402
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 SRC = PROJECT / "src"
-
 _cpu = tf.config.list_physical_devices("CPU")[0]
 # RuntimeError: already initialised by another conftest or plugin; keep what exists.
 with contextlib.suppress(RuntimeError):
@@ -99,7 +98,10 @@ def sets(overrides: list[str]) -> list[str]:
 
 def save_for_users(logits_model, task, spec, models_dir: Path) -> Path:
     """Save `model.keras` and `model.json` as `train` does, for tests that need a saved model."""
-    from {{ cookiecutter.module_name }}.training.saved_model import user_sidecar, wrap_for_users
+    from {{ cookiecutter.module_name }}.training.saved_model import (
+        user_sidecar,
+        wrap_for_users,
+    )
 
     models_dir.mkdir(parents=True, exist_ok=True)
     wrap_for_users(logits_model, task).save(models_dir / "model.keras")

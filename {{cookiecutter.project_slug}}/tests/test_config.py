@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, cli_env
+from conftest import MODULE, PROJECT, cli_env
 
 from {{ cookiecutter.module_name }}.config import ConfigError, Params, load_params
 
@@ -96,7 +96,7 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
 def test_cli_config_error_is_one_line_exit_2(tmp_path: Path) -> None:
     """No traceback, exit code 2, the key and an example (and no TensorFlow import needed)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "{{ cookiecutter.module_name }}", "train", "--set", "train.batch_size=abc"],
+        [sys.executable, "-m", MODULE, "train", "--set", "train.batch_size=abc"],
         cwd=PROJECT,
         env=cli_env(tmp_path),
         capture_output=True,

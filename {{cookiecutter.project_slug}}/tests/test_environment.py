@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }}.core.environment import collect_environment, git_info, summary
+from {{ cookiecutter.module_name }}.core.environment import (
+    collect_environment,
+    git_info,
+    summary,
+)
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]

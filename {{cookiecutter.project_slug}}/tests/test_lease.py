@@ -16,8 +16,16 @@ from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import lease as leases
-from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore, list_checkpoints
-from {{ cookiecutter.module_name }}.training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST, Lease, LeaseHeld
+from {{ cookiecutter.module_name }}.training.checkpoints import (
+    CheckpointStore,
+    list_checkpoints,
+)
+from {{ cookiecutter.module_name }}.training.lease import (
+    EXIT_LEASE_HELD,
+    EXIT_LEASE_LOST,
+    Lease,
+    LeaseHeld,
+)
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 # Long enough to outlive a second process's start (a TensorFlow import), capped by the budget.

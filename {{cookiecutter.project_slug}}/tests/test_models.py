@@ -10,7 +10,11 @@ import pytest
 import tensorflow as tf
 from conftest import PROJECT
 
-from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig, load_params
+from {{ cookiecutter.module_name }}.config import (
+    ConfigError,
+    ModelConfig,
+    load_params,
+)
 from {{ cookiecutter.module_name }}.model import (
     build_model,
     find_backbone,

@@ -21,7 +21,10 @@ from {{ cookiecutter.module_name }}.evaluation.predict import (
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import task_class
-from {{ cookiecutter.module_name }}.training.saved_model import load_for_users, wrap_for_users
+from {{ cookiecutter.module_name }}.training.saved_model import (
+    load_for_users,
+    wrap_for_users,
+)
 
 FEATURES = ["height", "weight"]
 VECTOR = dict(kind="vector", input_shape=(2,), feature_names=FEATURES,

@@ -16,7 +16,10 @@ import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointMismatch, list_checkpoints
+from {{ cookiecutter.module_name }}.training.checkpoints import (
+    CheckpointMismatch,
+    list_checkpoints,
+)
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 # 1438 training digits (8x8x1 images) / 8 = 179 steps per epoch, 537 in all; a checkpoint every

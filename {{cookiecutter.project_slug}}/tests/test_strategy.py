@@ -12,7 +12,11 @@ from conftest import TINY
 
 from {{ cookiecutter.module_name }}.config import DistributeConfig, load_params
 from {{ cookiecutter.module_name }}.training import strategy as strat
-from {{ cookiecutter.module_name }}.training.strategy import Hardware, StrategyError, choose_plan
+from {{ cookiecutter.module_name }}.training.strategy import (
+    Hardware,
+    StrategyError,
+    choose_plan,
+)
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 TF_CONFIG = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}

@@ -15,7 +15,10 @@ from conftest import PROJECT
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import Multilabel, Task, make_task
-from {{ cookiecutter.module_name }}.training.early_stopping import EarlyStopping, mode_for
+from {{ cookiecutter.module_name }}.training.early_stopping import (
+    EarlyStopping,
+    mode_for,
+)
 
 CLASSES = [f"c{i}" for i in range(7)]
 LABELS = ["cat", "dog", "owl"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 {%- if cookiecutter.tracking == "wandb" %}
 import sys
@@ -12,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.module_name }}.training.tracking import Tracker, flatten, numeric
+from {{ cookiecutter.module_name }}.training.tracking import (
+    Tracker,
+    flatten,
+    numeric,
+)
 
-SOURCE = Path(__file__).resolve().parents[1] / "src" / "{{ cookiecutter.module_name }}" / "training" / "tracking.py"
+SOURCE = Path(inspect.getfile(Tracker))  # training/tracking.py
 PARAMS = {"seed": 7, "run_name": "r1", "train": {"epochs": 2, "learning_rate": 0.01}}
 HISTORY = [{"step": 10, "val_accuracy": 0.5}, {"step": 20, "val_accuracy": 0.75}]
 

@@ -1,5 +1,6 @@
-"""{{ cookiecutter.project_name }}: training that survives Colab disconnects and scales out.
+"""{{ cookiecutter.project_name }}
 
+Training that survives Colab disconnects and scales out.
 Run `python -m {{ cookiecutter.module_name }} --help` for the commands.
 """
 

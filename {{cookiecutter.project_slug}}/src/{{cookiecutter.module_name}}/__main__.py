@@ -84,6 +84,8 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
     print(stage(args.src, args.dest, verify=args.verify).summary())
     return 0
 
+{%- if cookiecutter.vertex_ai == "yes" %}
+
 
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
@@ -93,6 +95,7 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     return run_vertex(
         params, params_file.parent, args.dry_run, args.output, args.overrides, params_file
     )
+{%- endif %}
 
 
 def cmd_env(args: argparse.Namespace, params: Params) -> int:
@@ -167,7 +170,7 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, evaluate, predict, export, vertex."""
+    """train, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
     p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
     p.add_argument(
@@ -185,14 +188,16 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("export", parents=[common], help="SavedModel for serving (Vertex AI)")
+    p = sub.add_parser("export", parents=[common], help="SavedModel for serving (TF Serving)")
     p.add_argument("--output", default=None, help="folder (default: results/models/saved_model)")
     p.set_defaults(func=cmd_export)
+{%- if cookiecutter.vertex_ai == "yes" %}
 
     p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
     p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
     p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
     p.set_defaults(func=cmd_vertex)
+{%- endif %}
 
 
 def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

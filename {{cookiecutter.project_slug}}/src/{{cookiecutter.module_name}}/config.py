@@ -164,6 +164,7 @@ class DistributeConfig:
 @schema
 class ReproConfig:
     deterministic: Bool = _key(True, "false")
+{%- if cookiecutter.vertex_ai == "yes" %}
 
 
 @schema
@@ -172,7 +173,8 @@ class VertexConfig:
 
     project: Text = _key("", "my-gcp-project")  # "" = gcloud's configured project
     region: Text = _key("us-central1", "europe-west4")
-    display_name: Text = _key("", "{{ cookiecutter.project_slug }}-baseline")  # "" = <project_slug>-<run_name>
+    # "" = <project_slug>-<run_name>
+    display_name: Text = _key("", "{{ cookiecutter.project_slug }}-baseline")
     machine_type: Text = _key("g2-standard-8", "n1-standard-8")
     accelerator_type: Text = _key("NVIDIA_L4", "NVIDIA_TESLA_T4")  # "" = CPU only
     accelerator_count: Int = _key(1, "1", ge=0)  # per replica
@@ -184,9 +186,11 @@ class VertexConfig:
     executor_image_uri: Text = _key(  # the prebuilt image a python_package_uri runs in
         "", "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
     )
-    bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")  # checkpoints and results
+    # where checkpoints and results go
+    bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")
     service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
     output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
+{%- endif %}
 
 
 @schema
@@ -204,7 +208,9 @@ class Params:
     train: TrainConfig = _section(TrainConfig)
     distribute: DistributeConfig = _section(DistributeConfig)
     repro: ReproConfig = _section(ReproConfig)
+{%- if cookiecutter.vertex_ai == "yes" %}
     vertex: VertexConfig = _section(VertexConfig)
+{%- endif %}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

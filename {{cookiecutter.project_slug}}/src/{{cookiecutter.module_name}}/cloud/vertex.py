@@ -132,7 +132,9 @@ def _check_names(cfg: VertexConfig, run_name: str) -> None:
         raise _bad("region", f"{cfg.region!r} is not a region name", "us-central1")
     name = display_name(cfg, run_name)
     if len(name) > 128:
-        raise _bad("display_name", f"{len(name)} characters, at most 128", "{{ cookiecutter.project_slug }}-baseline")
+        raise _bad(
+            "display_name", f"{len(name)} characters, at most 128", f"{PROJECT_SLUG}-baseline"
+        )
 
 
 def _check_machine(cfg: VertexConfig) -> None:

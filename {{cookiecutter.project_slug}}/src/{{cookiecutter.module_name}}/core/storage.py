@@ -4,7 +4,7 @@
   `/content/drive/MyDrive/<project_slug>`; else the project folder.
 - Checkpoints: `<storage>/checkpoints/<run_name>/` (they must survive a disconnect).
 - Results (model, metrics, TensorBoard logs): `<project>/results/`, tracked by DVC and git;
-  `$PROJECT_RESULTS_DIR` instead when set (a Vertex AI job sets it to its bucket).
+  `$PROJECT_RESULTS_DIR` instead when set{% if cookiecutter.vertex_ai == "yes" %} (a Vertex AI job sets it to its bucket){% endif %}.
 - Either variable may be `gs://bucket/prefix`: read through Cloud Storage FUSE (`/gcs/...`).
 """
 
@@ -46,10 +46,17 @@ def on_colab() -> bool:
 
 def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     """A folder given by the user as a path or as `gs://bucket/prefix`.
+{%- if cookiecutter.vertex_ai == "yes" %}
 
     A `gs://` URL is read through Cloud Storage FUSE, which Vertex AI mounts at `/gcs/<bucket>`
     in every training replica: plain file I/O (atomic renames, fsync, CRC checks) then works
     unchanged. `$PROJECT_GCS_MOUNT` changes that root (tests, or your own `gcsfuse` mount).
+{%- else %}
+
+    A `gs://` URL is read through a Cloud Storage FUSE mount at `/gcs/<bucket>`: plain file I/O
+    (atomic renames, fsync, CRC checks) then works unchanged. `$PROJECT_GCS_MOUNT` changes that
+    root (tests, or your own `gcsfuse` mount).
+{%- endif %}
     """
     if not location.startswith("gs://"):
         return Path(location).expanduser()
@@ -58,7 +65,7 @@ def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     if not bucket_and_prefix or not mount.is_dir():
         raise StorageError(
             f"{variable}={location}: a gs:// location is read through Cloud Storage FUSE at "
-            f"{mount}/<bucket> (Vertex AI mounts it); none is here. Mount the bucket with "
+            f"{mount}/<bucket>{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI mounts it){% endif %}; none is here. Mount the bucket with "
             f"gcsfuse and give its folder (example: {variable}=/mnt/my-bucket/{PROJECT_SLUG})"
         )
     return mount / bucket_and_prefix
@@ -104,8 +111,13 @@ def storage_root(project_dir: Path) -> Path:
 
 
 def results_root(project_dir: Path) -> Path:
+{%- if cookiecutter.vertex_ai == "yes" %}
     """`$PROJECT_RESULTS_DIR` if set (a Vertex AI job points it into its bucket: the container's
     own disk is gone when the job ends), else `<project>/results`."""
+{%- else %}
+    """`$PROJECT_RESULTS_DIR` if set (e.g. a bucket, when the machine's own disk does not last),
+    else `<project>/results`."""
+{%- endif %}
     env = os.environ.get("PROJECT_RESULTS_DIR")
     return local_path(env, "PROJECT_RESULTS_DIR") if env else project_dir / "results"
 

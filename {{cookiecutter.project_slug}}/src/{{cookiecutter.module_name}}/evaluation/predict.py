@@ -1,7 +1,7 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
 `predict` scores a CSV with the training feature columns, an image file or a folder of images;
-`export_saved_model` writes a TensorFlow SavedModel for serving (e.g. Vertex AI).
+`export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
 """
 
 from __future__ import annotations

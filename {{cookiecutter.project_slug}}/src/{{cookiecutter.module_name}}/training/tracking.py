@@ -175,7 +175,7 @@ class WandbBackend:
             name=run_id,
             group=run_name,
             mode=mode,
-            # results/wandb/ (in the bucket on Vertex AI, like every other result)
+            # results/wandb/ (under $PROJECT_RESULTS_DIR when set, like every other result)
             dir=os.environ.get("WANDB_DIR") or str(results_root(Path(project_dir))),
             reinit="finish_previous",
         )
