@@ -163,9 +163,15 @@ def git_info(project_dir: Path) -> dict[str, Any]:
     """Commit, branch, and whether tracked files differ from it (a dirty tree)."""
 
     def git(*args: str) -> str | None:
+        # --no-optional-locks: `status` does not write the index back, so a status stopped by the
+        # timeout (a slow clean filter on a fresh clone) leaves no .git/index.lock behind.
         try:
             run = subprocess.run(
-                ["git", *args], cwd=project_dir, capture_output=True, text=True, timeout=30
+                ["git", "--no-optional-locks", *args],
+                cwd=project_dir,
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
         except (OSError, subprocess.SubprocessError):
             return None
