@@ -153,7 +153,6 @@ def render(path: Path) -> str:
         raise SystemExit(f"error: {path.name}: needs exactly one cell tagged `parameters`")
     at = tagged[0]
     cells[at]["source"] = source_lines(parameters_source(text_of(cells[at])))
-    ids = {c.get("id") for c in cells}
     setup = [
         i
         for i, c in enumerate(cells)
@@ -163,10 +162,13 @@ def render(path: Path) -> str:
     if setup and setup != [at + 1, at + 2]:
         raise SystemExit(f"error: {path.name}: the setup cells must follow the parameters cell")
     if not setup:  # a new notebook: the setup goes after its parameters
-        fresh = [f"setup-{n}" for n in range(len(cells) + 2) if f"setup-{n}" not in ids][:2]
-        cells[at + 1 : at + 1] = [new_cell("markdown", "", fresh[0]), new_cell("code", "", fresh[1])]
+        cells[at + 1 : at + 1] = [new_cell("markdown", "", ""), new_cell("code", "", "")]
     cells[at + 1]["source"] = source_lines(SETUP_TEXT)
     cells[at + 2]["source"] = source_lines(SETUP_CODE)
+    # Cell ids as nbstripout (the git clean filter) writes them, 0, 1, ...: any other id makes
+    # every clone look edited once the filter is installed, and the setup then stops updating it.
+    for number, cell in enumerate(cells):
+        cell["id"] = str(number)
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -38,6 +38,7 @@ def test_a_new_notebook_gets_the_badge_parameters_and_setup(tmp_path: Path) -> N
     assert sources[1].endswith("quantize = None  # int8 / float16") and "seed = 1" not in sources[1]
     assert sources[2] == notebook_setup.SETUP_TEXT and sources[3] == notebook_setup.SETUP_CODE
     assert sources[4] == "print(params.seed)"
+    assert [c["id"] for c in rendered["cells"]] == ["0", "1", "2", "3", "4"]  # as nbstripout numbers them
     path.write_text(notebook_setup.render(path))
     assert notebook_setup.render(path) == path.read_text(), "a second run changes nothing"
 
