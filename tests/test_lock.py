@@ -190,7 +190,8 @@ def test_lock_to_a_past_runtime_on_another_python(tmp_path: Path) -> None:
     run = run_lock(tmp_path, "requirements.in", "-o", "requirements.txt", "--freeze", "runtime-freeze.txt")
     assert run.returncode == 0, run.stderr
     assert "Python 3.13: the freeze's versions and older ones do not resolve" in run.stdout, run.stdout
-    assert "copy the freeze over it" in run.stdout
+    assert "requirements/colab-constraints.txt is now this runtime's snapshot" in run.stdout
+    assert "# Copied by `make lock` from runtime-freeze.txt." in (tmp_path / "requirements" / "colab-constraints.txt").read_text()
     text = (tmp_path / "requirements.txt").read_text()
     assert "# Colab runtime: Python 3.12, runtime-freeze.txt" in text
     for python in ("3.11", "3.12"):

@@ -121,6 +121,17 @@ def test_outputs_and_colab_churn_never_reach_git(repo):
 
 
 @pytest.mark.slow
+def test_the_notebooks_are_committed_as_the_filter_writes_them(repo):
+    """A clone with the hooks installed sees no notebook edited (cell ids 0, 1, ... as nbstripout
+    numbers them): the setup cell on Colab moves a clean checkout to the latest commit only."""
+    repo, env = repo
+    for path in sorted((PROJECT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        rel = path.relative_to(PROJECT).as_posix()
+        filtered = git(repo, "hash-object", "--path", rel, rel, env=env)
+        assert filtered == git(repo, "hash-object", "--no-filters", rel, env=env), rel
+
+
+@pytest.mark.slow
 def test_rerunning_a_committed_notebook_leaves_nothing_to_commit(repo):
     repo, env = repo
     path = repo / "notebooks" / "98_rerun.ipynb"

@@ -60,7 +60,7 @@ def test_notebook_is_valid_clean_and_parameterised(path):
     lines = tagged[0].source.splitlines()
     assigned = {line.split("=")[0].strip() for line in lines if " = " in line}
     assert set(papermill.inspect_notebook(str(path))) == assigned
-    assert {"seed", "branch"} <= assigned
+    assert {"seed", "branch", "allow_reinstall"} <= assigned
     assert COLAB + path.name in nb.cells[0].source, "Open in Colab badge"
     # The code lives in the package: cells call it, they define nothing.
     for cell in cells:
@@ -69,14 +69,37 @@ def test_notebook_is_valid_clean_and_parameterised(path):
 
 
 def test_every_notebook_starts_with_the_same_setup():
+    """Every notebook (globbed: a new one too) clones this project's repository, checks the
+    runtime before installing, and starts its session (the template writes these cells from one
+    source, scripts/notebook_setup.py)."""
     setups = []
     for path in NOTEBOOKS:
         setup = next(c.source for c in code_cells(path) if "start_session(" in c.source)
         setups.append(setup)
-        steps = ("drive.mount", "clone", "fetch", "FETCH_HEAD", "%pip install -q -r requirements")
+        steps = (
+            f'REPO_URL = "https://github.com/{REPO}.git"',
+            "drive.mount",
+            "clone",
+            "fetch",
+            "FETCH_HEAD",
+            "check_runtime(PROJECT, allow_reinstall)",
+            "%pip install -q -r requirements",
+        )
         for step in steps:
             assert step in setup, f"{path.name}: setup lacks {step}"
+        assert setup.index("check_runtime(") < setup.index("%pip install"), path.name
     assert len(set(setups)) == 1, "the setup cell differs between notebooks"
+
+
+def test_notebook_parameters_take_params_yaml_unless_set():
+    """A notebook parameter that params.yaml also holds is None by default: params.yaml decides
+    unless the user sets the parameter (no third copy of the defaults)."""
+    for path in NOTEBOOKS:
+        declared = papermill.inspect_notebook(str(path))
+        for name in ("seed", "run_name", "epochs", "batch_size"):
+            if name in declared:
+                assert declared[name]["default"] == "None", f"{path.name}: {name}"
+        assert declared["allow_reinstall"]["default"] == "False", path.name
 
 
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
@@ -216,139 +239,3 @@ def test_make_notebooks_on_an_image_folder(tmp_path):
     )
     figures = {p.stem for p in (project / "results" / "figures").glob("*.png")}
     assert {"01_examples", "01_mean_images", "03_confusion_matrix"} <= figures
-
-
-# Stands in for Colab's `google.colab.drive` (Drive is a local folder here).
-FAKE_DRIVE = "def mount(path, **kwargs):\n    print('mounted', path)\n"
-# Records `%pip` instead of installing: the packages are already in this environment.
-FAKE_PIP = """from IPython.core.magic import register_line_magic
-
-PIP = []
-
-
-@register_line_magic
-def pip(line):
-    PIP.append(line)
-"""
-
-
-def git(cwd: Path, *args: str) -> str:
-    """Run git in `cwd` with a committer set; return its output."""
-    env = {
-        **os.environ,
-        **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
-           for what, value in (("NAME", "t"), ("EMAIL", "t@example.com"))},
-    }  # fmt: skip
-    run = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-    return run.stdout.decode().strip()
-
-
-def run_on_fake_colab(nb, env: dict[str, str]) -> str:
-    """Execute `nb` in a kernel whose environment is `env`; return its printed text."""
-    from nbclient import NotebookClient
-
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)  # the kernel inherits this process's environment
-    try:
-        NotebookClient(nb, timeout=900, kernel_name="python3").execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-
-
-def timed_setup(path: Path) -> nbformat.NotebookNode:
-    """The notebook's parameters and setup cells, timed (`SETUP <seconds>`), `%pip` recorded."""
-    nb = nbformat.read(path, as_version=4)
-    setup = next(i for i, c in enumerate(nb.cells) if "start_session(" in c.source)
-    nb.cells = [
-        nbformat.v4.new_code_cell(FAKE_PIP + "\nimport time"),
-        *[c for c in nb.cells[: setup + 1] if c.cell_type == "code"],
-        nbformat.v4.new_code_cell("print('PIP', PIP, 'CWD', os.getcwd())"),
-    ]
-    nb.cells.insert(-2, nbformat.v4.new_code_cell("started = time.monotonic()"))
-    nb.cells.insert(-1, nbformat.v4.new_code_cell("print(f'SETUP {time.monotonic()-started:.2f}')"))
-    return nb
-
-
-@pytest.mark.slow
-def test_setup_cell_on_colab_keeps_code_on_the_vm_and_state_on_drive(tmp_path):
-    """The Colab branch of the setup cell, with Colab's services stood in for: a fake
-    `google.colab`, GitHub a local bare repository, `%pip` recorded, the VM's disk and Drive
-    temporary folders. A new VM clones and runs notebook 01 (prepare, pushed to the DVC remote
-    on Drive); after a commit on GitHub the same VM runs the setup again (a warm start) and moves
-    to it.
-    """
-    work, origin = tmp_path / "work", tmp_path / "github" / "project.git"
-    copy_checkout(work)
-    for keep in [*PROJECT.glob("data/*/.gitkeep"), *PROJECT.glob("results/*/.gitkeep")]:
-        (work / keep.relative_to(PROJECT)).parent.mkdir(parents=True, exist_ok=True)
-        (work / keep.relative_to(PROJECT)).touch()  # as in a clone: data/external/ is a DVC dep
-    git(work, "init", "-q")
-    git(work, "symbolic-ref", "HEAD", "refs/heads/main")
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "--no-verify", "-m", "start")
-    git(tmp_path, "clone", "-q", "--bare", str(work), str(origin))
-    fake = tmp_path / "fake" / "google" / "colab"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("")
-    (fake / "drive.py").write_text(FAKE_DRIVE)
-    storage = tmp_path / "drive" / "MyDrive" / "{{ cookiecutter.project_slug }}"
-    checkout = tmp_path / "content" / "{{ cookiecutter.project_slug }}"
-    colab_env = {
-        **os.environ,
-        "COLAB_RELEASE_TAG": "simulated",
-        "PYTHONPATH": str(tmp_path / "fake"),  # not src/: the notebook must find its clone
-        "PROJECT_STORAGE_DIR": str(storage),
-        "PROJECT_CHECKOUT_DIR": str(checkout),  # /content/<slug> on Colab
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": f"url.{origin}.insteadOf",
-        "GIT_CONFIG_VALUE_0": f"https://github.com/{REPO}.git",
-    }
-    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(FAKE_PIP))
-    nb.cells.append(nbformat.v4.new_code_cell("print('PIP', PIP, 'CWD', os.getcwd())"))
-    text = run_on_fake_colab(nb, colab_env)
-
-    # The code on the VM's disk, nothing of it on Drive.
-    assert (checkout / ".git").is_dir() and not (storage / "repo").exists()
-    assert f"CWD {checkout}" in text and "Colab       yes" in text
-    assert "-q -r requirements.txt" in text and "-q --no-deps -e ." in text
-    # DVC outputs in the workspace, the DVC cache on the VM's disk, the remote on Drive.
-    assert (checkout / "data" / "manifest.json").is_file()
-    assert list((checkout / "data" / "processed").iterdir())
-    assert list((checkout / ".dvc" / "cache").rglob("*"))
-    assert "DVC: `prepare` recorded in dvc.lock and pushed" in text, text
-    assert list((storage / "dvc-storage").rglob("*")), "prepare's outputs on the remote"
-    assert "prepare:" in (checkout / "dvc.lock").read_text()
-    # TensorBoard logs and run records go to Drive.
-    assert (checkout / "results" / "tensorboard").resolve() == (storage / "tensorboard").resolve()
-    assert (storage / "runs").is_dir()
-    assert (checkout / "results" / "figures" / "01_class_counts.png").is_file()
-
-    # The daily loop from Colab: commit dvc.lock and push; a teammate then pushes a commit.
-    git(checkout, "add", "dvc.lock")
-    git(checkout, "commit", "-q", "--no-verify", "-m", "Data prepared on Colab")
-    git(checkout, "-c", f"url.{origin}.insteadOf=https://github.com/{REPO}.git", "push", "-q")
-    git(work, "pull", "-q", "--ff-only", str(origin), "main")
-    (work / "NOTES.md").write_text("a teammate's change\n")
-    git(work, "add", "NOTES.md")
-    git(work, "commit", "-q", "--no-verify", "-m", "teammate")
-    git(work, "push", "-q", str(origin), "main")
-
-    warm = run_on_fake_colab(timed_setup(NOTEBOOKS[1]), colab_env)
-    assert git(checkout, "rev-parse", "HEAD") == git(work, "rev-parse", "HEAD")
-    assert (checkout / "NOTES.md").is_file() and f"CWD {checkout}" in warm
-    seconds = float(warm.split("SETUP ")[1].split()[0])
-    print(f"warm start of the setup cell (fetch, reset, start_session): {seconds:.1f} s")
-
-    # Uncommitted edits on the VM are never thrown away by the next setup: it keeps them, says so.
-    (checkout / "params.yaml").write_text((checkout / "params.yaml").read_text() + "# mine\n")
-    (work / "NOTES.md").write_text("a second change\n")
-    git(work, "commit", "-q", "--no-verify", "-am", "teammate again")
-    git(work, "push", "-q", str(origin), "main")
-    kept = run_on_fake_colab(timed_setup(NOTEBOOKS[2]), colab_env)
-    assert f"NOTE: uncommitted edits in {checkout}: kept" in kept
-    assert (checkout / "params.yaml").read_text().endswith("# mine\n")
-    assert git(checkout, "rev-parse", "HEAD") != git(work, "rev-parse", "HEAD")

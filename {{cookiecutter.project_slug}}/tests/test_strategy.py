@@ -70,11 +70,11 @@ def test_mixed_precision_policy_per_device() -> None:
 
 def test_tpu_found_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """One detection for the strategy and the environment record: the same signals."""
-    from {{ cookiecutter.module_name }}.core import environment
+    from {{ cookiecutter.module_name }}.core import environment, hardware
 
-    for key in environment.TPU_VARIABLES:
+    for key in hardware.TPU_VARIABLES:
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(environment.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(hardware.glob, "glob", lambda pattern: [])
     assert strat.tpu_present() is False and environment.tpu_info({}) is None
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-1")
     assert strat.tpu_present() is True

@@ -7,7 +7,6 @@ field (a T4 and an A100, or a package that drifted, show up at once).
 
 from __future__ import annotations
 
-import glob
 import importlib.metadata
 import json
 import os
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from .files import atomic_write, file_sha256
+from .hardware import tpu_signals
 from .storage import on_colab
 
 DATA_MANIFESTS = ("data/manifest.json", "data/manifest.csv")
@@ -135,24 +135,6 @@ def nvidia_gpus() -> list[dict[str, Any]]:
     return gpus
 
 
-# What a TPU VM has: these variables (Colab's, Cloud TPU's) and accelerator device files.
-TPU_VARIABLES = ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "COLAB_TPU_ADDR", "TPU_WORKER_ID")
-TPU_DEVICE_FILES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
-
-
-def tpu_signals() -> tuple[dict[str, str], list[str]]:
-    """The TPU variables set here and the TPU device files present (no TensorFlow needed)."""
-    variables = {k: os.environ[k] for k in TPU_VARIABLES if os.environ.get(k)}
-    files = sorted(f for pattern in TPU_DEVICE_FILES for f in glob.glob(pattern))
-    return variables, files
-
-
-def tpu_present() -> bool:
-    """A TPU on this VM, by its variables or device files."""
-    variables, files = tpu_signals()
-    return bool(variables or files)
-
-
 def tpu_info(tf_info: dict[str, Any]) -> dict[str, Any] | None:
     """The TPU this VM sees (its variables, device files, TensorFlow devices); else None."""
     variables, files = tpu_signals()
@@ -177,9 +159,15 @@ def git_info(project_dir: Path) -> dict[str, Any]:
     """Commit, branch, and whether tracked files differ from it (a dirty tree)."""
 
     def git(*args: str) -> str | None:
+        # --no-optional-locks: `status` does not write the index back, so a status stopped by the
+        # timeout (a slow clean filter on a fresh clone) leaves no .git/index.lock behind.
         try:
             run = subprocess.run(
-                ["git", *args], cwd=project_dir, capture_output=True, text=True, timeout=30
+                ["git", "--no-optional-locks", *args],
+                cwd=project_dir,
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
         except (OSError, subprocess.SubprocessError):
             return None

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..config import DistributeConfig
-from ..core.environment import tpu_present
+from ..core.hardware import tpu_present
 
 
 class StrategyError(RuntimeError):

@@ -1,0 +1,278 @@
+"""Before anything is installed on Colab: is this runtime the one the lock was made for?
+
+`requirements.txt` pins Colab's preinstalled packages at the versions of one snapshot of Colab
+(`requirements/colab-constraints.txt` for the GPU runtime, `requirements/colab-constraints-tpu.txt`
+for the TPU runtime; `make lock` resolves against them). Colab moves its runtime on a few times a
+year; `%pip install -r requirements.txt` on a newer runtime would replace TensorFlow, Keras or
+NumPy and then need a restart. So every notebook's setup cell calls `check_runtime` first: it
+compares the Python minor version, tensorflow, keras and numpy with the snapshot of this runtime
+kind, and every other preinstalled package with its pin in requirements.txt (the deliberate
+OVERRIDES of tools/lock.py excepted). Where they differ it stops with one line that names the
+differences and the ways out, after saving this runtime's `pip freeze` to the storage folder on
+Drive (for `make lock COLAB_FREEZE=<file>`). Off Colab it does nothing.
+
+This module runs before the project's requirements are installed, straight from the checkout:
+it imports only the standard library (`check_accelerator` imports the package lazily).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
+# The snapshot of each Colab runtime kind that the lock was made for.
+SNAPSHOTS = {
+    "gpu": Path("requirements") / "colab-constraints.txt",
+    "tpu": Path("requirements") / "colab-constraints-tpu.txt",
+}
+# Compared with the snapshot of this runtime kind, installed or not (TPU runtimes ship no
+# TensorFlow: there the snapshot has none either).
+HEADLINE = ("tensorflow", "keras", "numpy")
+# Colab's past runtime versions that a notebook can pin (Runtime > Change runtime type >
+# Runtime version), from googlecolab/backend-info: Python minor, tensorflow, numpy.
+PINNED_RUNTIMES = {
+    "2026.01": ("3.12", "2.19.0", "2.0.2"),
+    "2025.10": ("3.12", "2.19.0", "2.0.2"),
+    "2025.07": ("3.11", "2.18.0", "2.0.2"),
+}
+SHOWN = 6  # differences named in the line; the rest are counted
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)\s*(?:;\s*(.*))?$")
+_MARKER = re.compile(r"""^python_version\s*(==|!=|<=|>=|<|>)\s*["']([0-9.]+)["']$""")
+
+
+class NotebookStop(Exception):
+    """Stops a notebook run with one line: the message alone, no traceback (IPython shows what
+    `_render_traceback_` returns)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name: `PyYAML` and `pyyaml` are the same package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def same_version(a: str | None, b: str | None) -> bool:
+    """`2.20.0` and `2.20` are the same version; `2.20.0` and `2.20.0rc1` are not."""
+    if a is None or b is None:
+        return a is b
+    trim = lambda v: re.sub(r"(\.0+)+(?=$|\+)", "", v.strip().lower())  # noqa: E731
+    return trim(a) == trim(b)
+
+
+def marker_holds(marker: str, python: str) -> bool:
+    """Whether a lock line's marker holds on Python `python` (X.Y). The lock's markers are
+    `python_version` comparisons joined by `and` / `or`; any other marker is taken as true."""
+    if not marker.strip():
+        return True
+    ops = {
+        "==": lambda a, b: a == b,
+        "!=": lambda a, b: a != b,
+        "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        ">=": lambda a, b: a >= b,
+    }
+    here = _version_tuple(python)[:2]
+
+    def term(text: str) -> bool:
+        match = _MARKER.match(text.strip().strip("()"))
+        return ops[match[1]](here, _version_tuple(match[2])) if match else True
+
+    return any(
+        all(term(part) for part in alternative.split(" and "))
+        for alternative in marker.split(" or ")
+    )
+
+
+def read_pins(path: Path, python: str | None = None) -> dict[str, str]:
+    """`name==version` lines of a requirements or freeze file, by normalized name; with `python`,
+    only the lines whose marker holds there."""
+    pins = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        match = _PIN.match(line.strip())
+        if match and (python is None or marker_holds(match[3] or "", python)):
+            pins[normalize(match[1])] = match[2]
+    return pins
+
+
+def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
+    """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python minor version
+    it resolves Colab's versions for (COLAB_PYTHON)."""
+    path = Path(project_dir) / "tools" / "lock.py"
+    spec = importlib.util.spec_from_file_location("_project_lock_tool", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    overrides = {normalize(name): version for name, version in module.OVERRIDES.items()}
+    return overrides, str(module.COLAB_PYTHON)
+
+
+def runtime_kind(environ: Mapping[str, str] | None = None) -> str:
+    """`tpu` on a TPU runtime (a TPU device, or the variables Colab's TPU VMs set), else `gpu`
+    (GPU and CPU runtimes share one image)."""
+    from ..core.hardware import tpu_present
+
+    return "tpu" if tpu_present(environ) else "gpu"
+
+
+def installed_versions() -> dict[str, str]:
+    """{normalized name: version} of what this interpreter imports (the first one found)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(normalize(name), dist.version)
+    return found
+
+
+def differences(
+    python: str,
+    installed: Mapping[str, str],
+    snapshot: Mapping[str, str],
+    lock: Mapping[str, str],
+    overrides: Mapping[str, str],
+    lock_python: str,
+) -> list[str]:
+    """What differs between this runtime and the one the lock was made for, one item each:
+    the Python minor version; tensorflow, keras and numpy against the snapshot of this runtime
+    kind; any other installed package whose pin in the lock is another version (but the
+    OVERRIDES, which the lock replaces on purpose)."""
+    found = []
+    if _version_tuple(python)[:2] != _version_tuple(lock_python)[:2]:
+        found.append(f"Python {python} (lock: {lock_python})")
+    for name in HEADLINE:
+        have, want = installed.get(name), snapshot.get(name)
+        if not same_version(have, want):
+            found.append(f"{name} {have or 'not installed'} (lock: {want or 'not installed'})")
+    for name, pin in sorted(lock.items()):
+        have = installed.get(name)
+        if name in HEADLINE or name in overrides or have is None:
+            continue
+        if not same_version(have, pin):
+            found.append(f"{name} {have} (lock: {pin})")
+    return found
+
+
+def matching_runtimes(lock_python: str, snapshot: Mapping[str, str]) -> list[str]:
+    """The pinnable past runtime versions whose Python, TensorFlow and NumPy are the lock's."""
+    want = (lock_python, snapshot.get("tensorflow"), snapshot.get("numpy"))
+    return [version for version, have in PINNED_RUNTIMES.items() if have == want]
+
+
+def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """Where this runtime's freeze is saved: the storage root (storage.py's rule, without its
+    imports): $PROJECT_STORAGE_DIR, else the Drive folder when mounted, else the project."""
+    environ = os.environ if environ is None else environ
+    env = environ.get("PROJECT_STORAGE_DIR", "")
+    if env and not env.startswith("gs://"):
+        return Path(env).expanduser()
+    drive = Path("/content/drive/MyDrive")
+    return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
+
+
+def save_freeze(folder: Path, kind: str, environ: Mapping[str, str] | None = None) -> Path:
+    """This runtime's `pip freeze`, with a header naming the runtime, in `folder`; its path."""
+    environ = os.environ if environ is None else environ
+    tag = environ.get("COLAB_RELEASE_TAG", "") or time.strftime("%Y%m%d")
+    path = Path(folder) / f"colab-pip-freeze-{kind}-{re.sub(r'[^A-Za-z0-9._-]+', '-', tag)}.txt"
+    run = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
+    freeze = run.stdout
+    if run.returncode != 0:  # no pip here (a uv environment): the same list from the metadata
+        freeze = "".join(f"{n}=={v}\n" for n, v in sorted(installed_versions().items()))
+    python = ".".join(map(str, sys.version_info[:3]))
+    header = (
+        f"# pip freeze of the Colab {kind.upper()} runtime {tag}, Python {python}, saved "
+        f"{time.strftime('%Y-%m-%d')} by the notebooks' runtime check.\n"
+        f"# Lock to it: make lock COLAB_FREEZE={path}\n"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + freeze, encoding="utf-8")
+    return path
+
+
+def refusal(found: list[str], freeze: str, runtimes: list[str]) -> str:
+    """The one line that stops the notebook: the differences, then the ways out."""
+    more = len(found) - SHOWN
+    named = ", ".join(found[:SHOWN]) + (f" and {more} more" if more > 0 else "")
+    pinned = (
+        f"; or pick Runtime > Change runtime type > Runtime version {' or '.join(runtimes)} "
+        "(its packages match the lock)"
+        if runtimes
+        else ""
+    )
+    python = f" (Python stays {found[0].split()[1]})" if found[0].startswith("Python ") else ""
+    return (
+        f"This Colab runtime is not the one requirements.txt was locked for: {named}; "
+        "installing the lock would replace them and need a restart. Ways out: lock to this "
+        f"runtime with `make lock COLAB_FREEZE={freeze}` (its pip freeze, saved there), commit "
+        f"and push the lock{pinned}; or set allow_reinstall = True in the parameters cell to "
+        f"install the lock's versions anyway{python}."
+    )
+
+
+def check_runtime(
+    project_dir: Path,
+    allow_reinstall: bool = False,
+    environ: Mapping[str, str] | None = None,
+    installed: Mapping[str, str] | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """On Colab: compare this runtime with the lock's snapshot; stop (NotebookStop, one line)
+    where they differ, unless `allow_reinstall`. Returns the differences ([] off Colab)."""
+    environ = os.environ if environ is None else environ
+    if "COLAB_RELEASE_TAG" not in environ:
+        return []
+    project_dir = Path(project_dir)
+    kind = runtime_kind(environ)
+    python = python or ".".join(map(str, sys.version_info[:3]))
+    overrides, lock_python = lock_settings(project_dir)
+    snapshot = read_pins(project_dir / SNAPSHOTS[kind])
+    lock = read_pins(project_dir / "requirements.txt", python)
+    installed = installed_versions() if installed is None else installed
+    found = differences(python, installed, snapshot, lock, overrides, lock_python)
+    if not found:
+        return []
+    if allow_reinstall:
+        print(
+            f"NOTE: allow_reinstall: installing the lock's versions over this runtime's "
+            f"({', '.join(found)}); restart the session when Colab asks, then run the notebook "
+            "again.",
+            flush=True,
+        )
+        return found
+    try:
+        freeze = str(save_freeze(storage_folder(project_dir, environ), kind, environ))
+    except OSError as exc:
+        freeze = f"<file> (saving this runtime's pip freeze failed: {exc}; `pip freeze > <file>`)"
+    runtimes = matching_runtimes(lock_python, snapshot)
+    raise NotebookStop(refusal(found, freeze, runtimes))
+
+
+def check_accelerator() -> str:
+    """Stop (NotebookStop, one line) when TensorFlow finds no GPU or TPU here; else say what it
+    found. Looks at the hardware only: nothing trains, nothing is written."""
+    from ..training.strategy import detect_hardware
+
+    hw = detect_hardware()
+    if not (hw.gpus or hw.tpu):
+        raise NotebookStop(
+            "No GPU or TPU on this runtime, only the CPU: Runtime > Change runtime type > T4 GPU, "
+            "then run the notebook again; to train on the CPU anyway, set "
+            "require_accelerator = False in the parameters cell."
+        )
+    found = f"{hw.gpus} GPU(s)" if hw.gpus else "a TPU"
+    print(f"Accelerator: {found}", flush=True)
+    return found

@@ -1,0 +1,143 @@
+"""The notebooks' runtime check: a Colab runtime other than the lock's snapshot is refused in one
+line naming the differences and the ways out; the snapshot passes; off Colab it is skipped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import MODULE, PROJECT, SRC
+
+from {{ cookiecutter.module_name }}.colab import runtime_check
+from {{ cookiecutter.module_name }}.colab.runtime_check import (
+    NotebookStop,
+    check_runtime,
+    marker_holds,
+    matching_runtimes,
+    read_pins,
+)
+
+GPU = read_pins(PROJECT / "requirements" / "colab-constraints.txt")
+TPU = read_pins(PROJECT / "requirements" / "colab-constraints-tpu.txt")
+OVERRIDES, LOCK_PYTHON = runtime_check.lock_settings(PROJECT)
+LOCK = read_pins(PROJECT / "requirements.txt", LOCK_PYTHON)
+COLAB = {"COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00"}
+PYTHON = f"{LOCK_PYTHON}.15"  # the snapshot's Python, any patch release
+
+
+def check(tmp_path, installed, python=PYTHON, **environ):
+    """check_runtime on this project, as on Colab, saving a freeze under tmp_path."""
+    env = {**COLAB, "PROJECT_STORAGE_DIR": str(tmp_path), **environ}
+    return check_runtime(PROJECT, environ=env, installed=installed, python=python)
+
+
+def test_importable_from_the_checkout_with_the_standard_library_alone():
+    # -S: no site-packages at all, as before `%pip install -r requirements.txt` ran.
+    code = f"import sys; sys.path.insert(0, {str(SRC)!r}); import {MODULE}.colab.runtime_check"
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_off_colab_the_check_is_skipped(tmp_path):
+    installed = {**GPU, "tensorflow": "9.9.9"}
+    assert check_runtime(PROJECT, environ={}, installed=installed, python="3.9.0") == []
+
+
+def test_the_snapshot_itself_passes(tmp_path):
+    # Every package at Colab's version, tensorflow-metadata included: the lock's override of it
+    # is deliberate (tools/lock.py OVERRIDES), not a difference.
+    assert GPU["tensorflow-metadata"] != LOCK["tensorflow-metadata"]
+    assert "tensorflow-metadata" in OVERRIDES
+    assert check(tmp_path, GPU) == []
+    assert not list(tmp_path.iterdir()), "nothing saved when the runtime is the lock's"
+
+
+def test_a_newer_tensorflow_is_refused_in_one_line_naming_the_ways_out(tmp_path):
+    installed = {**GPU, "tensorflow": "2.21.0", "keras": "3.14.0"}
+    with pytest.raises(NotebookStop) as stop:
+        check(tmp_path, installed)
+    line = str(stop.value)
+    assert "\n" not in line and stop.value._render_traceback_() == [line]
+    assert f"tensorflow 2.21.0 (lock: {GPU['tensorflow']})" in line
+    assert f"keras 3.14.0 (lock: {GPU['keras']})" in line
+    (freeze,) = tmp_path.glob("colab-pip-freeze-gpu-*.txt")
+    assert f"make lock COLAB_FREEZE={freeze}" in line
+    assert "allow_reinstall = True" in line
+    text = freeze.read_text()
+    assert text.startswith("# pip freeze of the Colab GPU runtime release-colab_20260819")
+    assert "pytest==" in text  # this interpreter's real freeze
+
+
+def test_an_older_runtime_names_python_and_a_pinned_version_only_where_one_matches(tmp_path):
+    installed = {**GPU, "tensorflow": "2.19.0", "numpy": "2.0.2"}
+    pattern = r"Python 3\.12\.12 \(lock: 3\.1\d\), tensorflow 2\.19\.0"
+    with pytest.raises(NotebookStop, match=pattern) as stop:
+        check(tmp_path, installed, python="3.12.12")
+    assert "(Python stays 3.12.12)" in str(stop.value)
+    assert "Runtime version" not in str(stop.value)  # no pinned runtime has the lock's versions
+    older = {"tensorflow": "2.19.0", "numpy": "2.0.2"}
+    assert matching_runtimes("3.12", older) == ["2026.01", "2025.10"]
+    assert matching_runtimes("3.11", {**older, "tensorflow": "2.18.0"}) == ["2025.07"]
+    line = runtime_check.refusal(["tensorflow 2.20.0 (lock: 2.19.0)"], "f.txt", ["2026.01"])
+    assert "Runtime version 2026.01" in line
+
+
+def test_another_preinstalled_pin_that_differs_is_named_and_a_missing_one_is_not(tmp_path):
+    installed = {**GPU, "pillow": "12.0.0"}
+    del installed["scikit-learn"]  # not installed: pip installs it, nothing is replaced
+    with pytest.raises(NotebookStop) as stop:
+        check(tmp_path, installed)
+    line = str(stop.value)
+    assert line.count(" (lock: ") == 1 and f"pillow 12.0.0 (lock: {LOCK['pillow']})" in line
+
+
+def test_a_tpu_runtime_is_compared_with_the_tpu_freeze(tmp_path):
+    # No TensorFlow on a TPU runtime, none in its freeze: not a difference there. Its other
+    # packages (protobuf 7, ...) are not the lock's: refused, with the TPU runtime's freeze saved.
+    assert "tensorflow" not in TPU
+    with pytest.raises(NotebookStop) as stop:
+        check(tmp_path, TPU, TPU_ACCELERATOR_TYPE="v5litepod-1")
+    line = str(stop.value)
+    assert "tensorflow" not in line.split("; installing")[0]
+    assert f"protobuf {TPU['protobuf']} (lock: {LOCK['protobuf']})" in line and " more" in line
+    assert list(tmp_path.glob("colab-pip-freeze-tpu-*.txt"))
+    # The same packages on a GPU runtime: TensorFlow is missing there.
+    with pytest.raises(NotebookStop, match=r"tensorflow not installed \(lock: 2\."):
+        check(tmp_path, TPU)
+
+
+def test_allow_reinstall_says_what_is_replaced_and_goes_on(tmp_path, capsys):
+    installed = {**GPU, "tensorflow": "2.21.0"}
+    env = {**COLAB, "PROJECT_STORAGE_DIR": str(tmp_path)}
+    found = check_runtime(PROJECT, True, environ=env, installed=installed, python=PYTHON)
+    assert found == [f"tensorflow 2.21.0 (lock: {GPU['tensorflow']})"]
+    assert capsys.readouterr().out.startswith("NOTE: allow_reinstall: installing the lock's")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("marker", "python", "holds"),
+    [
+        ("", "3.13", True),
+        ('python_version >= "3.11"', "3.13", True),
+        ('python_version < "3.11"', "3.13", False),
+        ('python_version >= "3.11" and python_version < "3.13"', "3.12", True),
+        ('python_version >= "3.11" and python_version < "3.13"', "3.13", False),
+        ('python_version == "3.10" or python_version == "3.12"', "3.12", True),
+    ],
+)
+def test_lock_markers(marker, python, holds):
+    assert marker_holds(marker, python) is holds
+
+
+def test_check_accelerator_stops_on_a_cpu_in_one_line_and_passes_a_gpu(monkeypatch, capsys):
+    from {{ cookiecutter.module_name }} import strategy
+
+    monkeypatch.setattr(strategy, "detect_hardware", lambda: strategy.Hardware(gpus=0))
+    with pytest.raises(NotebookStop, match=r"^No GPU or TPU on this runtime") as stop:
+        runtime_check.check_accelerator()
+    assert "\n" not in str(stop.value) and "require_accelerator = False" in str(stop.value)
+    monkeypatch.setattr(strategy, "detect_hardware", lambda: strategy.Hardware(gpus=1))
+    assert runtime_check.check_accelerator() == "1 GPU(s)"
+    assert capsys.readouterr().out == "Accelerator: 1 GPU(s)\n"
