@@ -103,7 +103,7 @@ class ModelConfig:
     backbone: Text = _key("MobileNetV3Small", "EfficientNetV2B0")  # a keras.applications name
     weights: Literal["imagenet"] | None = _key("imagenet", "null", "imagenet or null")
     hidden_units: list[PosInt] = _key([64, 64], "[128,64]", "a list of integers >= 1")
-    filters: list[PosInt] = _key([32, 64], "[32,64,128]", "a list of integers >= 1")
+    filters: list[PosInt] = _key([16, 32, 64, 128], "[32,64,128]", "a list of integers >= 1")
     dropout: Float = _key(0.1, "0.1", ge=0.0, lt=1.0)
 
 
