@@ -59,6 +59,7 @@ PHOTO_SIDE = 160  # the JPEGs on disk ...
 IMAGE_SIDE = 64  # ... trained at 64x64 (images: prepare resizes once, Keras every epoch)
 BACKBONE_SIDE = 96  # ... and at 96x96 (backbone)
 DETERMINISTIC = True  # the project's default (repro.deterministic), on every side
+VERBOSE = False  # -v: each run's epochs on stderr
 LOADS: list[float] = []  # the 1-minute load average after each run of the current workload
 
 
@@ -208,11 +209,16 @@ def alternate(pair: int, *runs: Any) -> dict[int, Side]:
     for i in order:
         got[i] = runs[i]()
         LOADS.append(os.getloadavg()[0])
+        if VERBOSE:
+            seconds = " ".join(f"{s:.2f}" for s in got[i].epoch_seconds)
+            print(f"  {runs[i].__name__}: {got[i].examples} examples/epoch, epochs {seconds} s, "
+                  f"load {LOADS[-1]:.1f}", file=sys.stderr, flush=True)  # fmt: skip
     return got
 
 
-def say(verbose: bool, text: str) -> None:
-    if verbose:
+def say(text: str) -> None:
+    """-v: progress on stderr."""
+    if VERBOSE:
         print(f"  {text}", file=sys.stderr, flush=True)
 
 
@@ -260,7 +266,7 @@ def mlp(work: Path, baked: Path, python: Path, module: str, args: argparse.Names
             trainer.append(got[0])
             seed.append(got[1])
             limit.append(got[2])
-            say(args.verbose, f"mlp pair {pair + 1}: trainer {got[0].speed:,.0f} seed "
+            say(f"mlp pair {pair + 1}: trainer {got[0].speed:,.0f} seed "
                 f"{got[1].speed:,.0f} limit {got[2].speed:,.0f} examples/s")  # fmt: skip
     finally:
         keras.close()
@@ -309,7 +315,7 @@ def images(work: Path, baked: Path, python: Path, module: str, args: argparse.Na
         trainer.append(got[0])
         fit.append(got[1])
         limit.append(got[2])
-        say(args.verbose, f"images pair {pair + 1}: trainer {got[0].speed:,.0f} fit "
+        say(f"images pair {pair + 1}: trainer {got[0].speed:,.0f} fit "
             f"{got[1].speed:,.0f} limit {got[2].speed:,.0f} examples/s")  # fmt: skip
     # Memory: N/4 images for 4x the epochs (the same steps): peak RSS should not grow with N.
     small = n // 4
@@ -361,7 +367,7 @@ def backbone(work: Path, baked: Path, python: Path, module: str, args: argparse.
         got = alternate(pair, run_trainer, run_fit)
         trainer.append(got[0])
         fit.append(got[1])
-        say(args.verbose, f"backbone pair {pair + 1}: trainer {got[0].speed:,.0f} fit "
+        say(f"backbone pair {pair + 1}: trainer {got[0].speed:,.0f} fit "
             f"{got[1].speed:,.0f} examples/s")  # fmt: skip
     ratios = [t.speed / f.speed for t, f in zip(trainer, fit, strict=True)]
     return " ".join([
@@ -426,7 +432,9 @@ def timed(workload: Any, *args: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global VERBOSE
     args = parse_args(argv)
+    VERBOSE = args.verbose
     bakes = bench_bake.bake_seconds(args.bake_runs)
     print(f"bake: median {statistics.median(bakes):.2f} s [{min(bakes):.2f}-{max(bakes):.2f}] "
           f"over {len(bakes)} default bakes with hooks (target {bench_bake.TARGET_S:g} s: "
