@@ -7,8 +7,10 @@ test) depends only on `seed`: stratified by class for classification, a seeded r
 multilabel and regression (the task's kind). Each split is written as TFRecord shards
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
 across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
-JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
-(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
+JPEGs), vectors as float lists, unscaled (the model scales its inputs), texts as UTF-8 strings
+with the vocabulary of the training split beside them (`vocabulary.txt`, text.py).
+`data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json`
+records every file.
 """
 
 from __future__ import annotations
@@ -264,7 +266,12 @@ def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
-    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk."""
+    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk;
+    texts as UTF-8 bytes."""
+    if source.kind == "text":
+        for i in order:
+            yield str(source.load(int(i))).encode("utf-8")
+        return
     if image is None:
         for i in order:
             yield np.asarray(source.load(int(i)), dtype=np.float32).reshape(-1)
@@ -325,32 +332,30 @@ def write_processed(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     shards: dict[str, list[str]] = {}
+    vocabulary: dict[str, Any] = {}
     try:
         for n, split in enumerate(SPLITS):
             # A seeded random order: classes mixed within and across shards.
             order = np.random.default_rng([params.seed, n]).permutation(idx[split])
             shards[split] = write_shards(source, order, tmp, split, image)
+        if source.kind == "text":  # from the training split only
+            vocabulary = write_text_vocabulary(tmp, shards["train"], cfg.max_tokens)
         for p in tmp.iterdir():
             p.replace(folder / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    stats: dict[str, Any] = {}
-    if source.kind == "vector":
-        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
-        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
-    if source.task == "regression":  # the loss standardises targets with the training split's
-        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
-        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
+    stats = {**_statistics(source, idx), **vocabulary}
+    shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
     spec = DataSpec(
         kind=source.kind,
         task=source.task,
-        input_shape=tuple(int(v) for v in (image or source.input_shape)),
+        input_shape=tuple(int(v) for v in shape),
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
         feature_names=list(source.feature_names),
         extra={
             "shards": shards,
-            "encoding": source.encoding if image else "float",
+            "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
         },
         **stats,
@@ -359,10 +364,55 @@ def write_processed(
     return spec
 
 
+def _statistics(source: Source, idx: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The training split's feature mean and variance (vectors: the model standardises with
+    them) and target mean and standard deviation (regression: the loss standardises with them)."""
+    stats: dict[str, Any] = {}
+    if source.kind == "vector":
+        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
+    if source.task == "regression":
+        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
+        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
+    return stats
+
+
+def write_text_vocabulary(
+    folder: Path, train_shards: list[str], max_tokens: int
+) -> dict[str, Any]:
+    """`folder/vocabulary.txt` from the training shards' texts (streamed); returns the spec's
+    `vocabulary` (the file's name) and `vocabulary_size` (with padding and [UNK])."""
+    import tensorflow as tf
+
+    from ..text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
+    from .pipeline import X
+
+    schema = {X: tf.io.FixedLenFeature([], tf.string)}
+    records = tf.data.TFRecordDataset([str(folder / name) for name in train_shards])
+    texts = records.batch(1024).map(lambda r: tf.io.parse_example(r, schema)[X]).unbatch()
+    tokens = learn_vocabulary(texts, max_tokens)
+    if not tokens:
+        raise ConfigError(
+            "data.text: the training split has no words (every text is empty or punctuation); "
+            "check the column (example: --set data.text=review)"
+        )
+    write_vocabulary(folder / VOCABULARY, tokens)
+    return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
+
+
 def _what(spec: DataSpec) -> str:
     if spec.task == "regression":
         return f"regression on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
     return f"{len(spec.names)} {'labels' if spec.task == 'multilabel' else 'classes'}"
+
+
+def _inputs(spec: DataSpec) -> str:
+    if spec.kind == "text":
+        return (
+            f"texts; {spec.vocabulary_size} tokens in {PROCESSED}/{spec.vocabulary}, "
+            f"{spec.input_shape[0]} per example"
+        )
+    return f"{spec.kind}s {'x'.join(map(str, spec.input_shape))}"
 
 
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
@@ -396,6 +446,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     spec = write_processed(source, idx, processed, params)
     written = {f"{PROCESSED}/{n}" for names in spec.extra["shards"].values() for n in names}
     written.add(f"{PROCESSED}/{SPEC}")
+    if spec.vocabulary:
+        written.add(f"{PROCESSED}/{spec.vocabulary}")
     # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source} split (seed {params.seed})"
@@ -419,7 +471,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
         f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "
-        f"({spec.kind}s {'x'.join(map(str, spec.input_shape))}): "
+        f"({_inputs(spec)}): "
         + ", ".join(f"{n} {c}" for n, c in spec.counts.items())
         + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
         f"{manifest.MANIFEST}",

@@ -1,6 +1,7 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
-`predict` scores a CSV with the training feature columns, an image file or a folder of images;
+`predict` scores a CSV with the training feature columns (or the text column), an image file or a
+folder of images, a `.txt` file or a folder of them;
 `export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
 """
 
@@ -25,7 +26,8 @@ CHUNK = 256  # examples per model call: bounds memory for a large folder
 
 
 def predict(source: Path, output: Path, models_dir: Path) -> int:
-    """Score `source` (a CSV, an image, or a folder of images); write the CSV `output`."""
+    """Score `source` (a CSV, an image or a folder of images; for text a CSV, a .txt file or a
+    folder of them); write the CSV `output`."""
     model, info = load_for_users(models_dir)
     ids, rows = [], []
     for chunk_ids, inputs in _read_inputs(source, info):
@@ -55,10 +57,13 @@ def _prediction_row(info: dict[str, Any], out: np.ndarray) -> list[Any]:
     return ["|".join(chosen), *probs]
 
 
-def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images."""
+def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], Any]]:
+    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images, either for text."""
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder (example: predict data/new.csv)")
+    if info["input_kind"] == "text":
+        yield from _read_texts(source, info["feature_names"][0])
+        return
     if info["input_kind"] == "vector":
         if source.suffix.lower() != ".csv":
             raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
@@ -101,6 +106,36 @@ def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np
         yield [str(i + 1) for i in table.index], numbers.to_numpy(dtype=np.float32)
 
 
+def _read_texts(source: Path, column: str) -> Iterator[tuple[list[str], Any]]:
+    """(row numbers or file paths, a string tensor) in chunks: the column `column` of a CSV, a
+    `.txt` file, or every `.txt` file under a folder (UTF-8). A tensor, not a NumPy array of
+    strings: Keras's `predict` refuses those."""
+    import pandas as pd
+    import tensorflow as tf
+
+    from ..sources import decode_text
+
+    if source.suffix.lower() == ".csv":
+        for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+            if column not in table.columns:
+                raise ConfigError(
+                    f"{source}: no column {column!r}, the text this model was trained on "
+                    f"(columns: {', '.join(list(table.columns)[:8])})"
+                )
+            yield [str(i + 1) for i in table.index], tf.constant(table[column].tolist())
+        return
+    files = [source] if source.is_file() else sorted(source.rglob("*.txt"))
+    if not files or files[0].suffix.lower() != ".txt":
+        raise ConfigError(
+            f"{source}: this model takes text: a CSV with a {column!r} column, a .txt file or a "
+            "folder of them (example: predict reviews.csv)"
+        )
+    for start in range(0, len(files), CHUNK):
+        chunk = files[start : start + CHUNK]
+        texts = [decode_text(p.read_bytes(), str(p)) for p in chunk]
+        yield [str(p) for p in chunk], tf.constant(texts)
+
+
 def _read_image(path: Path, shape: list[int]) -> np.ndarray:
     """Pixel values 0-255, resized to the training size (bilinear) with its channels."""
     import tensorflow as tf
@@ -115,7 +150,7 @@ def _read_image(path: Path, shape: list[int]) -> np.ndarray:
 
 def export_saved_model(models_dir: Path, destination: Path) -> Path:
     """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
-    model, _ = load_for_users(models_dir)
+    model, info = load_for_users(models_dir)
     if destination.exists() and not (destination / "saved_model.pb").is_file():
         raise ConfigError(
             f"{destination}: exists and is not a SavedModel; not overwriting it "
@@ -124,7 +159,12 @@ def export_saved_model(models_dir: Path, destination: Path) -> Path:
     partial = destination.with_name(destination.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)  # our own leftover from an interrupted export
-    model.export(str(partial), format="tf_saved_model", verbose=False)
+    options: dict[str, Any] = {}
+    if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
+        import tensorflow as tf
+
+        options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
+    model.export(str(partial), format="tf_saved_model", verbose=False, **options)
     if destination.exists():
         shutil.rmtree(destination)  # a SavedModel this command wrote before
     os.replace(partial, destination)

@@ -25,7 +25,14 @@ from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
 from ..core.storage import RunPaths, run_paths
 from ..data import manifest
-from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared, train_dataset
+from ..data.pipeline import (
+    SHUFFLE_WINDOW,
+    Prepared,
+    eval_dataset,
+    for_model,
+    load_prepared,
+    train_dataset,
+)
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
@@ -187,6 +194,7 @@ def fit(
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
     run_start = time.monotonic()
+    data = for_model(data, params.model)  # text: token ids in the input pipeline
     plan = _plan(params, info, data)
     run = _build(params, strategy, info, data, paths, plan)
     _restore(run, fresh)
@@ -510,8 +518,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "history": run.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
-    users = wrap_for_users(model, run.task)
-    sidecar = user_sidecar(run.task, run.data.spec)
+    users = wrap_for_users(model, run.task, run.data.vectorize)
+    sidecar = user_sidecar(run.task, run.data.spec, run.data.vectorize)
     write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
