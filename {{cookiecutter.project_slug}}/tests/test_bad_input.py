@@ -107,7 +107,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "text-column-is-the-label": (_texts(["data.text=label"]), "data.text"),
     "text-source-on-a-csv": (_texts(["data.source=text"]), "data.path"),
     "text-file-not-utf8": (_text_files, "2.txt: not UTF-8"),
-    "mlp-on-text": (_texts(["train.epochs=1"], "train"), "model.architecture"),
+    "mlp-on-text": (_texts(["train.batch_size=4"], "train"), "model.architecture"),
 }
 
 
