@@ -163,8 +163,9 @@ def advice(
             tips.append(f"the data is read through Drive ({data.folder}): keep the project on "
                         f"the VM's disk, or copy it there with `{COMMAND} stage`")  # fmt: skip
         if data.spec.kind == "image":
-            size = "x".join(map(str, params.data.image_size))
-            tips.append(f"a smaller data.image_size (now {size}; decoding grows with pixels)")
+            size = "x".join(map(str, data.spec.input_shape[:2]))
+            tips.append(f"smaller images (data.image_size; they are {size}): decoding grows "
+                        "with the pixels")  # fmt: skip
             if params.data.augment:
                 tips.append(f"fewer data.augment ops (now {params.data.augment})")
         tips.append("a runtime with more CPU cores (the input pipeline runs on the CPU)")
