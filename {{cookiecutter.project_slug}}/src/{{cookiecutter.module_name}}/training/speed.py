@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import registry
 from ..config import COMMAND, Params
 from ..core.environment import utc_now
 from ..core.storage import results_root
@@ -36,6 +37,7 @@ NAMES = ("input", "compute", "together")
 
 def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> dict[str, Any]:
     """Measure, print one line each and the verdict, record; return the figures."""
+    registry.check(params)
     prepared = check_data(params, project_dir)
     strategy, info = make_strategy(params.distribute)
     seed_everything(params.seed, params.repro.deterministic)
