@@ -384,9 +384,11 @@ def backbone(work: Path, baked: Path, python: Path, module: str, args: argparse.
 def cnn(work: Path, baked: Path, python: Path, module: str, args: argparse.Namespace) -> str:
     """cnn: does the default `cnn` learn? Three shapes (64x64 JPEGs), the project's defaults
     (20 epochs, batch 32), the best val_accuracy of each seed; goal: median >= 0.9."""
-    import shapes
-
-    folder = shapes.write_shapes(work / "shapes", per_class=args.cnn_per_class)
+    # shapes.py needs numpy and Pillow: the project's Python has them, the template's does not
+    folder = work / "shapes"
+    draw = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import shapes; "
+            f"shapes.write_shapes(__import__('pathlib').Path({str(folder)!r}), per_class={args.cnn_per_class})")
+    subprocess.run([str(python), "-c", draw], check=True)
     sets = {"data.source": "images", "data.path": folder, "data.image_size": "[64,64]",
             "data.image_channels": 3, "model.architecture": "cnn", "train.epochs": args.cnn_epochs}
     best = []
