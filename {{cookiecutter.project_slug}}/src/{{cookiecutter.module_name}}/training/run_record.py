@@ -119,7 +119,7 @@ def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str) -> lis
         f"git checkout {commit}",
         "dvc pull  # the data version of that commit (checked against data.manifest)",
         f"cp {run_dir / 'params.yaml'} params.yaml",
-        f"{COMMAND} train --fresh --set run_name={run_name}-repro",
+        f"{COMMAND} train --set run_name={run_name}-repro",
     ]
 
 
