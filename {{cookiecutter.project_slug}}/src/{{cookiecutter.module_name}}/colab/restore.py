@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from ..config import Params, load_params
-from ..core.files import file_sha256, temp_file
+from ..core.files import atomic_write, file_sha256, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from ..data import manifest
 from ..data.prepare import prepare
@@ -103,7 +103,7 @@ def restore_data(
     if wanted is not None:
         count, source = fetch_from_dvc(project_dir, wanted)
         if count:
-            manifest.write(project_dir, wanted)
+            atomic_write(project_dir / manifest.MANIFEST, kept.read_bytes())
             digest = manifest.data_hash(wanted)
             return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
         why = source
