@@ -25,6 +25,7 @@ import numpy as np
 from ..config import COMMAND, ConfigError, Params
 from ..core import locations
 from ..core.files import atomic_write
+from ..core.storage import storage_root
 from ..registry import lookup
 from ..sources import Source, is_number, read_digits
 from ..spec import SPEC, DataSpec
@@ -416,6 +417,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         project_dir, {RAW: raw_sources, PROCESSED: dict.fromkeys(written, split_source)}, info
     )
     manifest.write(project_dir, doc)
+    # A copy outlives the VM (Drive on Colab): a new VM's clone has no manifest to restore from.
+    manifest.keep(project_dir, storage_root(project_dir))
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
         f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "

@@ -127,7 +127,7 @@ def reproduce_commands(
         f"cp {run_dir / 'params.yaml'} params.yaml",
         f"{COMMAND} speed"
         if kind == "speed"
-        else f"{COMMAND} train --fresh --set run_name={run_name}-repro",
+        else f"{COMMAND} train --set run_name={run_name}-repro",
     ]
 
 

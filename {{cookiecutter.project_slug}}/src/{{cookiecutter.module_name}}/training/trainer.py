@@ -5,12 +5,15 @@ Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and 
 strategy -> data -> model, task, optimizer -> the step loop (loop.py) under the checkpoint and
 stop policy (policy.py, where the lockstep rule for several workers is stated) -> results.
 A run checkpoints model, optimizer (with its step counter), RNG state, step, the best weights
-and the early-stopping state atomically, and resumes at the very next batch.
+and the early-stopping state atomically, and resumes at the very next batch. Each checkpoint
+records the run's fingerprint (fingerprint.py): a resume with other data or settings is refused,
+naming what differs, and nothing here deletes a run's checkpoints but an explicit `--fresh`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import shutil
 import tempfile
@@ -24,7 +27,7 @@ import numpy as np
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
-from ..core.storage import RunPaths, run_paths
+from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest
 from ..data.feed import make_feed, resident_bytes
 from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared
@@ -33,8 +36,8 @@ from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
 from ..optim import build_optimizer
 from ..task import Task, make_task
-from . import preflight
-from .checkpoints import CheckpointMismatch, CheckpointStore, write_results
+from . import fingerprint, preflight
+from .checkpoints import CheckpointMismatch, CheckpointStore, keep_it, newest_meta, write_results
 from .early_stopping import EarlyStopping
 from .lease import Lease
 from .policy import (
@@ -50,7 +53,7 @@ from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
-__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "fit", "train", "weights_digest"]
+__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "choose_run", "fit", "train", "weights_digest"]
 
 
 @dataclass
@@ -94,7 +97,8 @@ class Run:
     best: BestWeights
     checkpoint: Any
     store: CheckpointStore
-    meta_expected: dict[str, Any]
+    meta_expected: dict[str, Any]  # what checkpoints recorded before they had a fingerprint
+    fingerprint: dict[str, Any]
     early: EarlyStopping = field(default_factory=EarlyStopping)
     step: int = 0
     last_saved: int = -1
@@ -115,8 +119,10 @@ def train(
     fresh: bool = False,
     resume_command: str = "",
     take_over: bool = False,
+    new_run_if_changed: bool = False,
 ) -> TrainResult:
-    """`python -m <module> train`: strategy, seeds, data, then `fit`."""
+    """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
+    `choose_run`), one writer per run (the lease), then `fit`."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
@@ -128,16 +134,24 @@ def train(
         f"{'on' if params.repro.deterministic else 'off'}",
         flush=True,
     )
-    paths = run_paths(project_dir, params.run_name, info.is_chief)
-    # Preflight, then one writer per run (the chief holds the lease) before any write.
-    preflight.before_training(params, info, paths.restore_from.parents[1])
-    lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
-    started_at = utc_now()
-    try:
-        if lease is not None:
-            lease.start_heartbeat()
-        with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
-            data = open_data(params, project_dir, prepared, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
+        data = open_data(params, project_dir, prepared, Path(tmp))
+        expected = fingerprint.of(params, data_hash(project_dir, prepared, data), info.replicas)
+        if new_run_if_changed:
+            params = choose_run(params, project_dir, expected, data.count("train"))
+        paths = run_paths(project_dir, params.run_name, info.is_chief)
+        storage = paths.restore_from.parents[1]
+        # Preflight, then one writer per run (the chief holds the lease) before any write.
+        preflight.before_training(params, info, storage)
+        if info.is_chief and prepared:
+            _keep_manifest(project_dir, storage)
+        lease = None
+        if info.is_chief:
+            lease = Lease.acquire(paths.checkpoints, params.run_name, take_over)
+        started_at = utc_now()
+        try:
+            if lease is not None:
+                lease.start_heartbeat()
             result = fit(
                 params,
                 strategy,
@@ -147,14 +161,67 @@ def train(
                 fresh=fresh,
                 resume_command=resume_command,
                 lease=lease,
+                expected=expected,
             )
-    finally:
-        if lease is not None:
-            lease.release()
-        paths.cleanup()
+        finally:
+            if lease is not None:
+                lease.release()
+            paths.cleanup()
     if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
         record_run(params, project_dir, paths, result, started_at, resume_command)
     return result
+
+
+def data_hash(project_dir: Path, prepared: bool, data: Prepared) -> str:
+    """The data's version for the run fingerprint: data/manifest.json's (checked by
+    `check_data`), or the hash of the temporary split's shards."""
+    if prepared:
+        return manifest.data_hash(manifest.load(project_dir) or {"files": []})
+    return fingerprint.folder_hash(data.folder)
+
+
+def _keep_manifest(project_dir: Path, storage: Path) -> None:
+    """The data manifest in the storage folder, under its hash: what a new VM restores from."""
+    try:
+        manifest.keep(project_dir, storage)
+    except OSError as exc:  # a full or dropped Drive: training goes on without the copy
+        print(
+            f"WARNING: {manifest.MANIFEST} not copied to {storage / manifest.KEPT} "
+            f"({exc.strerror or exc}); a new VM will prepare the data again instead",
+            flush=True,
+        )
+
+
+def choose_run(
+    params: Params, project_dir: Path, expected: dict[str, Any], train_examples: int
+) -> Params:
+    """The run that `train --new-run-if-changed` (the DVC stage) trains: `run_name` when it has
+    no checkpoint, or when its newest one was made with this fingerprint and this code and has
+    not passed train.epochs (a notebook's run is reused, an interrupted stage continues); else a
+    run of its own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is
+    deleted: every other run keeps its checkpoints."""
+    code = fingerprint.code_digest()
+    own = f"{params.run_name}-{fingerprint.digest(expected, code)[:8]}"
+    meta = newest_meta(storage_root(project_dir) / "checkpoints" / params.run_name)
+    if meta is None:
+        return params
+    total = train_examples // expected["global_batch"] * params.train.epochs
+    if "fingerprint" in meta:
+        why = fingerprint.differences(meta["fingerprint"], expected)
+    else:
+        why = ["its checkpoints were written without a run fingerprint"]
+    if meta.get("code") != code:
+        why.append(f"the code of src/{__package__.split('.')[0]} differs")
+    if meta.get("step", 0) > total:
+        why.append(f"it trained {meta['step']} steps, more than train.epochs makes ({total})")
+    if not why:
+        return params
+    print(
+        f"Run '{params.run_name}' differs from this stage ({'; '.join(why)}): training run "
+        f"'{own}' instead; run '{params.run_name}' keeps its checkpoints.",
+        flush=True,
+    )
+    return dataclasses.replace(params, run_name=own)
 
 
 def check_data(params: Params, project_dir: Path) -> bool:
@@ -196,11 +263,15 @@ def fit(
     resume_command: str = "",
     progress: bool = True,
     lease: Lease | None = None,
+    expected: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
+    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`.
+    `expected`: the run's fingerprint (fingerprint.of); by default that of `data`'s shards."""
     run_start = time.monotonic()
     plan = make_plan(params, info, data)
-    run = _build(params, strategy, info, data, paths, plan)
+    if expected is None:
+        expected = fingerprint.of(params, fingerprint.folder_hash(data.folder), info.replicas)
+    run = _build(params, strategy, info, data, paths, plan, expected)
     _restore(run, fresh)
     with Stopper(params.train.time_budget_minutes, lease) as stopper:
         reason = _train_loop(run, stopper, progress, run_start)
@@ -300,8 +371,10 @@ def _build(
     data: Prepared,
     paths: RunPaths,
     plan: RunPlan,
+    expected: dict[str, Any],
 ) -> Run:
-    """The step's parts (`build_parts`), the best weights and the checkpoint."""
+    """The step's parts (`build_parts`), the best weights, the checkpoint and the run's
+    fingerprint (`expected` with the model's variables)."""
     import tensorflow as tf
 
     cfg = params.train
@@ -328,10 +401,11 @@ def _build(
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    expected = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
+    legacy = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
     return Run(
         params, strategy, info, data, paths, plan, task, parts, Validator(model, task),
-        validation, best, checkpoint, store, {**expected, "seed": params.seed},
+        validation, best, checkpoint, store, {**legacy, "seed": params.seed},
+        fingerprint.with_variables(expected, model.variables),
     )  # fmt: skip
 
 
@@ -339,11 +413,10 @@ def _restore(run: Run, fresh: bool) -> None:
     """Start over (--fresh) or restore the newest checkpoint, its best model and early state."""
     params, paths, plan = run.params, run.paths, run.plan
     if fresh and run.info.is_chief:
-        run.store.clear()
-        shutil.rmtree(paths.tensorboard, ignore_errors=True)
+        _start_over(run)
     if run.info.is_chief:
         run.store.clean_partial()
-    meta = None if fresh else run.store.restore(run.checkpoint)
+    meta = None if fresh else run.store.restore(run.checkpoint, lambda m: _check_meta(run, m))
     run.step = int(run.parts.step_var.numpy())
     cfg = params.train
     state = meta.get("early_stopping") if meta else None
@@ -356,19 +429,65 @@ def _restore(run: Run, fresh: bool) -> None:
         )
         return
     run.last_saved = run.step
-    changed = {k: (meta.get(k), v) for k, v in run.meta_expected.items() if meta.get(k) != v}
-    if changed:
-        what = ", ".join(f"{k} was {old}, now {new}" for k, (old, new) in changed.items())
-        raise CheckpointMismatch(
-            f"run '{params.run_name}' was started with other settings ({what}); "
-            "start over with --fresh or use another run_name"
-        )
     print(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
         f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
         f"{plan.per_epoch}) in {paths.restore_from}",
         flush=True,
     )
+
+
+def _start_over(run: Run) -> None:
+    """`--fresh`: delete the run's checkpoints and TensorBoard logs, saying what went."""
+    deleted = run.store.clear()
+    shutil.rmtree(run.paths.tensorboard, ignore_errors=True)
+    if deleted:
+        many = len(deleted) > 1
+        steps = f"steps {deleted[0]}..{deleted[-1]}" if many else f"step {deleted[0]}"
+        print(
+            f"--fresh: deleted {len(deleted)} checkpoint{'s' if many else ''} of run "
+            f"'{run.params.run_name}' ({steps}) in {run.paths.checkpoints}, and its TensorBoard "
+            "logs",
+            flush=True,
+        )
+
+
+def _check_meta(run: Run, meta: dict[str, Any]) -> None:
+    """Refuse the checkpoint of another run, naming what differs (never on sizes alone, but in a
+    checkpoint written before fingerprints, which has nothing else); note what a resume keeps."""
+    name, plan = run.params.run_name, run.plan
+    recorded = meta.get("fingerprint")
+    if recorded is None:
+        expected = run.meta_expected.items()
+        changed = [f"{k} was {meta.get(k)}, now {v}" for k, v in expected if meta.get(k) != v]
+    else:
+        changed = fingerprint.differences(recorded, run.fingerprint)
+    new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
+    if changed:
+        raise CheckpointMismatch(
+            f"run '{name}' was started with other settings or data ({'; '.join(changed)}); "
+            + keep_it(name, new_name)
+        )
+    if meta["step"] > plan.total:
+        need = -(-meta["step"] // plan.per_epoch)
+        raise CheckpointMismatch(
+            f"run '{name}' has trained {meta['step']} steps, more than the {plan.total} of "
+            f"train.epochs={run.params.train.epochs}: set train.epochs to {need} or more to use "
+            f"it; {keep_it(name, new_name)}"
+        )
+    if recorded is None:
+        print(
+            f"Note: the checkpoint of run '{name}' has no run fingerprint (an older version "
+            "wrote it): only its global batch, training examples and seed were compared; the "
+            "next checkpoint records the fingerprint.",
+            flush=True,
+        )
+    elif meta.get("code") != fingerprint.code_digest():
+        print(
+            f"Note: the package's code differs from the code that wrote this checkpoint of run "
+            f"'{name}'; the run resumes with this code.",
+            flush=True,
+        )
 
 
 def _set_phase(run: Run) -> None:
@@ -391,6 +510,8 @@ def _save(run: Run) -> None:
     on."""
     meta = {
         **run.meta_expected,
+        "fingerprint": run.fingerprint,
+        "code": fingerprint.code_digest(),
         "epoch": run.step // run.plan.per_epoch,
         "early_stopping": run.early.state(),
     }
@@ -502,7 +623,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
     if run.trained_steps == 0:
         print(
             f"Run '{params.run_name}' is already complete ({run.step} steps); writing its "
-            "results. Raise train.epochs to train further, or use --fresh to start over.",
+            "results. Raise train.epochs to train it further, or set another run_name to "
+            "train a new run.",
             flush=True,
         )
     digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
@@ -533,6 +655,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "seed": params.seed,
         "deterministic": params.repro.deterministic,
         "weights_sha256": digest,
+        "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
+        "run_fingerprint": fingerprint.digest(run.fingerprint),
         "history": run.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
