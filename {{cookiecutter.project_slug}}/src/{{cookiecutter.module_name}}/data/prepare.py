@@ -244,10 +244,10 @@ def write_processed(
     idx: dict[str, np.ndarray],
     folder: Path,
     params: Params,
-    split: dict[str, Any] | None = None,
+    record: dict[str, Any] | None = None,
 ) -> DataSpec:
     """Every split of `source` as shards in `folder`, in a seeded order, plus `spec.json`
-    (with `split`, the record of how the split was made: data/split.py).
+    (with `record`, how the split was made: data/split.py).
 
     The shards go to a temporary folder first and replace the old ones only once all are
     written: a failure (an unreadable image) leaves the previous processed data as it was."""
@@ -290,7 +290,7 @@ def write_processed(
         input_shape=tuple(int(v) for v in (image or source.input_shape)),
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
-        split=split or {},
+        split=record or {},
         feature_names=list(source.feature_names),
         extra={
             "shards": shards,

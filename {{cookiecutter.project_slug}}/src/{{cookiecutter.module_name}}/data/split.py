@@ -251,7 +251,7 @@ def split_examples(
         pool = source.labels[train]
         val, test = carve.get("validation", 0.0), carve.get("test", 0.0)
         if source.task == "classification":
-            check_classes(source.names, pool, came_from["train"])
+            check_classes(source.names, pool, came_from["train"] if source.splits else "")
             parts = split_indices(pool, val, test, seed)
         else:
             parts = random_split(len(pool), val, test, seed)
@@ -363,8 +363,9 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
     for name, n in zip(names, found, strict=True):
         if n < 2:
             raise ConfigError(
-                f"data: class {name!r} has {n} example{'s' if n != 1 else ''} in {where}; the "
-                f"split needs at least 2 per class (add examples or remove the class){hint}"
+                f"data: class {name!r} has {n} example{'s' if n != 1 else ''}"
+                f"{f' in {where}' if where else ''}; the split needs at least 2 per class (add "
+                f"examples or remove the class){hint}"
             )
 
 
@@ -403,6 +404,8 @@ def summary(spec: DataSpec) -> str:
         elif split in record["carved"]:
             share = f"{100 * record['carved'][split]:g} %"
             parts.append(f"{split} {n} ({share} of {came_from}, seed {record['seed']})")
+        elif record["carved"] and record["from"].get("train") == came_from:
+            parts.append(f"{split} {n} (the rest of {came_from})")
         else:
             parts.append(f"{split} {n} ({came_from})")
     return ", ".join(parts)

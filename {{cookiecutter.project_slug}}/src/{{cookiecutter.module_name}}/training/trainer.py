@@ -30,6 +30,7 @@ from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
 from ..optim import build_optimizer
+from ..spec import load_spec
 from ..task import Task, make_task
 from . import preflight
 from .checkpoints import CheckpointMismatch, CheckpointStore, write_results
@@ -61,6 +62,7 @@ class TrainResult:
     exit_code: int = 0
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
 
 
 @dataclass
@@ -143,7 +145,8 @@ def train(
     )
     paths = run_paths(project_dir, params.run_name, info.is_chief)
     # Preflight, then one writer per run (the chief holds the lease) before any write.
-    preflight.before_training(params, info, paths.restore_from.parents[1])
+    spec = load_spec(project_dir / PROCESSED) if prepared else None
+    preflight.before_training(params, info, paths.restore_from.parents[1], spec)
     lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
     started_at = utc_now()
     try:
@@ -204,9 +207,17 @@ def fit(
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
-        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason)
+        weights = class_weight_of(run.task)
+        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason, {}, weights)
     metrics = _finish(run, run_start)
-    return TrainResult("completed", run.step, plan.total, 0, "", metrics)
+    return TrainResult("completed", run.step, plan.total, 0, "", metrics, class_weight_of(run.task))
+
+
+def class_weight_of(task: Task) -> dict[str, float] | None:
+    """The class (multilabel: positive) weights the loss used, by name; None when unweighted."""
+    if not task.class_weights:
+        return None
+    return {name: round(w, 6) for name, w in zip(task.names, task.class_weights, strict=True)}
 
 
 def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
@@ -493,6 +504,10 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         **final,
         **(train_scores or {"train_loss": None}),
         "monitor": params.train.monitor,
+        # val_loss is weighted like the training loss (what picks the best model and drives
+        # early stopping); evaluate's test_loss is not.
+        "class_weight": class_weight_of(run.task),
+        "val_loss_weighted": bool(run.task.class_weights),
         "best_step": run.early.best_step,
         "stopped_early": run.stopped_early,
         "examples_per_sec": round(speed, 1),
