@@ -235,7 +235,9 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     # kept, validation is carved out of its train split (stratified, seeded).
     meta = tmp_path / "tfds-metadata"
     builder = tfds.builder("mnist", data_dir=str(meta))
-    real = [tfds.core.SplitInfo(name=s, shard_lengths=[100], num_bytes=0) for s in ("train", "test")]
+    real = [
+        tfds.core.SplitInfo(name=s, shard_lengths=[100], num_bytes=0) for s in ("train", "test")
+    ]
     builder.info.set_splits(tfds.core.SplitDict(real))
     Path(builder.data_dir).mkdir(parents=True)
     builder.info.write_to_directory(builder.data_dir)

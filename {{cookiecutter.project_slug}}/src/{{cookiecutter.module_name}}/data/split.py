@@ -378,18 +378,26 @@ def origin_of(data: DataConfig, path: str) -> str:
     return name + ("/" if locations.isdir(path) else "")
 
 
-def describe(spec: DataSpec, split: str) -> str:
-    """One split in words: `the published test split: test.csv, 120 examples` or `a random 20 %
-    of pets/ (seed 42, stratified by class), 120 examples`."""
-    record, n = spec.split, spec.counts.get(split, 0)
+def origin(spec: DataSpec, split: str) -> str:
+    """Where a split's examples came from, in words: `the published test split: test.csv`, `a
+    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`."""
+    record = spec.split
     if not record:  # prepared before splits were recorded
-        return f"the {split} split, {n} examples"
+        return f"the {split} split"
     came_from = record["from"].get(split, "?")
-    if split not in record["carved"]:
-        return f"the published {split} split: {came_from}, {n} examples"
-    share = f"{100 * record['carved'][split]:g} %"
-    how = "stratified by class" if record["stratified"] else "not stratified"
-    return f"a random {share} of {came_from} (seed {record['seed']}, {how}), {n} examples"
+    if split in record["carved"]:
+        share = f"{100 * record['carved'][split]:g} %"
+        how = "stratified by class" if record["stratified"] else "not stratified"
+        return f"a random {share} of {came_from} (seed {record['seed']}, {how})"
+    if split == "train" and came_from in {record["from"].get(s) for s in record["carved"]}:
+        return f"the rest of {came_from}"
+    return f"the published {split} split: {came_from}"
+
+
+def describe(spec: DataSpec, split: str) -> str:
+    """One split in words with its size: `the published test split: test.csv, 120 examples`
+    or `a random 20 % of pets/ (seed 42, stratified by class), 120 examples`."""
+    return f"{origin(spec, split)}, {spec.counts.get(split, 0)} examples"
 
 
 def summary(spec: DataSpec) -> str:
@@ -404,7 +412,7 @@ def summary(spec: DataSpec) -> str:
         elif split in record["carved"]:
             share = f"{100 * record['carved'][split]:g} %"
             parts.append(f"{split} {n} ({share} of {came_from}, seed {record['seed']})")
-        elif record["carved"] and record["from"].get("train") == came_from:
+        elif origin(spec, split).startswith("the rest"):
             parts.append(f"{split} {n} (the rest of {came_from})")
         else:
             parts.append(f"{split} {n} ({came_from})")
