@@ -17,7 +17,8 @@ from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core import locations
 from {{ cookiecutter.module_name }}.data import manifest
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
-from {{ cookiecutter.module_name }}.data.prepare import prepare, split_indices
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.data.split import split_indices
 from {{ cookiecutter.module_name }}.spec import load_spec
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
@@ -230,18 +231,26 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
     assert manifest.check(tmp_path) == 5  # tfds.json, 3 shards, spec.json
 
-    # With metadata that lists mnist's real splits (train and test only): pooled, then split.
+    # With metadata that lists mnist's real splits (train and test only): its test split is
+    # kept, validation is carved out of its train split (stratified, seeded).
     meta = tmp_path / "tfds-metadata"
     builder = tfds.builder("mnist", data_dir=str(meta))
-    real = [tfds.core.SplitInfo(name=s, shard_lengths=[30], num_bytes=0) for s in ("train", "test")]
+    real = [
+        tfds.core.SplitInfo(name=s, shard_lengths=[100], num_bytes=0) for s in ("train", "test")
+    ]
     builder.info.set_splits(tfds.core.SplitDict(real))
     Path(builder.data_dir).mkdir(parents=True)
     builder.info.write_to_directory(builder.data_dir)
     project = tmp_path / "real-splits"
-    with tfds.testing.mock_data(num_examples=30, data_dir=str(meta)):
+    with tfds.testing.mock_data(num_examples=100, data_dir=str(meta)):
         info = run_prepare(project, "data.source=tfds", "data.name=mnist")
-    assert sum(info["counts"].values()) == 60 and min(info["counts"].values()) > 0
-    assert json.loads((project / "data/raw/tfds.json").read_text())["examples"] == 60
+    counts = info["counts"]
+    assert counts["test"] == 100 and counts["train"] + counts["validation"] == 100
+    assert 15 <= counts["validation"] <= 25  # 20 % of each class of train
+    assert info["split"]["from"] == {s: f"tfds mnist {s if s != 'validation' else 'train'}"
+                                     for s in ("train", "validation", "test")}  # fmt: skip
+    assert info["split"]["carved"] == {"validation": 0.2}
+    assert json.loads((project / "data/raw/tfds.json").read_text())["examples"] == 200
 
 
 def test_tfds_that_imports_only_partly_is_a_config_error(tmp_path: Path, monkeypatch) -> None:

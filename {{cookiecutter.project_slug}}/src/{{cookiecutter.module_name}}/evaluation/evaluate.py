@@ -3,7 +3,9 @@
 Reads `results/models/model.keras` and the test shards in `data/processed` (streamed through
 the input pipeline); `task.py` (`Task.evaluate`) computes the metrics and the plot rows; this
 module writes
-- `results/metrics/evaluate.json`: the test loss and the task's metrics (`dvc metrics show`);
+- `results/metrics/evaluate.json`: the test loss (unweighted, whatever `train.class_weight`), the
+  task's metrics (`dvc metrics show`) and `scored_on`, which test split they are of (how
+  `prepare` made it: `the published test split: test.csv, 120 examples`);
 - `results/plots/`: every task's plot files, the other tasks' with their header only, so that the
   static dvc.yaml declares them all and `dvc plots show` draws what fits the task (an empty file
   is an empty plot; a missing one would be an error): `confusion_matrix.csv` and
@@ -32,6 +34,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TEST_METRICS, TRAIN_METRICS
 from ..data import manifest
 from ..data.pipeline import Prepared, eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
+from ..data.split import describe
 from ..task import Evaluation, Task, make_task
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
@@ -127,19 +130,21 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     manifest.check(project_dir)
     results = results_root(project_dir)
     data = load_prepared(project_dir / PROCESSED)
-    task = make_task(params, data.spec)
+    task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
     predict = load_model(results, task)
     # Images go in training-size batches: a conv net's activations, not the inputs, set the
     # memory.
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
     evaluation = task.evaluate(scored_batches(predict, data, batch))
+    scored_on = describe(data.spec, "test")
+    evaluation.metrics["scored_on"] = scored_on
     written = write_evaluation(results, evaluation)
     written += write_other_plots(results, task)
     shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
         f"Test ({task.kind}): "
         + ", ".join(f"{k[5:]} {v:.4g}" for k, v in shown.items() if isinstance(v, float))
-        + f" on {evaluation.metrics['test_examples']} examples; wrote "
+        + f" on {scored_on}; wrote "
         + ", ".join(sorted(str(p.relative_to(results)) for p in written))
         + f" in {results}",
         flush=True,

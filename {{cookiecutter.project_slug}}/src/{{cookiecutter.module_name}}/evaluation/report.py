@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import COMMAND
-from ..task import task_class
+from ..config import COMMAND, Params
+from ..task import make_task, task_class
 
 FIGURES = Path("results") / "figures"
 
@@ -82,6 +82,48 @@ def plot_class_counts(splits: dict[str, np.ndarray], names: list[str] | None = N
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(xlabel="class", ylabel="examples", title="Examples per class and split")
     return fig
+
+
+def split_table(project_dir: Path) -> str:
+    """Markdown: each split's examples and where they came from (data.split: the published
+    split's folder, file or column, or a seeded random share of the data or of train)."""
+    from ..data.prepare import PROCESSED
+    from ..data.split import origin
+    from ..spec import SPLITS, load_spec
+
+    spec = load_spec(Path(project_dir) / PROCESSED)
+    method = spec.split.get("method", "?")
+    lines = [f"Split (data.split: {method})", "", "| split | examples | from |", "|---|---|---|"]
+    lines += [f"| {s} | {spec.counts.get(s, 0)} | {origin(spec, s)} |" for s in SPLITS]
+    return "\n".join(lines)
+
+
+def class_balance(project_dir: Path, params: Params) -> str:
+    """Markdown: the training split's examples per class (multilabel: positives per label), their
+    share, and the weight each gets in the loss (`train.class_weight`), then the preflight's note
+    on imbalance. The weights are those `train` will use: from these counts."""
+    from ..data.prepare import PROCESSED
+    from ..spec import load_spec
+    from ..training.preflight import class_balance_finding
+
+    spec = load_spec(Path(project_dir) / PROCESSED)
+    if spec.task == "regression":
+        return "Regression: no classes to balance (train.class_weight stays none)."
+    weights = make_task(params, spec).class_weights or (1.0,) * len(spec.names)
+    total = max(int(spec.counts.get("train", 0)), 1)
+    multilabel = spec.task == "multilabel"
+    head = (
+        "| label | positives | share of examples | positive weight |"
+        if multilabel
+        else ("| class | examples | share | weight |")
+    )
+    lines = [f"Training split, train.class_weight: {params.train.class_weight}", "", head]
+    lines.append("|---|---|---|---|")
+    for name, weight in zip(spec.names, weights, strict=True):
+        n = spec.train_counts.get(name, 0)
+        lines.append(f"| {name} | {n} | {n / total:.1%} | {weight:.3g} |")
+    note = class_balance_finding(params, spec)
+    return "\n".join(lines + ([f"\n{note}"] if note else []))
 
 
 def as_image(features: np.ndarray) -> np.ndarray:
@@ -291,9 +333,9 @@ def _results_file(project_dir: Path, name: str) -> Path:
     return results_root(Path(project_dir)) / name
 
 
-def class_table(rows: list[dict[str, str]], accuracy: float) -> str:
+def class_table(rows: list[dict[str, str]], accuracy: float, balanced: float | None = None) -> str:
     """A Markdown table of per-class precision, recall, F1 and support (rows of per_class.csv),
-    plus the overall accuracy."""
+    plus the overall accuracy (and the balanced accuracy: the mean of the recalls)."""
     lines = ["| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(
@@ -301,7 +343,10 @@ def class_table(rows: list[dict[str, str]], accuracy: float) -> str:
             f"| {float(r['f1']):.3f} | {r['support']} |"
         )
     total = sum(int(r["support"]) for r in rows)
-    lines.append(f"| **all** | | | **accuracy {accuracy:.4f}** | {total} |")
+    both = f"accuracy {accuracy:.4f}"
+    if balanced is not None:
+        both += f", balanced accuracy {balanced:.4f}"
+    lines.append(f"| **all** | | | **{both}** | {total} |")
     return "\n".join(lines)
 
 
@@ -322,7 +367,7 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     ]
     if kind == "classification":
         rows = load_plot_rows(project_dir, "per_class.csv")
-        detail = class_table(rows, test["test_accuracy"])
+        detail = class_table(rows, test["test_accuracy"], test.get("test_balanced_accuracy"))
     elif kind == "multilabel":
         detail = rows_table(load_plot_rows(project_dir, "per_label.csv"))
     else:
@@ -332,8 +377,9 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
             f"| test split | {test['residual_mean']:.4g} | {test['residual_std']:.4g} "
             f"| {test['residual_abs_p90']:.4g} |"
         )
-    examples = test.get("test_examples", "?")
-    return f"Test split ({task_type}, {examples} examples): {', '.join(scores)}\n\n{detail}"
+    # Which test split: evaluate's `scored_on` (`the published test split: test.csv, 120 ...`).
+    scored_on = test.get("scored_on") or f"{test.get('test_examples', '?')} examples"
+    return f"Test split ({task_type}, {scored_on}): {', '.join(scores)}\n\n{detail}"
 
 
 def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:

@@ -1,10 +1,11 @@
 """The record of a training run: `results/runs/<run_id>/manifest.json`.
 
 Everything needed to trace a result back and run it again: params (also saved beside the
-manifest as `params.yaml`), seed, environment, git commit, data manifest hash, checkpoint
-location, metrics, artifacts (with sha256) and timing. Every training run writes one, also a run
-that was stopped (its status says so), and sends it to the experiment tracker. `kind` says what
-wrote it: "train", or "speed" (`python -m <module> speed`: its throughputs on this machine).
+manifest as `params.yaml`), seed, environment, git commit, data manifest hash, the class weights
+of the loss, checkpoint location, metrics, artifacts (with sha256) and timing. Every training
+run writes one, also a run that was stopped (its status says so), and sends it to the experiment
+tracker. `kind` says what wrote it: "train", or "speed" (`python -m <module> speed`: its
+throughputs on this machine).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ FIELDS = (
     "environment",
     "git",
     "data",
+    "class_weight",
     "checkpoints",
     "metrics",
     "artifacts",
@@ -80,6 +82,7 @@ def build_record(
     tracking: dict[str, str] | None = None,
     environment: dict[str, Any] | None = None,
     kind: str = "train",
+    class_weight: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The manifest of one run as a dictionary (see FIELDS)."""
     project_dir = Path(project_dir)
@@ -100,6 +103,8 @@ def build_record(
         "environment": env,
         "git": {k: env["git"].get(k) for k in ("commit", "branch", "dirty")},
         "data": {"manifest": env["data"]["manifest"], "dvc": env["data"]["dvc"]},
+        # train.class_weight resolved from the training split's counts: the loss's weights
+        "class_weight": class_weight,
         "checkpoints": str(checkpoints),
         "metrics": metrics,
         "artifacts": [artifact_entry(project_dir, p) for p in artifacts],
@@ -207,6 +212,7 @@ def record_run(
         finished_at=utc_now(),
         command=command,
         tracking=tracker.locations,
+        class_weight=getattr(result, "class_weight", None),
     )
     manifest = write_run_record(project_dir, record)
     print(f"Run record: {manifest}", flush=True)

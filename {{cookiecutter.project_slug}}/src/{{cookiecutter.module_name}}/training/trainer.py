@@ -66,6 +66,7 @@ class TrainResult:
     exit_code: int = 0
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
 
 
 @dataclass
@@ -142,7 +143,7 @@ def train(
         paths = run_paths(project_dir, params.run_name, info.is_chief)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
-        preflight.before_training(params, info, storage)
+        preflight.before_training(params, info, storage, data.spec if prepared else None)
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
         lease = None
@@ -287,9 +288,17 @@ def fit(
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
-        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason)
+        weights = class_weight_of(run.task)
+        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason, {}, weights)
     metrics = _finish(run, run_start)
-    return TrainResult("completed", run.step, plan.total, 0, "", metrics)
+    return TrainResult("completed", run.step, plan.total, 0, "", metrics, class_weight_of(run.task))
+
+
+def class_weight_of(task: Task) -> dict[str, float] | None:
+    """The class (multilabel: positive) weights the loss used, by name; None when unweighted."""
+    if not task.class_weights:
+        return None
+    return {name: round(w, 6) for name, w in zip(task.names, task.class_weights, strict=True)}
 
 
 def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
@@ -641,6 +650,10 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         **final,
         **(train_scores or {"train_loss": None}),
         "monitor": params.train.monitor,
+        # val_loss is weighted like the training loss (what picks the best model and drives
+        # early stopping); evaluate's test_loss is not.
+        "class_weight": class_weight_of(run.task),
+        "val_loss_weighted": bool(run.task.class_weights),
         "best_step": run.early.best_step,
         "stopped_early": run.stopped_early,
         "examples_per_sec": round(speed, 1),
