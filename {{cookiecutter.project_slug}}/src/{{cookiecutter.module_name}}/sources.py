@@ -191,7 +191,8 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
 
     return Source(
         "image", np.array(labels, dtype=np.int32), classes, load, paths.__getitem__,
-        lambda i: locations.relative(paths[i], folder), encoding="jpeg" if jpegs * 2 > len(paths) else "png",
+        lambda i: locations.relative(paths[i], folder),
+        encoding="jpeg" if jpegs * 2 > len(paths) else "png",
     )  # fmt: skip
 
 

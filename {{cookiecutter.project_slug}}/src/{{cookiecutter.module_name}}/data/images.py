@@ -11,7 +11,8 @@ values 0-255 at `data.image_size`.
 What happens to an image, in this order (PIL):
 1. decoded: PNG, JPEG, BMP, GIF, WebP (an animation's first frame); 16-bit grey PNGs scaled to
    8 bits;
-2. turned upright by its EXIF orientation (a phone photo stored sideways, `ImageOps.exif_transpose`);
+2. turned upright by its EXIF orientation (`ImageOps.exif_transpose`: a phone photo stored
+   sideways);
 3. transparency flattened onto white (`BACKGROUND`): RGBA and grey-alpha images, palette or grey
    images with a transparent colour, WebP with alpha;
 4. converted to grey (`data.image_channels: 1`, ITU-R 601 luma) or RGB (3);
@@ -71,7 +72,8 @@ def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any
             image = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), "L")
     else:
         array = np.asarray(payload, dtype=np.uint8)
-        image = Image.fromarray(array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array)
+        grey = array.ndim == 3 and array.shape[-1] == 1
+        image = Image.fromarray(array[..., 0] if grey else array)
     if image.mode in ALPHA_MODES or "transparency" in image.info:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (*BACKGROUND, 255)), rgba)

@@ -4,8 +4,9 @@
 JPEG, or a float vector), `y` (the target of `spec.task`: the class index as an int64, the 0/1
 label vector or the regression value as floats) and `id` (bytes: where the example came from,
 its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split; training
-never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here holds the data set in memory:
-what the pipeline holds depends on the batch size and the prefetch depth only.
+never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here holds
+the data set in memory: what the pipeline holds depends on the batch size and the prefetch depth
+only.
 
 Exact resume. The order of an epoch is a pure function of (seed, epoch):
 1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);

@@ -1,8 +1,9 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
 `predict` scores a CSV with the training feature columns, an image file or a folder of images
-(every format `prepare` accepts, turned into pixels by data/images.py exactly as `prepare` stored
-the training images); `export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
+(every format `prepare` accepts, made into pixels by data/images.py as `prepare` stored the
+training images).
+`export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
 """
 
 from __future__ import annotations

@@ -416,9 +416,7 @@ def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
     return f"The {len(rows)} test examples with the highest loss:\n\n{table}"
 
 
-def _pictures(
-    project_dir: Path, data: Any, spec: Any, ids: list[str]
-) -> dict[str, np.ndarray]:
+def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[str, np.ndarray]:
     """{id: pixels 0-255 [h, w, c]}: the files in `data.path` (source images), else what the
     test shards hold."""
     from ..core import locations
@@ -428,7 +426,8 @@ def _pictures(
     found: dict[str, np.ndarray] = {}
     channels = spec.input_shape[-1]
     if data.source == "images":
-        base = data.path if locations.is_url(data.path) else str(project_dir / data.path)
+        local = (project_dir / data.path).expanduser()  # as prepare reads it
+        base = data.path if locations.is_url(data.path) else str(local)
         for example_id in ids:
             path = locations.join(base, example_id)
             if locations.exists(path):
