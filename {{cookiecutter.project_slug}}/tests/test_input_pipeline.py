@@ -22,7 +22,7 @@ from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
-N = 2500  # three shards of 1000 / 1000 / 500 at SHARD_BYTES below, over two shuffle windows
+N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     source.input_shape = (4, 4, 1)
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     original = prepare.SHARD_BYTES
-    prepare.SHARD_BYTES = 100 * 1000  # about 1000 tiny examples per shard
+    prepare.SHARD_BYTES = 110 * 1000  # about 870 tiny examples (126 bytes with framing) each
     try:
         write_processed(source, idx, folder, load_params(PARAMS))
     finally:

@@ -21,7 +21,7 @@ What happens to an image, in this order (PIL):
    (antialiased, as PIL's `Image.resize` does); an image already at that size is not resampled;
 6. encoded as the shards hold it: PNG, or JPEG at quality `JPEG_QUALITY` when most originals are
    JPEGs. An original already in that format, size and mode, with no orientation or transparency
-   to apply, is kept byte for byte (no second lossy encoding): its pixels are what 1-5 give.
+   to apply, is kept byte for byte (no second lossy encoding; `predict` keeps it too).
 """
 
 from __future__ import annotations
@@ -59,12 +59,13 @@ def _orientation(image: Any) -> int:
 
 
 def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
-    """Steps 1-5 of this module's recipe: encoded bytes or a uint8 [h, w(, c)] array -> a PIL
-    image of `channels` (1: "L", 3: "RGB") at `size` (height, width; None: as it is)."""
+    """Steps 1-5 of this module's recipe: encoded bytes, a decoded PIL image or a uint8
+    [h, w(, c)] array -> a PIL image of `channels` (1: "L", 3: "RGB") at `size` (height, width;
+    None: as it is)."""
     from PIL import Image, ImageOps
 
-    if isinstance(payload, bytes):
-        image = _open(payload)
+    if isinstance(payload, bytes | Image.Image):
+        image = _open(payload) if isinstance(payload, bytes) else payload
         if _orientation(image) in TRANSFORMS:
             image = ImageOps.exif_transpose(image)
         if image.mode.startswith("I"):  # 16-bit grey (PIL's own conversion would clip at 255)
@@ -84,7 +85,7 @@ def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any
 
 
 def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> bool:
-    """True when the original's decoded pixels already are what `load_image` gives."""
+    """True when the original needs none of `load_image`'s steps and is in the shards' format."""
     return (
         (image.format or "").lower() == fmt
         and image.mode == ("L" if channels == 1 else "RGB")
@@ -96,14 +97,15 @@ def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> b
 
 def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
     """An image (encoded bytes or a uint8 array) as the shards hold it: `load_image` at `size`
-    (height, width), encoded as `fmt` ("png" or "jpeg"), or the original bytes when they decode
-    to the same pixels. Unreadable: a one-line error naming `where`."""
+    (height, width), encoded as `fmt` ("png" or "jpeg"), or the original bytes when steps 2-5
+    would not change them. Unreadable: a one-line error naming `where`."""
     from PIL import Image
 
     try:
-        if isinstance(payload, bytes) and _kept_as_is(_open(payload), size, channels, fmt):
+        decoded = _open(payload) if isinstance(payload, bytes) else payload
+        if isinstance(payload, bytes) and _kept_as_is(decoded, size, channels, fmt):
             return payload
-        image = load_image(payload, size, channels)
+        image = load_image(decoded, size, channels)
         buf = io.BytesIO()
         if fmt == "jpeg":
             image.save(buf, format="JPEG", quality=JPEG_QUALITY)
