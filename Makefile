@@ -24,8 +24,8 @@ demo: $(STAMP)  ## bake the default project into demo/, install it and run its m
 test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake)
 	$(BIN)/python -m pytest tests
 
-bench: $(STAMP)  ## time a default bake with its hooks (benchmark, not a test)
-	$(BIN)/python scripts/bench_bake.py
+bench: $(STAMP)  ## bake time, then the baked trainer against plain Keras (about 25 min; ARGS="--pairs 3")
+	$(BIN)/python scripts/bench.py $(ARGS)
 
 lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned requirements
 	UV_PYTHON_DOWNLOADS=never $(BIN)/uv pip compile requirements-dev.in --universal --python-version 3.11 --no-annotate --quiet -o requirements-dev.txt

@@ -22,3 +22,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def project_python(default_project: Path) -> Path:
     """An interpreter with the default project's lock installed and the project itself (editable)."""
     return project_env.project_python(default_project)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "bench: runs `make bench` at tiny sizes (minutes)")

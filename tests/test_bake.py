@@ -92,6 +92,7 @@ PACKAGE_FILES = {
     "core/locations.py",
     "core/storage.py",
     "data/__init__.py",
+    "data/feed.py",
     "data/manifest.py",
     "data/pipeline.py",
     "data/prepare.py",
@@ -116,6 +117,7 @@ PACKAGE_FILES = {
     "training/run_record.py",
     "training/saved_model.py",
     "training/seeding.py",
+    "training/speed.py",
     "training/strategy.py",
     "training/tracking.py",
     "training/trainer.py",
@@ -148,6 +150,7 @@ TEST_FILES = {
     "test_run_record.py",
     "test_runtime_check.py",
     "test_seeding.py",
+    "test_speed.py",
     "test_staging.py",
     "test_stop.py",
     "test_storage_faults.py",
@@ -272,8 +275,8 @@ def test_git_repository_on_main(baked: tuple[dict, Path]) -> None:
 def test_make_lists_every_target(baked: tuple[dict, Path]) -> None:
     answers, project = baked
     out = subprocess.run(["make"], cwd=project, capture_output=True, text=True, check=True).stdout
-    targets = ["setup", "hooks", "data", "train", "evaluate", "repro", "test", "lint", "notebooks",
-               "lock", "clean"]
+    targets = ["setup", "hooks", "data", "train", "speed", "evaluate", "repro", "test", "lint",
+               "notebooks", "lock", "clean"]
     vertex = ["image", "vertex"]
     for target in targets + vertex:
         listed = re.search(rf"^  make {target} +\S", out, flags=re.M) is not None

@@ -37,6 +37,17 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     return result.exit_code
 
 
+def cmd_speed(args: argparse.Namespace, params: Params) -> int:
+    """Time the input pipeline, the training step and both; name the bottleneck."""
+    from .training.speed import speed
+
+    if args.steps < 1:
+        raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
+    command = shlex.join([*PROG.split(), *(args.argv or [])])
+    speed(params, Path(args.params).resolve().parent, args.steps, command)
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
     """Write data/raw, the seeded split in data/processed and data/manifest.json."""
     from .data.prepare import prepare
@@ -170,7 +181,7 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    """train, speed, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
     p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
     p.add_argument(
@@ -179,6 +190,10 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         help="train this run even if another session holds its lease (that one then stops)",
     )
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("speed", parents=[common], help="input vs compute: which one limits train")
+    p.add_argument("--steps", type=int, default=50, help="steps per measurement (default: 50)")
+    p.set_defaults(func=cmd_speed)
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)

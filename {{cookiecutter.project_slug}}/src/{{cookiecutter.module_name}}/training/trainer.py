@@ -10,6 +10,7 @@ and the early-stopping state atomically, and resumes at the very next batch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import tempfile
@@ -25,7 +26,8 @@ from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
 from ..core.storage import RunPaths, run_paths
 from ..data import manifest
-from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared, train_dataset
+from ..data.feed import make_feed, resident_bytes
+from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
@@ -88,6 +90,7 @@ class Run:
     task: Task
     parts: StepParts
     validator: Validator
+    validation: Any  # the validation batches: a dataset, or a list held in memory
     best: BestWeights
     checkpoint: Any
     store: CheckpointStore
@@ -96,6 +99,7 @@ class Run:
     step: int = 0
     last_saved: int = -1
     fine_tuning: bool = False
+    feed: Any = None  # data/feed.py: where the steps' batches come from
     chunk_fn: Any = None
     history: list[dict[str, float]] = field(default_factory=list)
     trained_steps: int = 0
@@ -114,24 +118,7 @@ def train(
 ) -> TrainResult:
     """`python -m <module> train`: strategy, seeds, data, then `fit`."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
-    # The data first: a file that differs from data/manifest.json stops the run here, before any
-    # time is spent. Without a manifest (`prepare` never ran) the bundled digits are split and
-    # sharded into a temporary folder instead.
-    prepared = manifest.load(project_dir) is not None
-    if prepared:
-        manifest.check(project_dir)
-    elif params.data.source != "digits":  # never train on the example by surprise
-        raise ConfigError(
-            f"data.source: {params.data.source}, but {manifest.MANIFEST} is missing: run "
-            f"`{COMMAND} prepare` (or `dvc repro prepare`) first"
-        )
-    else:
-        print(
-            f"Note: {manifest.MANIFEST} not found, so training on the bundled digits (a "
-            f"temporary train/validation split); `{COMMAND} prepare` (or "
-            "`dvc repro`) prepares and versions the data that train and evaluate share.",
-            flush=True,
-        )
+    prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
     strategy, info = make_strategy(params.distribute)
@@ -150,11 +137,7 @@ def train(
         if lease is not None:
             lease.start_heartbeat()
         with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
-            data = (
-                load_prepared(project_dir / PROCESSED)
-                if prepared
-                else Prepared(bundled_digits(Path(tmp), params), Path(tmp))
-            )
+            data = open_data(params, project_dir, prepared, Path(tmp))
             result = fit(
                 params,
                 strategy,
@@ -174,6 +157,35 @@ def train(
     return result
 
 
+def check_data(params: Params, project_dir: Path) -> bool:
+    """The data first: a file that differs from data/manifest.json stops here, before any time
+    is spent. True when `prepare` ran; without a manifest, the bundled digits are split and
+    sharded into a temporary folder instead (`open_data`)."""
+    prepared = manifest.load(project_dir) is not None
+    if prepared:
+        manifest.check(project_dir)
+    elif params.data.source != "digits":  # never train on the example by surprise
+        raise ConfigError(
+            f"data.source: {params.data.source}, but {manifest.MANIFEST} is missing: run "
+            f"`{COMMAND} prepare` (or `dvc repro prepare`) first"
+        )
+    else:
+        print(
+            f"Note: {manifest.MANIFEST} not found, so training on the bundled digits (a "
+            f"temporary train/validation split); `{COMMAND} prepare` (or "
+            "`dvc repro`) prepares and versions the data that train and evaluate share.",
+            flush=True,
+        )
+    return prepared
+
+
+def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> Prepared:
+    """What `prepare` wrote, or the bundled digits split into `tmp`."""
+    if prepared:
+        return load_prepared(project_dir / PROCESSED)
+    return Prepared(bundled_digits(tmp, params), tmp)
+
+
 def fit(
     params: Params,
     strategy: Any,
@@ -187,7 +199,7 @@ def fit(
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
     run_start = time.monotonic()
-    plan = _plan(params, info, data)
+    plan = make_plan(params, info, data)
     run = _build(params, strategy, info, data, paths, plan)
     _restore(run, fresh)
     with Stopper(params.train.time_budget_minutes, lease) as stopper:
@@ -209,7 +221,7 @@ def fit(
     return TrainResult("completed", run.step, plan.total, 0, "", metrics)
 
 
-def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
+def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; printed once."""
     import keras
 
@@ -247,15 +259,11 @@ def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
 
-def _build(
-    params: Params,
-    strategy: Any,
-    info: StrategyInfo,
-    data: Prepared,
-    paths: RunPaths,
-    plan: RunPlan,
-) -> Run:
-    """Model, task, optimizer, metrics and checkpoint, created in `strategy.scope()`."""
+def build_parts(
+    params: Params, strategy: Any, info: StrategyInfo, data: Prepared, plan: RunPlan
+) -> StepParts:
+    """Model, task, optimizer, metrics and the step's variables, created in `strategy.scope()`
+    (also for `speed`, which measures steps on parts of its own)."""
     import keras
     import tensorflow as tf
 
@@ -280,30 +288,50 @@ def _build(
             trainable=False,
         )
         metrics = task.make_metrics(training=True)
-        best = BestWeights(model)
-    parts = StepParts(
+    return StepParts(
         strategy, model, optimizer, task, metrics, loss_sum, step_var, plan.global_batch
     )
+
+
+def _build(
+    params: Params,
+    strategy: Any,
+    info: StrategyInfo,
+    data: Prepared,
+    paths: RunPaths,
+    plan: RunPlan,
+) -> Run:
+    """The step's parts (`build_parts`), the best weights and the checkpoint."""
+    import tensorflow as tf
+
+    cfg = params.train
+    parts = build_parts(params, strategy, info, data, plan)
+    model, optimizer, task = parts.model, parts.optimizer, parts.task
+    with strategy.scope():
+        best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
     # the dropout layers' RNG state (`seed_generator_state`), which exact resume needs.
     # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly.
     checkpoint = tf.train.Checkpoint(
         model=list(model.variables),
         optimizer=list(optimizer.variables),
-        step=step_var,
+        step=parts.step_var,
         best=best.variables,
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
-    held = data.in_memory_bytes() or preflight.data_bytes(
-        data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW
-    )
+    # Small tabular data: every replica's copy of the training split, and the validation split
+    # read once; else what the streaming pipeline holds.
+    resident = resident_bytes(strategy, data)
+    validation = validation_batches(data, plan.global_batch, in_memory=resident > 0)
+    held = resident + data.split_bytes("validation") if resident else data.in_memory_bytes()
+    held = held or preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
     expected = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
     return Run(
-        params, strategy, info, data, paths, plan, task, parts, Validator(model, task), best,
-        checkpoint, store, {**expected, "seed": params.seed},
+        params, strategy, info, data, paths, plan, task, parts, Validator(model, task),
+        validation, best, checkpoint, store, {**expected, "seed": params.seed},
     )  # fmt: skip
 
 
@@ -355,7 +383,7 @@ def _set_phase(run: Run) -> None:
         if fine_tuning and run.chunk_fn is not None:
             print(f"Step {run.step}: fine-tuning the backbone's top layers", flush=True)
     run.fine_tuning = fine_tuning
-    run.chunk_fn = make_chunk_function(run.parts, run.params.train)  # a new trace
+    run.chunk_fn = make_chunk_function(run.parts, run.params.train, run.feed.next_batch)
 
 
 def _save(run: Run) -> None:
@@ -391,13 +419,9 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
     reason = ""
     with writer.as_default():
-        # One distributed iterator for the whole run (creating one costs about half a second).
-        iterator = iter(
-            run.strategy.distribute_datasets_from_function(
-                lambda ctx: train_dataset(
-                    ctx, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
-                )
-            )
+        # One feed for the whole run, from the run's step on (a resume continues exactly).
+        run.feed = make_feed(
+            run.strategy, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
         )
         while run.step < plan.total and not reason and not run.stopped_early:
             _set_phase(run)
@@ -407,7 +431,9 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             n = min(cfg.steps_per_execution, plan.per_epoch - run.step % plan.per_epoch)
             profiler.before(run.step)
             started = time.perf_counter()
-            loss = float(run.chunk_fn(iterator, tf.constant(n, tf.int64)))  # waits for it
+            feed = run.feed.args(run.step)
+            with profiler.marker(run.step):
+                loss = float(run.chunk_fn(feed, tf.constant(n, tf.int64)))  # waits for it
             elapsed = time.perf_counter() - started
             run.step += n
             profiler.after(run.step)
@@ -437,7 +463,7 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
     import tensorflow as tf
 
     plan, cfg = run.plan, run.params.train
-    val = run.validator.run(validation_batches(run.data, plan.global_batch))
+    val = run.validator.run(run.validation)
     record = {
         "epoch": run.step // plan.per_epoch,
         "step": run.step,
@@ -482,7 +508,7 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
     digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
     if run.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
-    final = run.validator.run(validation_batches(run.data, plan.global_batch))
+    final = run.validator.run(run.validation)
     last = run.history[-1] if run.history else {}
     train_scores = {f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS}
     metrics = {
@@ -528,17 +554,21 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
 _NOT_METRICS = ("epoch", "step", "seconds")
 
 
-def validation_batches(data: Prepared, global_batch: int) -> Any:
-    """The validation split, streamed. Vectors: big batches, few Python round trips. Images: the
-    training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
-    images in one batch: +700 MB)."""
+def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
+    """The validation split, streamed, or read once and held (`in_memory`: small tabular data,
+    whose records would cost a small model's epoch a tenth of its time to parse every epoch).
+    Vectors: big batches, few Python round trips. Images: the training batch, because a conv
+    net's activations, not the inputs, set the memory (600 96x96 images in one batch: +700 MB)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
-    return eval_dataset(data, "validation", batch)
+    batches = eval_dataset(data, "validation", batch)
+    return list(batches) if in_memory else batches
 
 
 class Profiler:
     """`train.profile_steps: [from, to]`: a TensorBoard profiler trace of those steps (chunk
-    granularity), written under the run's TensorBoard folder (the chief only)."""
+    granularity), written under the run's TensorBoard folder (the chief only). Each chunk is
+    one step of the Profile tab (a step marker): its overview splits step time into input and
+    compute (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = window if enabled and len(window) == 2 else []
@@ -554,6 +584,14 @@ class Profiler:
             self.logdir.mkdir(parents=True, exist_ok=True)
             tf.profiler.experimental.start(str(self.logdir))
             self.running = True
+
+    def marker(self, step: int) -> Any:
+        """A step marker around the chunk from `step` while tracing; else nothing."""
+        if not self.running:
+            return contextlib.nullcontext()
+        import tensorflow as tf
+
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
     def after(self, step: int) -> None:
         """Stop once the window's last step has run."""
