@@ -23,7 +23,7 @@ from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
-N = 2500  # three shards of 1000 / 1000 / 500 at SHARD_BYTES below, over two shuffle windows
+N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     source.input_shape = (4, 4, 1)
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     original = prepare.SHARD_BYTES
-    prepare.SHARD_BYTES = 100 * 1000  # about 1000 tiny examples per shard
+    prepare.SHARD_BYTES = 110 * 1000  # about 870 tiny examples (126 bytes with framing) each
     try:
         write_processed(source, idx, folder, load_params(PARAMS))
     finally:
@@ -128,7 +128,8 @@ def vectors(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     folder = tmp_path_factory.mktemp("vectors")
     ids = np.arange(N)
     x = np.stack([ids, ids % 7, ids % 3], axis=1).astype(np.float32)
-    source = Source("vector", (ids % 5).astype(np.int32), list("abcde"), x.__getitem__, str, (3,))
+    labels = (ids % 5).astype(np.int32)
+    source = Source("vector", labels, list("abcde"), x.__getitem__, str, input_shape=(3,))
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     write_processed(source, idx, folder, load_params(PARAMS))
     return load_prepared(folder)

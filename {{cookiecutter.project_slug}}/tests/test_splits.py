@@ -192,7 +192,7 @@ def test_the_split_rule_for_multilabel_and_regression_is_seeded_not_stratified()
     params = load_params(PROJECT / "params.yaml", ["data.split=column"])
     labels = (np.random.default_rng(0).random((50, 3)) > 0.7).astype(np.float32)
     given = {"train": np.arange(40), "test": np.arange(40, 50)}
-    source = Source("vector", labels, ["a", "b", "c"], lambda i: [i], str, (1,),
+    source = Source("vector", labels, ["a", "b", "c"], lambda i: [i], str, input_shape=(1,),
                     splits=given, split_from={"train": "col = train", "test": "col = test"},
                     task="multilabel")  # fmt: skip
     idx, record = split_examples(source, params.data, 42, "data.csv")

@@ -55,6 +55,10 @@ class Source:
     names: list[str]  # class names, label names (index order), or [the target column]
     load: Callable[[int], Any]  # i -> encoded image bytes, a uint8 [h, w, c] array, or a vector
     where: Callable[[int], str]  # i -> where example i came from (for error messages)
+    # i -> example i's id in its source, kept in the shards and named in evaluate's per-example
+    # predictions: a file relative to data.path, a row number as `predict` numbers rows (the
+    # first data row is 1), an index in a split. None: its position i.
+    ids: Callable[[int], str] | None = None
     input_shape: tuple[int, ...] = ()  # vectors: (features,); images: set by prepare
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
     feature_names: list[str] = field(default_factory=list)
@@ -167,8 +171,9 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     y, classes = encode(kind, table[label].tolist(), label)
     x = numbers.to_numpy(dtype=np.float32)
     return Source(
-        "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}", x.shape[1:],
-        feature_names=list(features.columns), splits=splits, split_from=split_from, task=kind,
+        "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}",
+        lambda i: str(i + 1), x.shape[1:], feature_names=list(features.columns),
+        splits=splits, split_from=split_from, task=kind,
     )  # fmt: skip
 
 
@@ -190,7 +195,7 @@ def read_digits(path: str, data: DataConfig, kind: str) -> Source:
     what = f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
     return Source(
         "image", y.astype(np.int32), names, pixels.__getitem__, lambda i: f"digits: row {i + 2}",
-        (8, 8, 1), raw={"digits.csv": (table.getvalue().encode(), what)},
+        lambda i: str(i + 1), (8, 8, 1), raw={"digits.csv": (table.getvalue().encode(), what)},
     )  # fmt: skip
 
 
@@ -232,6 +237,7 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
 
     return Source(
         "image", np.array(labels, dtype=np.int32), classes, load, paths.__getitem__,
+        lambda i: locations.relative(paths[i], folder),
         encoding="jpeg" if jpegs * 2 > len(paths) else "png",
     )  # fmt: skip
 
@@ -251,9 +257,21 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
         files = sorted(tf.io.gfile.glob(path))
     else:
         files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+
+    # An id per record: its index in its file, after the file's name when there are several.
+    def named(file: str) -> str:
+        return file.rsplit("/", 1)[-1] if "*" in path else locations.relative(file, path)
+
+    records = (
+        (f"{named(file)}:{k}" if file != path else str(k), raw)
+        for file in files
+        for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator())
+    )
     inputs: list[Any] = []
     labels: list[Any] = []
-    for n, raw in enumerate(tf.data.TFRecordDataset(files).as_numpy_iterator()):
+    ids: list[str] = []
+    for n, (example_id, raw) in enumerate(records):
+        ids.append(example_id)
         feature = tf.train.Example.FromString(raw).features.feature
         if features in feature and label not in feature:
             raise MissingLabels(
@@ -279,14 +297,17 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     y, classes = _tfrecord_targets(labels, task, label, path)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
-        return Source("image", y, classes, inputs.__getitem__, where, task=task)
+        return Source("image", y, classes, inputs.__getitem__, where, ids.__getitem__, task=task)
     widths = {len(v) for v in inputs}
     if len(widths) != 1:
         raise ConfigError(
             f"data.features: {features!r} in {path} has {sorted(widths)} values per record; "
             "every record needs the same number"
         )
-    return Source("vector", y, classes, inputs.__getitem__, where, (widths.pop(),), task=task)
+    return Source(
+        "vector", y, classes, inputs.__getitem__, where, ids.__getitem__, (widths.pop(),),
+        task=task,
+    )  # fmt: skip
 
 
 def _tfrecord_label(lab: Any, task: str) -> Any:
@@ -356,15 +377,17 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     decoders = {keys[0]: tfds.decode.SkipDecoding()} if is_image else None
     inputs: list[Any] = []
     labels: list[int] = []
+    ids: list[str] = []  # an example's index in its TFDS split: `test[17]`
     ranges: dict[str, np.ndarray] = {}
     # A data set's info lists its splits once prepared (mock_data's lists none: ask for all three).
     available = [s for s in builder.info.splits if s in ("train", "validation", "test")]
     for split in available or ["train", "validation", "test"]:
         start = len(labels)
         dataset = builder.as_dataset(split=split, as_supervised=True, decoders=decoders)
-        for x, y in dataset.as_numpy_iterator():
+        for k, (x, y) in enumerate(dataset.as_numpy_iterator()):
             inputs.append(x)
             labels.append(int(y))
+            ids.append(f"{split}[{k}]")
         ranges[split] = np.arange(start, len(labels))
     if not labels:
         raise ConfigError(f"data.name: {name} has no train / validation / test examples")
@@ -378,7 +401,7 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
         "image" if is_image else "vector", np.array(labels, dtype=np.int32), names, load,
-        lambda i: f"tfds {name}: example {i}", tuple(shape), splits=given,
+        lambda i: f"tfds {name}: example {i}", ids.__getitem__, tuple(shape), splits=given,
         split_from={s: f"tfds {name} {s}" for s in given or ()},
         raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
     )  # fmt: skip

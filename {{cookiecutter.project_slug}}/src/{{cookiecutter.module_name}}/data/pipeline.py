@@ -1,9 +1,12 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
 `prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, or a float vector) and `y` (the target of `spec.task`: the class index as an int64, the 0/1
-label vector or the regression value as floats). Nothing here holds the data set in memory:
-what the pipeline holds depends on the batch size and the prefetch depth only.
+JPEG, or a float vector), `y` (the target of `spec.task`: the class index as an int64, the 0/1
+label vector or the regression value as floats) and `id` (bytes: where the example came from,
+its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split; training
+never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here holds
+the data set in memory: what the pipeline holds depends on the batch size and the prefetch depth
+only.
 
 Exact resume. The order of an epoch is a pure function of (seed, epoch):
 1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);
@@ -36,8 +39,9 @@ import numpy as np
 
 from ..augment import augmenter
 from ..spec import DataSpec, load_spec
+from .images import decode_stored
 
-X, Y = "x", "y"  # the feature names inside the processed shards
+X, Y, ID = "x", "y", "id"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
 IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size (all copies) in memory
@@ -75,9 +79,10 @@ def load_prepared(processed_dir: Path) -> Prepared:
     return Prepared(load_spec(processed_dir), Path(processed_dir))
 
 
-def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray) -> bytes:
-    """One processed example as `tf.train.Example` bytes: an encoded image or floats, and the
-    target: an integer class as int64, anything else (a 0/1 label vector, a value) as floats."""
+def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
+    """One processed example as `tf.train.Example` bytes: an encoded image or floats, the
+    target (an integer class as int64, anything else, a 0/1 label vector or a value, as floats)
+    and the example's id in its source."""
     import tensorflow as tf
 
     if isinstance(x, bytes):
@@ -89,7 +94,9 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray) -> bytes:
     else:
         values = np.asarray(y, dtype=np.float32).reshape(-1).tolist()
         feature_y = tf.train.Feature(float_list=tf.train.FloatList(value=values))
-    example = tf.train.Example(features=tf.train.Features(feature={X: feature_x, Y: feature_y}))
+    feature_id = tf.train.Feature(bytes_list=tf.train.BytesList(value=[example_id.encode()]))
+    feature = {X: feature_x, Y: feature_y, ID: feature_id}
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
     return example.SerializeToString()
 
 
@@ -130,8 +137,7 @@ def decoder(spec: DataSpec):
         ex = tf.io.parse_single_example(record, schema)
         x = ex[X]
         if spec.kind == "image":
-            x = tf.io.decode_image(x, channels=shape[-1], expand_animations=False)
-            x = tf.cast(tf.ensure_shape(x, shape), tf.float32)  # pixel values 0-255
+            x = decode_stored(x, shape)  # pixel values 0-255, as `predict` gets them
         return x, _target(ex[Y])
 
     return decode
@@ -307,6 +313,17 @@ def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
     else:
         ds = ds.batch(batch).map(batch_decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def example_ids(data: Prepared, split: str) -> list[str]:
+    """The id of every example of `split`, in its written order (`eval_dataset`'s order); ""
+    for shards written without ids."""
+    import tensorflow as tf
+
+    schema = {ID: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
+    ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
+    return [v.decode() for batch in ds.as_numpy_iterator() for v in batch]
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:

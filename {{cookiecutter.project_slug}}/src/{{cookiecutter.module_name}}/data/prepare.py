@@ -7,15 +7,17 @@ test) is the data's own where it has one (`data.split`: folders, files, a column
 depends only on `seed`: stratified by class for classification, a seeded random split for
 multilabel and regression (the task's kind; data/split.py). Each split is written as TFRecord shards
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
-across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
-JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
-(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
+across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
+by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
+originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs). Each
+example also carries its source's id (pipeline.serialize: a file path, a row number).
+`data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
+every file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,7 @@ from ..sources import Source, read_digits
 from ..spec import SPEC, SPLITS, DataSpec
 from ..task import task_class
 from . import manifest
+from .images import stored_image
 from .pipeline import serialize
 from .split import check_method, counts, origin_of, read_layout, split_examples, summary
 from .staging import INDEX, stage
@@ -169,36 +172,6 @@ def _holds_no_files(folder: Path) -> bool:
     return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
 
 
-def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
-    """An image (encoded bytes or a uint8 array) resized to `size` (h, w), encoded as PNG/JPEG.
-
-    Decoding every image here is also the check that each one is readable: a truncated file
-    stops `prepare` with its path, never `train` in the middle of an epoch."""
-    from PIL import Image
-
-    try:
-        if isinstance(payload, bytes):
-            image = Image.open(io.BytesIO(payload))
-            image.load()  # decodes it all: a truncated file fails here
-            stored = ((image.format or "").lower(), image.mode, image.size)
-            if stored == (fmt, "L" if channels == 1 else "RGB", (size[1], size[0])):
-                return payload  # already as it would be stored: no second lossy encoding
-        else:
-            array = np.asarray(payload, dtype=np.uint8)
-            image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-        image = image.convert("L" if channels == 1 else "RGB")
-        if image.size != (size[1], size[0]):
-            image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-        buf = io.BytesIO()
-        if fmt == "jpeg":
-            image.save(buf, format="JPEG", quality=95)
-        else:
-            image.save(buf, format="PNG", optimize=False)
-    except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors for unreadable images
-        raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
-    return buf.getvalue()
-
-
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
     """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk."""
     if image is None:
@@ -209,7 +182,7 @@ def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | N
     fmt = source.encoding
 
     def one(i: int) -> bytes:
-        return encode_image(source.load(i), (h, w), c, fmt, source.where(i))
+        return stored_image(source.load(i), (h, w), c, fmt, source.where(i))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(order), ENCODE_CHUNK):
@@ -226,7 +199,7 @@ def write_shards(
     writer = None
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
-        record = serialize(x, source.labels[i])
+        record = serialize(x, source.labels[i], source.ids(int(i)) if source.ids else str(i))
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
                 writer.close()

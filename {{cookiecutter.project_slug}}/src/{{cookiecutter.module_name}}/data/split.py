@@ -166,6 +166,7 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
         labels.append(_relabel(part, names))
         offsets.append(offsets[-1] + len(part.labels))
     bounds = np.array(offsets)
+    order = list(parts)
 
     def find(i: int) -> tuple[int, int]:
         k = int(np.searchsorted(bounds, i, side="right")) - 1
@@ -179,9 +180,15 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
         k, j = find(i)
         return wheres[k](j)
 
+    def ids(i: int) -> str:  # relative to data.path: `test/cat/7.jpg`, `test.csv:12`
+        k, j = find(i)
+        part, folder = parts[order[k]], shown[order[k]]
+        own = part.ids(j) if part.ids else str(j)
+        return f"{folder}{own}" if folder.endswith("/") else f"{folder}:{own}"
+
     splits = {s: np.arange(offsets[k], offsets[k + 1]) for k, s in enumerate(parts)}
     return Source(
-        train.kind, np.concatenate(labels), names, load, where, train.input_shape,
+        train.kind, np.concatenate(labels), names, load, where, ids, train.input_shape,
         encoding=train.encoding, feature_names=list(train.feature_names), splits=splits,
         split_from=dict(shown), task=train.task,
     )  # fmt: skip
