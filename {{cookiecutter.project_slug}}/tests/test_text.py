@@ -46,10 +46,11 @@ TOPICS = {
     "sport": "match goal team coach league player stadium referee cup striker keeper medal",
     "tech": "software laptop server code bug cloud chip battery network app keyboard database",
 }
-FILLER = (
+FILLER_WORDS = (
     "the a an and or but with of in on at for to from by this that it was is very quite new "
     "old big small good bad today week year time people day café"
-).split()
+)
+FILLER = FILLER_WORDS.split()
 VALUES = {"cooking": 50.0, "sport": 80.0, "tech": 20.0}  # regression: a value per topic
 ROWS = 1500  # 900 train, 300 validation, 300 test
 UNIQUE = [f"uniqueword{i}" for i in range(10)]  # one row each: in the vocabulary iff in train
@@ -248,7 +249,8 @@ def test_text_steps_do_not_depend_on_replicas_and_resume_exactly(trained) -> Non
     one = steps(1)  # 28 steps per epoch: crosses an epoch
     assert one == steps(2)
     assert steps(1, start=19, count=21) == one[19:]
-    params = load_params(project / "params.yaml", json.loads((project / "overrides.json").read_text()))
+    overrides = json.loads((project / "overrides.json").read_text())
+    params = load_params(project / "params.yaml", overrides)
     vectorized = for_model(data, params.model)
     ctx = tf.distribute.InputContext(num_replicas_in_sync=2)
     x, y = next(iter(train_dataset(ctx, vectorized, 32, 5, 0, 1, [])))
@@ -321,7 +323,8 @@ def tiny_preset(folder: Path) -> Path:
         intermediate_dim=32, max_sequence_length=32,
     )  # fmt: skip
     backbone.save_to_preset(str(folder))
-    keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True).save_to_preset(str(folder))
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True)
+    tokenizer.save_to_preset(str(folder))
     return folder
 
 

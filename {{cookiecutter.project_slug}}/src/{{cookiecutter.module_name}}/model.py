@@ -200,9 +200,7 @@ def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
         )
 
 
-def text_backbone(
-    inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig
-) -> keras.KerasTensor:
+def text_backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
     """The keras-hub backbone of the preset `model.backbone` (a name such as
     `bert_tiny_en_uncased`, downloaded once; `kaggle://`, `hf://` or a local folder) on the
     token ids of its own tokenizer (text.make_vectorizer), its weights unless `model.weights` is

@@ -113,13 +113,19 @@ class TextModel(keras.Model):
 
 
 def keras_hub() -> Any:
-    """The keras_hub module, or a one-line error naming the key (Colab preinstalls it)."""
+    """The keras_hub module, or a one-line error naming the package. It is no requirement of the
+    project (only a preset needs it; Colab preinstalls it): its tokenizers need tensorflow-text,
+    which must match TensorFlow's version, else pip replaces TensorFlow."""
     try:
         import keras_hub as hub
     except ImportError as exc:
+        import tensorflow as tf
+
+        major_minor = ".".join(tf.__version__.split(".")[:2])
         raise ConfigError(
-            f"model.backbone: a text backbone needs keras-hub ({exc}); pip install -r "
-            f"requirements.txt (example: --set model.backbone={PRESET_EXAMPLE})"
+            f"model.backbone: a text preset needs the package keras-hub ({exc}): "
+            f"pip install keras-hub 'tensorflow-text~={major_minor}.0' "
+            f"(example: --set model.backbone={PRESET_EXAMPLE})"
         ) from None
     return hub
 

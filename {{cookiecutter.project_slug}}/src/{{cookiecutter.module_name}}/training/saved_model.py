@@ -3,8 +3,8 @@
 `train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
 `results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task,
 the class or label names, the input kind and shape, the feature names (for text: the text column).
-A text model also starts with its vectoriser (text.TextModel), so it takes raw strings. `evaluate`, `predict` and
-`export` load the two back with `load_for_users`, and need nothing else.
+A text model also starts with its vectoriser (text.TextModel), so it takes raw strings.
+`evaluate`, `predict` and `export` load the two back with `load_for_users`, and need nothing else.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
         "input_shape": list(spec.input_shape),
         "feature_names": spec.feature_names,
         "threshold": 0.5,
+        # Images: how the shards store them (png / jpeg); `predict` makes the same pixels.
+        "image_encoding": spec.extra.get("encoding") if spec.kind == "image" else None,
         **({"tokenizer": tokenizer} if tokenizer else {}),
     }
 
