@@ -2,7 +2,8 @@
 regression) and a folder of `.txt` files per class, through prepare -> train -> evaluate in this
 process; then `predict` and `export` on raw strings in one fresh process. Also: the vocabulary is
 the training split's, the text pipeline's steps do not depend on replicas and resume exactly,
-a SIGKILL mid-run resumes bit-identically, and a keras-hub preset trains offline.
+a SIGKILL mid-run resumes bit-identically, a keras-hub preset trains offline, and the splits a
+text data set brings (a split column, split files, split folders) are kept.
 
 The data: three topics (sport, cooking, tech); each text has 1-2 topic words per topic among
 5-12 filler words, some capitalised with punctuation; 5 % of the classification labels are
@@ -28,6 +29,7 @@ from conftest import PROJECT, cli, cli_env, main_in_fresh_process, sets
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig, load_params
 from {{ cookiecutter.module_name }}.data import manifest
 from {{ cookiecutter.module_name }}.data.pipeline import (
+    example_ids,
     for_model,
     load_prepared,
     read_split,
@@ -36,7 +38,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.model import build_model
-from {{ cookiecutter.module_name }}.spec import DataSpec
+from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.text import learn_vocabulary
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import train
@@ -203,7 +205,8 @@ def test_text_files_in_class_folders(trained) -> None:
 
 def test_predict_and_export_take_raw_strings(trained, tmp_path: Path) -> None:
     """One fresh process: predict for each model (a CSV with the text column among others, a
-    folder of .txt files), and export; then the SavedModel serves strings here."""
+    folder of .txt files), and export; then the SavedModel serves strings here, and predict on
+    the training CSV gives evaluate's rows of results/predictions/test.csv."""
     texts = ["the striker scored in the cup match", "bake the dough with butter",
              "the laptop code and the oven recipe", ""]  # fmt: skip
     new = write_csv(tmp_path / "new.csv", [[t, "a note"] for t in texts], ["review", "note"])
@@ -218,6 +221,9 @@ def test_predict_and_export_take_raw_strings(trained, tmp_path: Path) -> None:
     ]  # fmt: skip
     models = trained["classification"][0] / "results/models"
     calls.append(["export", "--params", str(models.parents[1] / "params.yaml")])
+    whole = models.parents[1] / "reviews.csv"  # the training CSV: evaluate's test rows are in it
+    calls.append(["predict", str(whole), "--output", str(tmp_path / "whole.csv"), "--params",
+                  str(models.parents[1] / "params.yaml")])  # fmt: skip
     proc = main_in_fresh_process(calls, tmp_path, tmp_path / "storage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {task: list(csv.DictReader((tmp_path / f"{task}.csv").open())) for task in trained}
@@ -228,6 +234,14 @@ def test_predict_and_export_take_raw_strings(trained, tmp_path: Path) -> None:
     assert abs(values[0] - 80) < 10 and abs(values[1] - 50) < 10
     assert [r["prediction"] for r in rows["folders"]] == ["tech", "cooking"]
     assert rows["folders"][0]["id"].endswith("a.txt")
+    by_row = {r["id"]: r for r in csv.DictReader((tmp_path / "whole.csv").open())}
+    test_rows = list(csv.DictReader((models.parents[1] / "results/predictions/test.csv").open()))
+    assert len(test_rows) == ROWS // 5
+    for row in test_rows:  # evaluate's rows are predict's on the same CSV rows
+        again = by_row[row["id"]]
+        assert row["prediction"] == again["prediction"]
+        for c in sorted(TOPICS):
+            assert abs(float(row[f"prob_{c}"]) - float(again[f"prob_{c}"])) < 1e-5
     served = tf.saved_model.load(str(models / "saved_model"))
     probs = served.serve(tf.constant(texts)).numpy()
     predicted = [[float(r[f"prob_{c}"]) for c in sorted(TOPICS)] for r in rows["classification"]]
@@ -255,6 +269,63 @@ def test_text_steps_do_not_depend_on_replicas_and_resume_exactly(trained) -> Non
     ctx = tf.distribute.InputContext(num_replicas_in_sync=2)
     x, y = next(iter(train_dataset(ctx, vectorized, 32, 5, 0, 1, [])))
     assert x.dtype == tf.int32 and x.shape == (16, 32) and y.shape == (16,)
+
+
+def _prepared(project: Path, data: Path, extra: list[str], source: str = "csv") -> Path:
+    """Prepare `data` in `project` with `extra` settings; return the processed folder."""
+    overrides = text_params(project, data, "classification", extra)
+    if source == "text":
+        overrides = [o for o in overrides if not o.startswith(("data.text", "data.label"))]
+        overrides += ["data.source=text"]
+    prepare(load_params(project / "params.yaml", overrides), project)
+    return project / "data/processed"
+
+
+def _train_words(processed: Path) -> set[str]:
+    texts, _, _ = read_split(processed, "train")
+    return {w for t in texts for w in re.sub(r"[^\w\s]", "", t.lower()).split()}
+
+
+def test_text_keeps_the_splits_the_data_gives(tmp_path: Path) -> None:
+    """data.split column and files on a text CSV, folders on .txt files: each split is the
+    data's own (validation carved out of train), the vocabulary is train's words alone, and each
+    example keeps its id (what evaluate's results/predictions/test.csv names it by)."""
+    rows = text_rows("classification", n=120)
+    for k, row in enumerate(rows):
+        row[2] = "test" if k % 4 == 0 else "train"  # the `source` column becomes the fold
+    project = new_project(tmp_path, "column")
+    data = write_csv(project / "reviews.csv", rows, ["id", "review", "fold", "topic"])
+    processed = _prepared(project, data, ["data.split=column", "data.split_column=fold"])
+    spec = load_spec(processed)
+    assert spec.counts["test"] == 30 and spec.split["from"]["test"] == "column 'fold' = test"
+    assert spec.split["carved"] == {"validation": 0.2}
+    ids = example_ids(load_prepared(processed), "test")
+    assert sorted(ids, key=int) == [str(k + 1) for k in range(0, 120, 4)]  # predict's numbering
+    vocabulary = (processed / "vocabulary.txt").read_text("utf-8").split("\n")[:-1]
+    assert set(vocabulary) == _train_words(processed)
+    assert not {"uniqueword0", "uniqueword4", "uniqueword8"} & set(vocabulary)  # test rows
+
+    project = new_project(tmp_path, "files")
+    (project / "comp").mkdir()
+    header = ["id", "review", "source", "topic"]
+    write_csv(project / "comp/train.csv", rows[:90], header)
+    write_csv(project / "comp/test.csv", rows[90:], header)
+    processed = _prepared(project, project / "comp", ["data.split=files"])
+    spec = load_spec(processed)
+    assert spec.counts["test"] == 30 and spec.counts["train"] + spec.counts["validation"] == 90
+    ids = example_ids(load_prepared(processed), "test")
+    assert set(ids) == {f"test.csv:{k}" for k in range(1, 31)}
+
+    project = new_project(tmp_path, "folders")
+    write_text_files(project / "reviews/train", per_class=20)
+    write_text_files(project / "reviews/test", per_class=4, seed=2)
+    processed = _prepared(project, project / "reviews", ["data.split=folders"], source="text")
+    spec = load_spec(processed)
+    assert spec.counts["test"] == 12 and spec.split["from"]["test"] == "test/"
+    ids = example_ids(load_prepared(processed), "test")
+    assert sorted(ids)[:2] == ["test/cooking/000.txt", "test/cooking/001.txt"]
+    vocabulary = (processed / "vocabulary.txt").read_text("utf-8").split("\n")[:-1]
+    assert set(vocabulary) == _train_words(processed)
 
 
 def test_unicode_is_lower_cased_and_the_vocabulary_capped() -> None:
