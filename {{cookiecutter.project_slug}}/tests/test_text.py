@@ -36,6 +36,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
     train_dataset,
 )
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
@@ -163,6 +164,13 @@ def test_classification_on_a_csv_text_column(trained) -> None:
     assert train_json["val_accuracy"] >= 0.85 and metrics["test_accuracy"] >= 0.85
     assert metrics["test_balanced_accuracy"] >= 0.85
     print(f"text classification: test accuracy {metrics['test_accuracy']:.4f}")
+    overrides = json.loads((project / "overrides.json").read_text())
+    table = report.worst_examples(project, load_params(project / "params.yaml", overrides), n=3)
+    lines = table.splitlines()
+    assert lines[2].startswith("| id | text | target |") and len(lines) == 7
+    texts = {row[0]: row[1] for row in csv.reader((project / "reviews.csv").open())}
+    worst = lines[4].split(" | ")  # `id` is the row number; the id column counts from 0
+    assert worst[1][:100] == " ".join(texts[str(int(worst[0].strip("| ")) - 1)].split())[:100]
 
 
 def test_vocabulary_is_the_training_splits_and_in_the_manifest(trained, tmp_path: Path) -> None:
@@ -326,6 +334,17 @@ def test_text_keeps_the_splits_the_data_gives(tmp_path: Path) -> None:
     assert sorted(ids)[:2] == ["test/cooking/000.txt", "test/cooking/001.txt"]
     vocabulary = (processed / "vocabulary.txt").read_text("utf-8").split("\n")[:-1]
     assert set(vocabulary) == _train_words(processed)
+
+
+def test_notebook_01_shows_texts_as_a_table() -> None:
+    x = np.array(["good | fine\nfilm", "bad film", "great", "x" * 200], dtype=object)
+    table = report.text_examples(x, np.array([1, 0, 1, 0], np.int32), ["neg", "pos"], 1)
+    assert table.splitlines() == ["| target | text |", "|---|---|", "| neg | bad film |",
+                                  "| pos | good \\| fine film |"]  # fmt: skip
+    tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), ["a", "b"])
+    assert tags.splitlines()[2].startswith("| a\\|b | good")
+    long = report.text_examples(x[3:], np.array([2.5], np.float32))
+    assert long.splitlines()[2] == f"| 2.5 | {'x' * 119}… |"
 
 
 def test_unicode_is_lower_cased_and_the_vocabulary_capped() -> None:
