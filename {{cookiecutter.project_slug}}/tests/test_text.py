@@ -347,6 +347,16 @@ def test_notebook_01_shows_texts_as_a_table() -> None:
     assert long.splitlines()[2] == f"| 2.5 | {'x' * 119}… |"
 
 
+def test_speed_measures_text_on_token_ids(trained) -> None:
+    from {{ cookiecutter.module_name }}.training.speed import speed
+
+    project, _, _ = trained["classification"]
+    overrides = json.loads((project / "overrides.json").read_text())
+    figures = speed(load_params(project / "params.yaml", overrides), project, steps=6)
+    assert figures["bottleneck"] in ("input", "compute")
+    assert figures["together_examples_per_sec"] > 0
+
+
 def test_unicode_is_lower_cased_and_the_vocabulary_capped() -> None:
     texts = tf.data.Dataset.from_tensor_slices(["Über CAFÉ, «Bonjour»!", "über café 42 €", "x"])
     assert learn_vocabulary(texts, 20) == ["über", "café", "x", "bonjour", "42"]
@@ -435,6 +445,9 @@ def test_a_keras_hub_preset_trains_offline_and_serves_strings(
     assert train(params, project).status == "completed"
     metrics = evaluate(params, project)
     print(f"keras-hub tiny BERT from random weights: test accuracy {metrics['test_accuracy']:.4f}")
+    from {{ cookiecutter.module_name }}.training.speed import speed
+
+    assert speed(params, project, steps=3)["compute_examples_per_sec"] > 0  # ids from its tokenizer
     assert metrics["test_accuracy"] >= 0.6
     models = project / "results/models"
     shutil.move(preset, tmp_path / "moved")  # the saved model needs no preset
