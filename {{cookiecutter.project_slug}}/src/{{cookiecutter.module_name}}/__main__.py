@@ -33,8 +33,30 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
     project_dir = Path(args.params).resolve().parent
+{%- if cookiecutter.vertex_ai == "yes" %}
+    if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
+        from .cloud.tuning import run_tuning_trial
+
+        params_file = Path(args.params).resolve()
+        return run_tuning_trial(
+            params, project_dir, args.sweep_trial, args.extra, args.overrides, params_file
+        )
+{%- endif %}
     result = train(params, project_dir, args.fresh, resume, take_over=args.take_over)
     return result.exit_code
+
+
+def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
+    """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
+    best trial."""
+    params_file = Path(args.params).resolve()
+    if args.best:
+        from .training.sweep_best import promote_best
+
+        return promote_best(params, params_file.parent, params_file)
+    from .training.sweep import run_sweep
+
+    return run_sweep(params, params_file.parent, params_file, args.overrides)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
@@ -93,7 +115,13 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 
     params_file = Path(args.params).resolve()
     return run_vertex(
-        params, params_file.parent, args.dry_run, args.output, args.overrides, params_file
+        params,
+        params_file.parent,
+        args.dry_run,
+        args.output,
+        args.overrides,
+        params_file,
+        sweep=args.sweep,
     )
 {%- endif %}
 
@@ -170,7 +198,7 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    """train, sweep, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
     p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
     p.add_argument(
@@ -178,7 +206,23 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         action="store_true",
         help="train this run even if another session holds its lease (that one then stops)",
     )
+{%- if cookiecutter.vertex_ai == "yes" %}
+    p.add_argument(
+        "--sweep-trial",
+        default=None,
+        metavar="NAME",
+        help="run as a trial of a Vertex AI tuning job for sweep NAME (`vertex --sweep` sets it)",
+    )
+{%- endif %}
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sweep", parents=[common], help="hyperparameter search (resumes the study)")
+    p.add_argument(
+        "--best",
+        action="store_true",
+        help="promote the best trial: its model to results/models, its settings to params.yaml",
+    )
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)
@@ -195,6 +239,11 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
 
     p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
     p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
+    )
     p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
     p.set_defaults(func=cmd_vertex)
 {%- endif %}
@@ -226,8 +275,15 @@ def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
-    args.argv = argv
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+{%- if cookiecutter.vertex_ai == "yes" %}
+    if extra and not getattr(args, "sweep_trial", None):  # only a tuning trial takes more
+{%- else %}
+    if extra:
+{%- endif %}
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv, args.extra = argv, extra
     try:
         params = load_params(args.params, args.overrides)
         return args.func(args, params)
@@ -241,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
+        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras", "optuna"):
             print(
                 f"error: {exc.name} is not installed. Run `pip install -r requirements.txt` "
                 "(Colab's TPU runtime ships no TensorFlow; a GPU runtime has it).",

@@ -38,7 +38,9 @@ from .lease import Lease
 from .policy import (
     EXIT_BUDGET,
     BestWeights,
+    RunHooks,
     Stopper,
+    agree,
     agree_early_stop,
     agree_to_stop,
     checkpoint_due,
@@ -48,7 +50,7 @@ from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
-__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "fit", "train", "weights_digest"]
+__all__ = ["EXIT_BUDGET", "RunHooks", "Stopper", "TrainResult", "fit", "train", "weights_digest"]
 
 
 @dataclass
@@ -93,6 +95,7 @@ class Run:
     store: CheckpointStore
     meta_expected: dict[str, Any]
     early: EarlyStopping = field(default_factory=EarlyStopping)
+    hooks: RunHooks = field(default_factory=RunHooks)
     step: int = 0
     last_saved: int = -1
     fine_tuning: bool = False
@@ -111,8 +114,9 @@ def train(
     fresh: bool = False,
     resume_command: str = "",
     take_over: bool = False,
+    hooks: RunHooks | None = None,
 ) -> TrainResult:
-    """`python -m <module> train`: strategy, seeds, data, then `fit`."""
+    """`python -m <module> train`: strategy, seeds, data, then `fit` (`hooks`: a sweep's trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     # The data first: a file that differs from data/manifest.json stops the run here, before any
     # time is spent. Without a manifest (`prepare` never ran) the bundled digits are split and
@@ -141,7 +145,7 @@ def train(
         f"{'on' if params.repro.deterministic else 'off'}",
         flush=True,
     )
-    paths = run_paths(project_dir, params.run_name, info.is_chief)
+    paths = run_paths(project_dir, params.run_name, info.is_chief, hooks and hooks.results)
     # Preflight, then one writer per run (the chief holds the lease) before any write.
     preflight.before_training(params, info, paths.restore_from.parents[1])
     lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
@@ -164,6 +168,7 @@ def train(
                 fresh=fresh,
                 resume_command=resume_command,
                 lease=lease,
+                hooks=hooks,
             )
     finally:
         if lease is not None:
@@ -184,13 +189,15 @@ def fit(
     resume_command: str = "",
     progress: bool = True,
     lease: Lease | None = None,
+    hooks: RunHooks | None = None,
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
     run_start = time.monotonic()
     plan = _plan(params, info, data)
     run = _build(params, strategy, info, data, paths, plan)
+    run.hooks = hooks or RunHooks()
     _restore(run, fresh)
-    with Stopper(params.train.time_budget_minutes, lease) as stopper:
+    with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
         reason = _train_loop(run, stopper, progress, run_start)
     if reason:
         newest = max(run.last_saved, 0)
@@ -467,6 +474,12 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
             else "another worker stopped early"
         )
         say(f"Early stopping: {why}; the best was at step {run.early.best_step}")
+    if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
+        last = run.stopped_early or run.step >= plan.total  # the run ends here anyway
+        wish = run.hooks.on_epoch({**record, "last": last})
+        if agree(run.strategy, bool(wish), run.info.workers) and not last:
+            run.stopped_early = True
+            say(f"Stopped early: {wish or 'another worker asked to'}")
 
 
 def _finish(run: Run, run_start: float) -> dict[str, Any]:
