@@ -472,8 +472,8 @@ def _check_value(key: str, value: Any, raw: dict[str, Any]) -> None:
     try:
         _PARAMS.validate_python(trial)
     except ValidationError as exc:
-        problem = _one_line(exc, trial).split(" (example:")[0]
-        raise ConfigError(f"sweep.space.{key}: {yaml_text(value)} is refused ({problem})") from None
+        problem = _one_line(exc, trial)
+        raise ConfigError(f"sweep.space.{key}: {yaml_text(value)} is refused: {problem}") from None
 
 
 def _field_of(key: str) -> Any:

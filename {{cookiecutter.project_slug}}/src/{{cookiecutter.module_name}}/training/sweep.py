@@ -175,8 +175,13 @@ def next_trial(sweep: Sweep) -> tuple[int, int, dict[str, Any]] | None:
                 return trial.number, trial.gen + 1, trial.params
         # A trial whose session has missed a heartbeat (its VM gone?): wait until it counts as
         # gone and resume that trial, rather than start a new one and leave it behind.
-        silent = store.heartbeat + store.settle
-        quiet = [t for t in running if now - owners[t.number].last > silent]
+        silent = store.heartbeat + store.settle  # same host: its pid says it at once
+        quiet = [
+            t
+            for t in running
+            if now - owners[t.number].last > silent
+            and owners[t.number].header.get("host") != store.host
+        ]
         if quiet and not orphans:
             if not waited:
                 print(

@@ -250,11 +250,9 @@ def fold(events: list[dict[str, Any]]) -> View:
             claims.setdefault((int(e["number"]), int(e["gen"])), e)  # sorted: the first wins
     trials: dict[int, TrialView] = {}
     for (number, gen), claim in sorted(claims.items()):
-        trial = trials.setdefault(number, TrialView(number))
-        if gen != len(trial.owners):
+        if gen != len(trials[number].owners if number in trials else []):
             continue  # a generation without its predecessor: never claimed by these rules
-        if gen == 0:
-            trial.params = dict(claim.get("params") or {})
+        trial = trials.setdefault(number, TrialView(number, dict(claim.get("params") or {})))
         trial.owners.append(claim["session"])
         trial.claimed.append(claim["ts"])
         trial.last.append(claim["ts"])
