@@ -9,7 +9,9 @@ module writes
   is an empty plot; a missing one would be an error): `confusion_matrix.csv` and
   `per_class.csv` (classification), `per_label.csv` (multilabel), `predictions.csv` (actual,
   predicted, residual: regression);
-- `results/plots/training_curve.csv`: every per-epoch number from `results/metrics/train.json`.
+- `results/plots/training_curve.csv`: every per-epoch number from `results/metrics/train.json`;
+- `results/reports/model_card.md` (model_card.py): the model, its data, training, test metrics
+  and exported files, and your section "Intended use and limits", which it keeps.
 
 The model: with `model.json` beside it (training/saved_model.py), its outputs are in the user's
 units (probabilities or values); without, they are logits, turned into outputs by the task.
@@ -33,6 +35,7 @@ from ..data import manifest
 from ..data.pipeline import Prepared, eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
 from ..task import Evaluation, Task, make_task
+from .model_card import write_card
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
 CONFUSION = "plots/confusion_matrix.csv"  # classification; report.load_confusion reads it
@@ -135,6 +138,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     evaluation = task.evaluate(scored_batches(predict, data, batch))
     written = write_evaluation(results, evaluation)
     written += write_other_plots(results, task)
+    written.append(write_card(params, project_dir, data.spec, evaluation))
     shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
         f"Test ({task.kind}): "

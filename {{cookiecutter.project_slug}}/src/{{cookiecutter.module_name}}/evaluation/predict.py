@@ -1,15 +1,13 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
-`predict` scores a CSV with the training feature columns, an image file or a folder of images;
-`export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
+`predict` scores a CSV with the training feature columns, an image file or a folder of images
+(export.py writes the same model for other programs: a SavedModel, a LiteRT `.tflite`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,20 +110,3 @@ def _read_image(path: Path, shape: list[int]) -> np.ndarray:
         raise ConfigError(f"{path}: not a readable image") from None
     return tf.image.resize(image, (height, width)).numpy()
 
-
-def export_saved_model(models_dir: Path, destination: Path) -> Path:
-    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
-    model, _ = load_for_users(models_dir)
-    if destination.exists() and not (destination / "saved_model.pb").is_file():
-        raise ConfigError(
-            f"{destination}: exists and is not a SavedModel; not overwriting it "
-            "(example: --output results/models/saved_model)"
-        )
-    partial = destination.with_name(destination.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # our own leftover from an interrupted export
-    model.export(str(partial), format="tf_saved_model", verbose=False)
-    if destination.exists():
-        shutil.rmtree(destination)  # a SavedModel this command wrote before
-    os.replace(partial, destination)
-    return destination
