@@ -19,11 +19,14 @@ printed line and the model card.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +95,8 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
         try:
-            return converter.convert()
+            with _converter_output_dropped():
+                return converter.convert()
         except ConverterError as exc:
             ops = unsupported_ops(exc, model)
             named = ", ".join(f"{op} (layer {layer!r})" for op, layer in sorted(ops.items()))
@@ -101,6 +105,21 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
                 "; replace that layer in model.py, or keep this model as a SavedModel "
                 f"(`{COMMAND} export`)"
             ) from None
+
+
+@contextlib.contextmanager
+def _converter_output_dropped() -> Iterator[None]:
+    """The converter's C++ code writes its log and, on failure, pages of MLIR straight to file
+    descriptor 2: dropped (the exception holds the same), so a refusal is one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # The converter names each failing op with the Keras layer's name scope in its location:
@@ -262,7 +281,8 @@ def compare_on_test(
     y_all, ref_all, got_all = np.concatenate(ys), np.concatenate(ref), np.concatenate(got)
     scores = {}
     for key, outputs in (("keras", ref_all), ("litert", got_all)):
-        metrics = task.evaluate([(y_all, outputs)]).metrics
+        with _tf_warnings_off():  # the metrics' fresh tf.functions: "retracing" warnings
+            metrics = task.evaluate([(y_all, outputs)]).metrics
         scores[key] = {k[5:]: v for k, v in metrics.items() if k.startswith("test_")}
     same = None
     if task.kind == "classification":
@@ -393,3 +413,16 @@ def _check_litert_output(output: Path) -> None:
 def _head(path: Path) -> bytes:
     with open(path, "rb") as f:
         return f.read(8)
+
+
+@contextlib.contextmanager
+def _tf_warnings_off() -> Iterator[None]:
+    import tensorflow as tf
+
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
