@@ -23,7 +23,7 @@ import tensorflow as tf
 from conftest import PROJECT, save_for_users
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
 from {{ cookiecutter.module_name }}.evaluation.export import (
@@ -52,9 +52,11 @@ def _csv(task: str) -> str:
     f = 100 + rng.normal(0, 10, size=(ROWS, 2))
     if task == "multilabel":
         tags = ["|".join(n for n, on in (("hot", a > 100), ("wet", b > 100)) if on) for a, b in f]
-        return "f1,f2,tags\n" + "".join(f"{a:.2f},{b:.2f},{t}\n" for (a, b), t in zip(f, tags))
+        rows = (f"{a:.2f},{b:.2f},{t}\n" for (a, b), t in zip(f, tags, strict=True))
+        return "f1,f2,tags\n" + "".join(rows)
     price = 50 + 0.5 * (f[:, 0] - 100) - 0.3 * (f[:, 1] - 100) + rng.normal(0, 0.3, ROWS)
-    return "f1,f2,price\n" + "".join(f"{a:.2f},{b:.2f},{p:.3f}\n" for (a, b), p in zip(f, price))
+    rows = (f"{a:.2f},{b:.2f},{p:.3f}\n" for (a, b), p in zip(f, price, strict=True))
+    return "f1,f2,price\n" + "".join(rows)
 
 
 @pytest.fixture(scope="module")

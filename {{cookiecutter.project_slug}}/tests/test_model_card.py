@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -60,10 +59,10 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     data = sections["Data"]
     assert f"sha256 `{file_sha256(project / 'data/manifest.json')[:12]}`" in data
     assert "stratified by class, seeded (seed 42): train 60%, validation 20%, test 20%" in data
-    counts = spec["counts"]
-    assert f"train {counts['train']}, validation {counts['validation']}, test {counts['test']}" in data
-    balance = [line for line in data.splitlines() if re.match(r"\| \d \| \d+ \| \d+ \| \d+ \|", line)]
-    assert len(balance) == 10 and sum(int(line.split("|")[2]) for line in balance) == counts["train"]
+    train, validation, test = (spec["counts"][s] for s in ("train", "validation", "test"))
+    assert f"train {train}, validation {validation}, test {test}" in data
+    balance = re.findall(r"^\| \d \| (\d+) \| \d+ \| \d+ \|$", data, flags=re.MULTILINE)
+    assert len(balance) == 10 and sum(map(int, balance)) == train
 
     training = sections["Training"]
     run = next(r for r in list_runs(project) if r["status"] == "completed")
@@ -116,7 +115,6 @@ def test_dvc_keeps_the_card_between_runs_and_git_tracks_it() -> None:
     """persist: DVC does not delete it before `evaluate` reads the user's section back;
     cache: false: git versions it (and .gitignore lets it in)."""
     stages = yaml.safe_load((PROJECT / "dvc.yaml").read_text())["stages"]
-    outs = [o for o in stages["evaluate"]["outs"] if isinstance(o, dict)]
-    card = next(o["results/reports/model_card.md"] for o in outs if "results/reports/model_card.md" in o)
-    assert card == {"cache": False, "persist": True}
+    outs = {k: v for o in stages["evaluate"]["outs"] if isinstance(o, dict) for k, v in o.items()}
+    assert outs["results/reports/model_card.md"] == {"cache": False, "persist": True}
     assert "!/results/reports/model_card.md" in (PROJECT / ".gitignore").read_text().splitlines()

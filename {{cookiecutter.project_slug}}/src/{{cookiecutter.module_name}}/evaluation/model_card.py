@@ -50,9 +50,7 @@ def card_markdown(project_dir: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def write_card(
-    params: Params, project_dir: Path, spec: DataSpec, evaluation: Evaluation
-) -> Path:
+def write_card(params: Params, project_dir: Path, spec: DataSpec, evaluation: Evaluation) -> Path:
     """Write the whole card, keeping the user's section of the card that is there."""
     project_dir = Path(project_dir)
     results = results_root(project_dir)
@@ -73,7 +71,7 @@ def write_card(
     sections = [
         f"# Model card: {PROJECT_SLUG}",
         f"<!-- Written by `{COMMAND} evaluate` (its exports section also by `export`). Edit only "
-        "the section \"Intended use and limits\": the rest is rewritten each time. -->",
+        'the section "Intended use and limits": the rest is rewritten each time. -->',
         model_section(sidecar, model_sha, architecture),
         data_section(project_dir, spec, trained_on),
         training_section(run, train),
@@ -232,8 +230,11 @@ def _train_rows(train: dict[str, Any]) -> list[list[Any]]:
     return [
         ["seed", f"{train.get('seed')} (deterministic ops: {train.get('deterministic')})"],
         ["steps", steps],
-        ["speed", f"{train.get('examples_per_sec')} examples/s, {train.get('wall_time_s')} s "
-         f"in the last session, precision {train.get('precision')}"],  # fmt: skip
+        [
+            "speed",
+            f"{train.get('examples_per_sec')} examples/s, {train.get('wall_time_s')} s "
+            f"in the last session, precision {train.get('precision')}",
+        ],
         ["resumes", resumed],
         ["validation", ", ".join(f"{k} {_number(v)}" for k, v in validation.items())],
     ]
@@ -289,24 +290,24 @@ def exports_table(results: Path) -> str:
     model = results / MODEL_FILE
     current = file_sha256(model) if model.is_file() else None
     rows = [
-        [f"`results/{name}`", _size(results / name), what]
+        [_shown(name), _size(results / name), what]
         for name, what in ((MODEL_FILE, "the Keras model"), (SIDECAR_FILE, "its sidecar"))
         if (results / name).is_file()
     ]
-    checked = []
+    checked, vocabularies = [], {}
     for name, entry in load_exports(results).items():
-        path = Path(name) if Path(name).is_absolute() else results / name
+        path = results / name  # an absolute name stays as it is
         if not path.exists():
             continue
-        shown = f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
         what = _export_text(entry)
         if entry.get("model_sha256") != current:
             what = "**stale: from an older model.keras, export again**; " + what
         elif entry.get("checked_on") == "test split":
-            checked.append((shown, _size(path), entry))
-        rows.append([shown, _size(path), what])
-        if entry.get("vocabulary"):
-            rows.append([f"`results/{entry['vocabulary']}`", "", "its vocabulary: " + entry["tokenize"]])
+            checked.append((_shown(name), _size(path), entry))
+        rows.append([_shown(name), _size(path), what])
+        if entry.get("vocabulary") and (results / entry["vocabulary"]).is_file():
+            vocabularies[entry["vocabulary"]] = "the token ids' vocabulary: " + entry["tokenize"]
+    rows += [[_shown(name), _size(results / name), what] for name, what in vocabularies.items()]
     text = _table(["file", "size", "what"], rows)
     return text + ("\n\n" + litert_table(checked, _size(model)) if checked else "")
 
@@ -321,8 +322,8 @@ def litert_table(checked: list[tuple[str, str, dict[str, Any]]], keras_size: str
     classes = first.get("same_class") is not None
     header = ["model", "weights", "size", *names, "largest difference"]
     header += ["same class"] if classes else []
-    rows = [["`results/" + MODEL_FILE + "`", "float32", keras_size,
-             *(_number(first["keras"][m]) for m in names), ""] + ([""] if classes else [])]  # fmt: skip
+    keras = [_shown(MODEL_FILE), "float32", keras_size]
+    rows = [keras + [_number(first["keras"][m]) for m in names] + [""] * (1 + classes)]
     for shown, size, entry in checked:
         weights = {"none": "float32", "int8": "int8 (dynamic range)"}.get(entry["quantize"])
         row = [shown, weights or entry["quantize"], size]
@@ -340,7 +341,8 @@ def _export_text(entry: dict[str, Any]) -> str:
     if entry.get("format") == "saved_model":
         return "TensorFlow SavedModel, endpoint `serve` (TF Serving)"
     weights = {"none": "float32", "int8": "int8 dynamic range"}.get(entry["quantize"])
-    text = f"LiteRT, {weights or entry['quantize']} weights, builtin ops only; inputs {entry['inputs']}"
+    text = f"LiteRT, {weights or entry['quantize']} weights, builtin ops only"
+    text += f"; inputs {entry['inputs']}"
     if entry.get("checked_on") != "test split":
         text += f"; run on a probe example only, without test data ({entry.get('interpreter')})"
     return text
@@ -353,6 +355,11 @@ def _table(header: list[Any], rows: list[list[Any]]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
     return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
+
+
+def _shown(name: str) -> str:
+    """A file under the results root as the project shows it (an absolute path as it is)."""
+    return f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
 
 
 def _listed(names: list[str], most: int = 12) -> str:
@@ -378,7 +385,9 @@ def _cell(value: Any) -> str:
 
 def _size(path: Path) -> str:
     """Bytes of a file, or of every file under a folder, in KiB or MiB."""
-    size = path.stat().st_size if path.is_file() else sum(
-        p.stat().st_size for p in path.rglob("*") if p.is_file()
+    size = (
+        path.stat().st_size
+        if path.is_file()
+        else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     )
     return f"{size / 1024:.1f} KiB" if size < 2**20 else f"{size / 2**20:.1f} MiB"

@@ -109,4 +109,3 @@ def _read_image(path: Path, shape: list[int]) -> np.ndarray:
     except tf.errors.InvalidArgumentError:
         raise ConfigError(f"{path}: not a readable image") from None
     return tf.image.resize(image, (height, width)).numpy()
-
