@@ -54,6 +54,7 @@ GOALS = {  # figure: the least it should be (issue 21)
     "ratio_vs_limit": 0.8,
     "pipeline_vs_limit": 0.9,
     "backbone_ratio_vs_fit": 1.1,
+    "cnn_val_accuracy": 0.9,
 }
 PHOTO_SIDE = 160  # the JPEGs on disk ...
 IMAGE_SIDE = 64  # ... trained at 64x64 (images: prepare resizes once, Keras every epoch)
@@ -380,6 +381,30 @@ def backbone(work: Path, baked: Path, python: Path, module: str, args: argparse.
     ])  # fmt: skip
 
 
+def cnn(work: Path, baked: Path, python: Path, module: str, args: argparse.Namespace) -> str:
+    """cnn: does the default `cnn` learn? Three shapes (64x64 JPEGs), the project's defaults
+    (20 epochs, batch 32), the best val_accuracy of each seed; goal: median >= 0.9."""
+    # shapes.py needs numpy and Pillow: the project's Python has them, the template's does not
+    folder = work / "shapes"
+    draw = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import shapes; "
+            f"shapes.write_shapes(__import__('pathlib').Path({str(folder)!r}), per_class={args.cnn_per_class})")
+    subprocess.run([str(python), "-c", draw], check=True)
+    sets = {"data.source": "images", "data.path": folder, "data.image_size": "[64,64]",
+            "data.image_channels": 3, "model.architecture": "cnn", "train.epochs": args.cnn_epochs}
+    best = []
+    for seed in range(args.cnn_seeds):
+        project = Project(baked, work / f"cnn-{seed}", python, module, {**sets, "seed": seed})
+        project.run("prepare")
+        project.run("train")
+        history = json.loads((project.folder / "results/metrics/train.json").read_text())["history"]
+        best.append(max(h["val_accuracy"] for h in history))
+        say(f"cnn seed {seed}: best val_accuracy {best[-1]:.3f}")
+    return " ".join([
+        "cnn:", figure("val_accuracy", best, GOALS["cnn_val_accuracy"]),
+        f"seeds={args.cnn_seeds} epochs={args.cnn_epochs} images={3 * args.cnn_per_class} shapes=3",
+    ])  # fmt: skip
+
+
 def image_sets(args: argparse.Namespace, folder: Path, architecture: str) -> dict[str, Any]:
     """The --set overrides of an image workload: the folder, the model, one device."""
     side = BACKBONE_SIDE if architecture == "backbone" else IMAGE_SIDE
@@ -405,10 +430,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-batch", type=int, default=32, help="images, backbone: batch size")
     p.add_argument("--backbone-images", type=int, default=1500, help="backbone: JPEGs")
     p.add_argument("--backbone-epochs", type=int, default=3, help="backbone: epochs per run")
+    p.add_argument("--cnn-per-class", type=int, default=300, help="cnn: images per shape")
+    p.add_argument("--cnn-epochs", type=int, default=20, help="cnn: epochs per seed")
+    p.add_argument("--cnn-seeds", type=int, default=3, help="cnn: seeds (runs)")
     p.add_argument("--pairs", type=int, default=5, help="runs of each side per workload")
     p.add_argument("--bake-runs", type=int, default=5, help="bakes timed")
-    p.add_argument("--only", nargs="+", choices=["mlp", "images", "backbone"],
-                   default=["mlp", "images", "backbone"], help="workloads to run")  # fmt: skip
+    p.add_argument("--only", nargs="+", choices=["mlp", "images", "backbone", "cnn"],
+                   default=["mlp", "images", "backbone", "cnn"], help="workloads to run")  # fmt: skip
     p.add_argument("--xla", action="store_true", help="train.xla on every side (jit_compile)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
@@ -458,6 +486,8 @@ def main(argv: list[str] | None = None) -> None:
                         print(line, flush=True)
             finally:
                 keras.close()
+        if "cnn" in args.only:
+            print(timed(cnn, work, baked, python, module, args), flush=True)
 
 
 if __name__ == "__main__":

@@ -62,16 +62,20 @@ def mlp(x_train: np.ndarray) -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(CLASSES, dtype="float32", name="logits")(x))
 
 
-def cnn(side: int, filters: tuple[int, ...] = (32, 64)) -> keras.Model:
-    """Per block a 3x3 conv (no bias) + batch norm + ReLU + 2x2 pooling; global average pooling."""
+def cnn(side: int, filters: tuple[int, ...] = (16, 32, 64, 128)) -> keras.Model:
+    """The project's cnn: per block a 3x3 conv (no bias) + batch norm (momentum 0.9) + ReLU + 2x2
+    pooling, one per filters entry and more of the last while the map is wider than 4 px; global
+    average pooling."""
     inputs = keras.Input(shape=(side, side, 3), name="inputs")
     x = keras.layers.Rescaling(1.0 / 255, name="scale_pixels")(inputs)
-    for f in filters:
-        x = keras.layers.Conv2D(f, 3, padding="same", use_bias=False)(x)
-        x = keras.layers.BatchNormalization()(x)
+    block = 0
+    while block < len(filters) or min(x.shape[1], x.shape[2]) > 4:
+        x = keras.layers.Conv2D(filters[min(block, len(filters) - 1)], 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization(momentum=0.9)(x)
         x = keras.layers.Activation("relu")(x)
         if min(x.shape[1], x.shape[2]) >= 2:
             x = keras.layers.MaxPooling2D()(x)
+        block += 1
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     return keras.Model(inputs, keras.layers.Dense(CLASSES, dtype="float32", name="logits")(x))
 

@@ -83,6 +83,7 @@ PACKAGE_FILES = {
     "colab/__init__.py",
     "colab/githooks.py",
     "colab/notebooks.py",
+    "colab/restore.py",
     "colab/runtime_check.py",
     "config.py",
     "core/__init__.py",
@@ -92,6 +93,7 @@ PACKAGE_FILES = {
     "core/locations.py",
     "core/storage.py",
     "data/__init__.py",
+    "data/feed.py",
     "data/manifest.py",
     "data/pipeline.py",
     "data/prepare.py",
@@ -112,12 +114,14 @@ PACKAGE_FILES = {
     "training/__init__.py",
     "training/checkpoints.py",
     "training/early_stopping.py",
+    "training/fingerprint.py",
     "training/lease.py",
     "training/policy.py",
     "training/preflight.py",
     "training/run_record.py",
     "training/saved_model.py",
     "training/seeding.py",
+    "training/speed.py",
     "training/strategy.py",
     "training/tracking.py",
     "training/trainer.py",
@@ -133,6 +137,7 @@ TEST_FILES = {
     "test_environment.py",
     "test_export.py",
     "test_fine_tune.py",
+    "test_fingerprint.py",
     "test_hygiene.py",
     "test_input_pipeline.py",
     "test_lease.py",
@@ -152,6 +157,7 @@ TEST_FILES = {
     "test_run_record.py",
     "test_runtime_check.py",
     "test_seeding.py",
+    "test_speed.py",
     "test_staging.py",
     "test_stop.py",
     "test_storage_faults.py",
@@ -276,8 +282,8 @@ def test_git_repository_on_main(baked: tuple[dict, Path]) -> None:
 def test_make_lists_every_target(baked: tuple[dict, Path]) -> None:
     answers, project = baked
     out = subprocess.run(["make"], cwd=project, capture_output=True, text=True, check=True).stdout
-    targets = ["setup", "hooks", "data", "train", "evaluate", "repro", "test", "lint", "notebooks",
-               "lock", "clean"]
+    targets = ["setup", "hooks", "data", "train", "speed", "evaluate", "repro", "test", "lint",
+               "notebooks", "lock", "clean"]
     vertex = ["image", "vertex"]
     for target in targets + vertex:
         listed = re.search(rf"^  make {target} +\S", out, flags=re.M) is not None

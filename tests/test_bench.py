@@ -17,6 +17,7 @@ import bench
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--examples", "3000", "--epochs", "2", "--images", "200", "--image-epochs", "2",
         "--image-batch", "8", "--backbone-images", "200", "--backbone-epochs", "2",
+        "--cnn-per-class", "20", "--cnn-epochs", "2", "--cnn-seeds", "1",
         "--pairs", "1", "--bake-runs", "1"]  # fmt: skip
 SPREAD = r"=(\d+\.\d\d) \[(\d+\.\d\d)-(\d+\.\d\d)\]"
 
@@ -34,6 +35,7 @@ def test_bench_prints_every_line_with_its_spread(tmp_path: Path) -> None:
         "mlp": ["ratio_vs_seed", "ratio_vs_limit"],
         "images": ["ratio_vs_fit", "pipeline_vs_limit"],
         "backbone": ["ratio_vs_fit"],
+        "cnn": ["val_accuracy"],
     }
     assert [line.split(":")[0] for line in lines[1:]] == list(expected), run.stdout
     for line, (workload, figures) in zip(lines[1:], expected.items(), strict=True):

@@ -13,9 +13,7 @@ Colab kernel, each VM with its own /content, host name and processes, Drive shar
 4. VM 1: 02 trains on the CPU (uncommitted edits kept) and the VM goes away mid-run;
 5. VM 2: 02 again resumes from Drive at the next batch and finishes;
 6. VM 3: 03 evaluates.
-The steps share one box and run in this order. Those that wait for the package's new-VM
-behaviour (issue 18 item 3) are marked xfail(strict): they pass once it is there, and must then
-lose the mark.
+The steps share one box and run in this order.
 """
 
 from __future__ import annotations
@@ -262,14 +260,6 @@ def test_02_trains_until_the_vm_goes_away(scenario: Scenario) -> None:
     scenario.killed_at = steps[-1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 item 3: on a new VM, 02 does not restore the prepared data "
-    "(data/manifest.json was on the old VM's disk: it trains on the digits' temporary split and "
-    "refuses the run's checkpoints, 'started with other settings (train_examples was 1079, now "
-    "1438); start over with --fresh'), and the dead VM's lease (another host name) is taken over "
-    "only after STALE_AFTER missed heartbeats (exit code 4 before that)",
-)
 def test_02_on_a_new_vm_resumes_from_drive_and_finishes(scenario: Scenario) -> None:
     """A new VM (new disk, new host name, Drive kept): 02 run again, as its text says, restores
     what it needs, takes over the dead VM's lease at once and resumes at the next batch."""
@@ -290,12 +280,6 @@ def test_02_on_a_new_vm_resumes_from_drive_and_finishes(scenario: Scenario) -> N
     assert not (box.storage / "checkpoints" / "baseline" / "lease.json").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 18 item 3: 03 on a new VM restores neither the prepared data "
-    "(data/manifest.json: 'prepare the data first') nor the trained model (model.keras, model.json, "
-    "train.json) from Drive or the DVC remote",
-)
 def test_03_on_a_new_vm_evaluates(scenario: Scenario) -> None:
     box = scenario.box
     vm = scenario.vm = box.new_vm()

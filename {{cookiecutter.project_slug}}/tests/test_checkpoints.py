@@ -13,6 +13,7 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     CheckpointStore,
     list_checkpoints,
+    newest_meta,
     verify,
 )
 
@@ -87,9 +88,29 @@ def test_intact_but_different_model_is_an_error(tmp_path: Path) -> None:
     ckpt, _ = _ckpt(1.0)
     store.save(ckpt, 1, {})
     other = tf.train.Checkpoint(v=tf.Variable([1.0, 2.0, 3.0]))
-    with pytest.raises(CheckpointMismatch, match="--fresh"):
+    with pytest.raises(CheckpointMismatch, match="holds another model") as refused:
         store.restore(other)
+    # It suggests another run or the old settings, never deleting the run's checkpoints.
+    assert "its checkpoints are kept" in str(refused.value) and "--fresh" not in str(refused.value)
     assert json.loads((tmp_path / "step-000000001" / "meta.json").read_text())["step"] == 1
+
+
+def test_a_check_of_the_meta_runs_before_anything_is_read(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, keep=2)
+    store.save(_ckpt(1.0)[0], 1, {"fingerprint": {"data": "a"}})
+    store.save(_ckpt(2.0)[0], 2, {"fingerprint": {"data": "b"}})
+    assert newest_meta(tmp_path)["step"] == 2
+    seen = []
+
+    def refuse(meta: dict) -> None:
+        seen.append(meta["step"])
+        raise CheckpointMismatch("another run")
+
+    target, variable = _ckpt(0.0)
+    with pytest.raises(CheckpointMismatch, match="another run"):
+        store.restore(target, refuse)
+    assert seen == [2] and float(variable.numpy()[0]) == 0.0  # refused before reading
+    assert newest_meta(tmp_path / "none") is None
 
 
 def test_commit_without_folder_rename(tmp_path: Path, monkeypatch) -> None:

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from {{ cookiecutter.module_name }}.augment import augmenter
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.data.feed import Resident, make_feed
 from {{ cookiecutter.module_name }}.data.pipeline import (
     Prepared,
     epoch_windows,
@@ -22,7 +23,7 @@ from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
-N = 2500  # three shards of 1000 / 1000 / 500 at SHARD_BYTES below, over two shuffle windows
+N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     source.input_shape = (4, 4, 1)
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     original = prepare.SHARD_BYTES
-    prepare.SHARD_BYTES = 100 * 1000  # about 1000 tiny examples per shard
+    prepare.SHARD_BYTES = 110 * 1000  # about 870 tiny examples (126 bytes with framing) each
     try:
         write_processed(source, idx, folder, load_params(PARAMS))
     finally:
@@ -127,28 +128,34 @@ def vectors(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     folder = tmp_path_factory.mktemp("vectors")
     ids = np.arange(N)
     x = np.stack([ids, ids % 7, ids % 3], axis=1).astype(np.float32)
-    source = Source("vector", (ids % 5).astype(np.int32), list("abcde"), x.__getitem__, str, (3,))
+    labels = (ids % 5).astype(np.int32)
+    source = Source("vector", labels, list("abcde"), x.__getitem__, str, input_shape=(3,))
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     write_processed(source, idx, folder, load_params(PARAMS))
     return load_prepared(folder)
 
 
+def vector_steps(
+    vectors: Prepared, replicas: int, start: int = 0, count: int = 60, seed: int = 3
+) -> list[list[int]]:
+    """The example ids of each global step of `train_dataset` (replicas' batches joined)."""
+    ctx = tf.distribute.InputContext(num_replicas_in_sync=replicas)
+    ds = train_dataset(ctx, vectors, 48, seed, start_step=start, epochs=3, augment=[])
+    batches = [x[:, 0].numpy().astype(int).tolist() for x, _ in ds.take(count * replicas)]
+    assert all(len(b) == 48 // replicas for b in batches)
+    return [sum(batches[i : i + replicas], []) for i in range(0, len(batches), replicas)]
+
+
 def test_small_tabular_data_is_held_in_memory_with_the_same_guarantees(vectors: Prepared) -> None:
     assert vectors.in_memory_bytes() == 4 * 3 * N
+    assert vectors.in_memory_bytes(copies=2) == 2 * 4 * 3 * N  # one copy per replica
 
-    def vector_steps(replicas: int, start: int = 0, count: int = 60, seed: int = 3) -> list:
-        ctx = tf.distribute.InputContext(num_replicas_in_sync=replicas)
-        ds = train_dataset(ctx, vectors, 48, seed, start_step=start, epochs=3, augment=[])
-        batches = [x[:, 0].numpy().astype(int).tolist() for x, _ in ds.take(count * replicas)]
-        assert all(len(b) == 48 // replicas for b in batches)
-        return [sum(batches[i : i + replicas], []) for i in range(0, len(batches), replicas)]
-
-    one = vector_steps(replicas=1)  # 52 steps per epoch: crosses an epoch
-    assert vector_steps(replicas=2) == one == vector_steps(replicas=1)
+    one = vector_steps(vectors, replicas=1)  # 52 steps per epoch: crosses an epoch
+    assert vector_steps(vectors, replicas=2) == one == vector_steps(vectors, replicas=1)
     assert len(set(sum(one[:52], []))) == 52 * 48  # no example twice within an epoch
-    assert one[:8] != one[52:60] and one != vector_steps(1, seed=4)  # reshuffled per epoch
-    assert vector_steps(replicas=1, start=37, count=23) == one[37:]  # mid-epoch resume
-    assert vector_steps(replicas=2, start=52, count=8) == one[52:]  # from an epoch start
+    assert one[:8] != one[52:60] and one != vector_steps(vectors, 1, seed=4)  # per epoch
+    assert vector_steps(vectors, replicas=1, start=37, count=23) == one[37:]  # mid-epoch resume
+    assert vector_steps(vectors, replicas=2, start=52, count=8) == one[52:]  # from an epoch start
     # Targets travel with their inputs.
     for x, y in train_dataset(tf.distribute.InputContext(), vectors, 48, 3, 0, 1, []).take(2):
         assert np.array_equal(y.numpy(), x[:, 0].numpy().astype(int) % 5)
@@ -161,3 +168,42 @@ def test_an_unknown_augmentation_is_a_one_line_error_listing_the_registered_ones
         "data.augment: 'flap' is not registered (registered: contrast, flip, rotation, zoom; "
         "example: --set data.augment=[contrast])"
     )
+
+
+def test_resident_feed_gives_each_replica_its_slice_on_its_own_device(vectors: Prepared) -> None:
+    """The small-data feed (no per-step iterator) under 1 and 2 logical-CPU replicas: the same
+    examples per step as `train_dataset`, each replica's batch gathered on its own device from
+    its own copy, and a chunk that starts mid-epoch continues exactly."""
+    reference = vector_steps(vectors, replicas=1)
+    mirrored = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+    for strategy in (tf.distribute.get_strategy(), mirrored):
+        feed = make_feed(strategy, vectors, 48, 3, start_step=0, epochs=3, augment=[])
+        assert isinstance(feed, Resident)
+
+        @tf.function
+        def chunk(args, n, feed=feed, strategy=strategy):
+            # Each step's per-replica (x, y), stacked: what the chunk function's steps train on.
+            xs = tf.TensorArray(tf.float32, size=n)
+            ys = tf.TensorArray(tf.int32, size=n)
+            for i in tf.range(n):
+                x, y = strategy.run(lambda x, y: (x, y), args=feed.next_batch(args, i))
+                local_x = strategy.experimental_local_results(x)
+                local_y = strategy.experimental_local_results(y)
+                xs = xs.write(i, tf.concat([v[:, 0] for v in local_x], 0))
+                ys = ys.write(i, tf.concat(local_y, 0))
+            return xs.stack(), ys.stack()
+
+        got: list[list[int]] = []
+        for start, n in ((0, 20), (20, 17), (37, 15), (52, 8)):  # no chunk crosses an epoch end
+            x, y = chunk(feed.args(start), tf.constant(n))
+            ids = x.numpy().astype(int)
+            assert np.array_equal(y.numpy(), ids % 5)  # targets travel with their inputs
+            got += ids.tolist()
+        assert got == reference, strategy
+        resumed = make_feed(strategy, vectors, 48, 3, start_step=41, epochs=3, augment=[])
+        x, _ = chunk(resumed.args(41), tf.constant(11))
+        assert x.numpy().astype(int).tolist() == reference[41:52]  # a resumed run's chunk
+    args = feed.args(0)
+    assert [v.device for v in args.x.values] == list(mirrored.extended.worker_devices)
+    batch = mirrored.run(lambda x, y: x, args=feed.next_batch(args, 0))
+    assert [v.device for v in batch.values] == list(mirrored.extended.worker_devices)

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -131,18 +132,87 @@ def test_second_session_is_refused_then_the_holder_stops_when_taken_over(
     assert not lease_file.exists()  # released at the end
 
 
+class LiveVM:
+    """Another VM's session that holds a lease and beats every `interval` seconds (a thread)."""
+
+    def __init__(self, path: Path, interval: float) -> None:
+        self.doc = foreign_lease(path, heartbeat_age_s=0, interval=interval)
+        self.path, self.interval = path, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.beat, daemon=True)
+
+    def beat(self) -> None:
+        while not self.stop.wait(self.interval):
+            self.doc["heartbeat"] = time.time()
+            tmp = self.path.with_name(".lease-live.tmp")
+            tmp.write_text(json.dumps(self.doc))
+            os.replace(tmp, self.path)
+
+    def __enter__(self) -> LiveVM:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def test_take_over_and_fresh_respect_a_live_lease(tiny_project: Path, capsys) -> None:
     params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=held"])
     run_dir = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "held"
-    foreign_lease(run_dir / leases.LEASE_FILE, heartbeat_age_s=0, interval=30)
-    for fresh in (False, True):
-        with pytest.raises(LeaseHeld, match=r"run 'held' .*host other-vm, pid 4242.*--take-over"):
-            train(params, tiny_project, fresh=fresh)
-    assert sorted(p.name for p in run_dir.iterdir()) == [leases.LEASE_FILE]  # nothing written
+    with LiveVM(run_dir / leases.LEASE_FILE, interval=0.3):
+        for fresh in (False, True):
+            with pytest.raises(
+                LeaseHeld, match=r"run 'held' .*host other-vm, pid 4242.*--take-over"
+            ):
+                train(params, tiny_project, fresh=fresh)
+        assert sorted(p.name for p in run_dir.iterdir()) == [leases.LEASE_FILE]  # nothing written
+    # Its last heartbeat is recent: only --take-over takes the run without waiting.
     result = train(params, tiny_project, take_over=True)
     assert result.status == "completed"
-    assert "Taking over run 'held' from host other-vm, pid 4242" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Taking over run 'held' from host other-vm, pid 4242" in out and ": --take-over." in out
     assert not (run_dir / leases.LEASE_FILE).exists() and list_checkpoints(run_dir)
+
+
+def test_a_dead_vms_lease_is_watched_then_taken_over(tmp_path: Path, capsys) -> None:
+    """A new VM finds the lease of a VM that died moments ago (another host, a recent heartbeat):
+    it says it waits, sees no heartbeat, and takes the run over once the lease is stale, not
+    minutes later and without `--take-over`."""
+    path = tmp_path / leases.LEASE_FILE
+    foreign_lease(path, heartbeat_age_s=0.5, interval=1.0)  # stale 3 s after its last beat
+    started = time.monotonic()
+    lease = Lease.acquire(tmp_path, "r")
+    waited = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert "Run 'r' is held by host other-vm, pid 4242" in out and "waiting up to 2 s" in out
+    assert "Taking over run 'r' from host other-vm, pid 4242" in out and "missed" in out
+    assert 2.0 <= waited < 2.0 + 3.0  # the staleness window, not a fixed long wait
+    assert json.loads(path.read_text())["token"] == lease.token
+    lease.release()
+
+
+def test_a_live_vm_is_refused_at_its_next_heartbeat(tmp_path: Path, capsys) -> None:
+    path = tmp_path / leases.LEASE_FILE
+    with LiveVM(path, interval=0.5) as live:
+        started = time.monotonic()
+        with pytest.raises(LeaseHeld, match=r"run 'r' is being trained by another session"):
+            Lease.acquire(tmp_path, "r")
+        refused_after = time.monotonic() - started
+    assert refused_after < 1.5, "one heartbeat, not the staleness window (1.5 s)"
+    assert "waiting up to" in capsys.readouterr().out
+    assert json.loads(path.read_text())["token"] == live.doc["token"]  # its lease, untouched
+
+
+def test_a_lease_released_while_watched_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / leases.LEASE_FILE
+    foreign_lease(path, heartbeat_age_s=0, interval=1.0)
+    threading.Timer(0.3, path.unlink).start()  # the holder finished meanwhile
+    started = time.monotonic()
+    lease = Lease.acquire(tmp_path, "r")
+    assert time.monotonic() - started < 2.0
+    assert json.loads(path.read_text())["token"] == lease.token
+    lease.release()
 
 
 def test_a_dead_pid_on_this_host_is_taken_over_at_once(tmp_path: Path, capsys) -> None:
@@ -221,7 +291,8 @@ def test_fresh_clears_the_checkpoints_but_keeps_the_lease(tmp_path: Path) -> Non
 
     lease = Lease.acquire(tmp_path, "r")
     store = CheckpointStore(tmp_path, keep=2)
-    store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 1, {})
-    store.clear()
+    for step in (1, 2, 3):
+        store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), step, {})
+    assert store.clear() == [2, 3]  # the steps it deleted (the newest 2 were kept)
     assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]
     lease.release()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import nbformat
 import numpy as np
 import papermill
 import pytest
+import tensorflow as tf
 import yaml
 from conftest import copy_checkout
 
@@ -23,7 +25,19 @@ from {{ cookiecutter.module_name }}.colab.notebooks import (
     keep_state_on_storage,
     push_stage,
     run_notebooks,
+    stop_unless_trained,
 )
+from {{ cookiecutter.module_name }}.colab.restore import (
+    keep_model,
+    restore_for_evaluation,
+    restore_for_training,
+)
+from {{ cookiecutter.module_name }}.colab.runtime_check import NotebookStop
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.files import file_digests, file_sha256
+from {{ cookiecutter.module_name }}.data.manifest import MANIFEST, data_hash
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -137,6 +151,140 @@ def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
 def test_training_notebook_shows_tensorboard_on_colab():
     train = next(p for p in NOTEBOOKS if p.name.startswith("02_"))
     assert any("%tensorboard --logdir" in c.source for c in code_cells(train))
+
+
+def test_each_exit_code_of_train_has_its_own_advice():
+    """02's train cell ends with `stop_unless_trained`: nothing on success, else one line (no
+    traceback) with what the exit code means and what to do; never a step that deletes the run."""
+    assert stop_unless_trained(0, "r") is None
+    lines = {}
+    for code in (1, 2, 3, 4, 5, 130, 143, 9):
+        with pytest.raises(NotebookStop) as stopped:
+            stop_unless_trained(code, "r")
+        text = str(stopped.value)
+        assert stopped.value._render_traceback_() == [text] and "\n" not in text
+        assert text.startswith(f"Training stopped (exit code {code}): ") and "--fresh" not in text
+        lines[code] = text
+    assert len(set(lines.values())) == len(lines), "each code its own advice"
+    assert "set run_name to a new name to train another run" in lines[2]
+    assert "run this cell again to continue it" in lines[3]
+    assert "another session is training run 'r'" in lines[4] and "heartbeats" in lines[4]
+    assert "another session took run 'r' over" in lines[5]
+    assert "run this cell again to resume" in lines[130] and "see the message above" in lines[9]
+    train = next(p for p in NOTEBOOKS if p.name.startswith("02_"))
+    cell = next(c.source for c in code_cells(train) if "exit_code = main(" in c.source)
+    assert "stop_unless_trained(exit_code, " in cell and "assert exit_code" not in cell
+
+
+def push_like_dvc(project: Path, doc: dict, remote: Path) -> None:
+    """What `dvc push` leaves in a remote: each file under its MD5 (files/md5/<2>/<30>)."""
+    for entry in doc["files"]:
+        md5 = entry["dvc"]["md5"]
+        target = remote / "files" / "md5" / md5[:2] / md5[2:]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(project / entry["path"], target)
+
+
+def new_vm(tmp_path: Path, name: str, remote: Path | None = None) -> Path:
+    """A fresh clone (no data, no results) whose DVC remote is `remote`, as the setup sets it."""
+    project = copy_project(tmp_path / name)
+    if remote is not None:
+        (project / ".dvc" / "config.local").write_text(
+            f"[core]\n    remote = box\n['remote \"box\"']\n    url = {remote}\n"
+        )
+    return project
+
+
+def first_vm(tmp_path: Path, storage: Path, remote: Path) -> tuple[Path, dict, str]:
+    """VM 1: `prepare` (its manifest kept in the storage folder) and the data pushed; run
+    'baseline' checkpointed on that data. Returns (project, manifest, data hash)."""
+    project = new_vm(tmp_path, "vm1", remote)
+    prepare(load_params(project / "params.yaml"), project)
+    doc = json.loads((project / MANIFEST).read_text())
+    digest = data_hash(doc)
+    kept = storage / "manifests" / f"{digest}.json"
+    assert kept.read_bytes() == (project / MANIFEST).read_bytes()
+    push_like_dvc(project, doc, remote)
+    store = CheckpointStore(storage / "checkpoints" / "baseline", keep=3)
+    store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 6, {"fingerprint": {"data": digest}})
+    return project, doc, digest
+
+
+def same_files(project: Path, doc: dict) -> bool:
+    return all(file_sha256(project / e["path"]) == e["sha256"] for e in doc["files"])
+
+
+def test_a_new_vm_restores_the_runs_data_from_the_dvc_remote_or_prepares_it_again(
+    tmp_path, monkeypatch
+):
+    storage, remote = tmp_path / "drive", tmp_path / "remote"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    first, doc, digest = first_vm(tmp_path, storage, remote)
+    short, count = digest[:12], len(doc["files"])
+    # VM 2: the run's data (its checkpoint names it) from the DVC remote, the manifest from Drive.
+    second = new_vm(tmp_path, "vm2", remote)
+    line = restore_for_training(second)
+    assert line == (
+        f"Data: the data run 'baseline' was trained on ({short}), {count} files restored from "
+        f"the DVC remote {remote}"
+    )
+    assert same_files(second, doc)
+    assert (second / MANIFEST).read_bytes() == (first / MANIFEST).read_bytes()
+    assert restore_for_training(second) == (
+        f"Data: {MANIFEST} on this VM ({short}), nothing to restore"
+    )
+    # A remote without the files: `prepare` again, which makes exactly the recorded files.
+    third = new_vm(tmp_path, "vm3", tmp_path / "empty-remote")
+    line = restore_for_training(third)
+    assert line.startswith("Data: prepared again on this VM (") and "is in neither" in line
+    assert line.endswith(f"exactly the data run 'baseline' was trained on ({short})")
+    assert same_files(third, doc)
+    # Settings that make other data: said in one line (training then names the difference).
+    fourth = new_vm(tmp_path, "vm4")
+    line = restore_for_training(fourth, {"seed": 7})
+    assert line.startswith("WARNING: Data: prepared again on this VM (")
+    assert "not the data run 'baseline' was trained on (made " in line and short in line
+    # A run with no checkpoint yet: the data dvc.lock records (a committed `prepare` stage).
+    md5 = file_digests(first / MANIFEST, "md5")["md5"]
+    fifth = new_vm(tmp_path, "vm5", remote)
+    lock = {"stages": {"prepare": {"outs": [{"path": MANIFEST, "md5": md5}]}}}
+    (fifth / "dvc.lock").write_text(yaml.safe_dump(lock))
+    line = restore_for_training(fifth, {"run_name": "new"})
+    assert line.startswith(f"Data: the data dvc.lock records ({short}), {count} files restored")
+
+
+def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
+    storage, remote = tmp_path / "drive", tmp_path / "remote"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    first, doc, digest = first_vm(tmp_path, storage, remote)
+    results = first / "results"
+    (results / "models").mkdir(parents=True, exist_ok=True)
+    (results / "models" / "model.keras").write_bytes(b"a model")
+    (results / "models" / "model.json").write_text("{}")
+    record = {"run_name": "baseline", "data_hash": digest, "history": []}
+    (results / "metrics").mkdir(parents=True, exist_ok=True)
+    (results / "metrics" / "train.json").write_text(json.dumps(record))
+    kept = storage / "models" / "baseline"
+    assert keep_model(first, storage) == (
+        f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)"
+    )
+    assert keep_model(first, storage) == f"Model of run 'baseline': in {kept} already"
+    assert keep_model(new_vm(tmp_path, "empty"), storage) is None  # no model: nothing kept
+    # VM 3: the model from Drive, its data from the DVC remote.
+    third = new_vm(tmp_path, "vm3", remote)
+    line = restore_for_evaluation(third)
+    assert line.startswith(f"Model: run 'baseline' restored from {kept}; Data: the data the model")
+    assert (third / "results/models/model.keras").read_bytes() == b"a model"
+    assert json.loads((third / "results/metrics/train.json").read_text()) == record
+    assert same_files(third, doc)
+    assert restore_for_evaluation(third).startswith(
+        f"Model: models/model.keras of run 'baseline' on this VM; Data: {MANIFEST} on this VM"
+    )
+    line = restore_for_evaluation(new_vm(tmp_path, "vm4"), "other")
+    assert line == (
+        f"Model: none on this VM, and no model of run 'other' in {storage / 'models' / 'other'}: "
+        "train it first (02_train.ipynb)"
+    )
 
 
 def copy_project(tmp_path: Path) -> Path:

@@ -1,5 +1,7 @@
 """The DVC pipeline in a copy of this project under git: repro, no-op repro, a changed param,
-push / pull through a local remote, and the manifest check. Training is kept tiny (1 epoch)."""
+push / pull through a local remote, and the manifest check; the train stage reuses a run that a
+notebook trained with the same settings and trains a run of its own for other ones, deleting no
+checkpoint; a new VM restores the data from the remote. Training is kept tiny (1 epoch)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ class Project:
 
     def __init__(self, path: Path, storage: Path) -> None:
         self.path = path
+        self.storage = storage
+        self.output = ""
         self.times: list[str] = []  # printed at the end (pytest -s): where the time goes
         # dvc.yaml's stages run `python`: make that this interpreter (a venv's, or one without a
         # `python` next to it).
@@ -94,11 +98,18 @@ class Project:
     def dvc(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run(sys.executable, "-m", "dvc", *args, ok=ok)
 
-    def repro(self) -> tuple[set[str], float]:
-        """Run `dvc repro`; return the stages that ran and the seconds it took."""
+    def repro(self, *targets: str) -> tuple[set[str], float]:
+        """Run `dvc repro [targets]`; return the stages that ran and the seconds it took (the
+        stages' output is in `self.output`)."""
         start = time.perf_counter()
-        proc = self.dvc("repro")
+        proc = self.dvc("repro", *targets)
+        self.output = proc.stdout + proc.stderr
         return set(re.findall(r"Running stage '(\w+)'", proc.stdout)), time.perf_counter() - start
+
+    def checkpoints(self, run_name: str) -> dict[str, float]:
+        """The run's checkpoint folders on the storage root, with their meta.json's mtime."""
+        folder = self.storage / "checkpoints" / run_name
+        return {p.parent.name: p.stat().st_mtime_ns for p in folder.glob("step-*/meta.json")}
 
     def set_param(self, key: str, value: str) -> None:
         params = self.path / "params.yaml"
@@ -131,10 +142,20 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return p
 
 
-def test_pipeline(project: Project) -> None:
+def test_pipeline(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     p = project
-    ran, first = p.repro()
-    assert ran == {"prepare", "train", "evaluate"}
+    # The data, then run 'baseline' trained as notebook 02 trains it; then the whole pipeline:
+    # the train stage reuses that run (same settings, data and code), its checkpoints kept.
+    ran, first = p.repro("prepare")
+    assert ran == {"prepare"}
+    p.run(sys.executable, "-m", MODULE, "train")
+    notebook_run = p.checkpoints("baseline")
+    assert notebook_run
+    ran, reused = p.repro()
+    first += reused
+    assert ran == {"train", "evaluate"}
+    assert "Run 'baseline' is already complete" in p.output and "differs" not in p.output
+    assert p.checkpoints("baseline") == notebook_run
     for rel in ("data/raw/digits.csv", "data/processed/spec.json", "results/models/model.keras"):
         assert (p.path / rel).is_file(), rel
     metrics = json.loads((p.path / "results/metrics/evaluate.json").read_text())
@@ -169,9 +190,13 @@ def test_pipeline(project: Project) -> None:
     p.run("git", "checkout", "--", f"src/{MODULE}/sources.py")
     assert p.changed_stages() == set()
 
+    # Another learning rate: a run of its own; run 'baseline' keeps every checkpoint.
     p.set_param("learning_rate", "0.003")
     ran, _ = p.repro()
     assert ran == {"train", "evaluate"}
+    own = re.search(r"training run '(baseline-[0-9a-f]{8})' instead", p.output)
+    assert own and "train.learning_rate was 0.001, now 0.003" in p.output, p.output[-3000:]
+    assert p.checkpoints("baseline") == notebook_run and p.checkpoints(own[1])
 
     # Every task's plots are declared; the other tasks' files are there, header only: no errors.
     plots = json.loads(p.dvc("plots", "show", "--json").stdout)
@@ -215,4 +240,16 @@ def test_pipeline(project: Project) -> None:
     p.dvc("checkout", "--force")
     shard = "data/processed/train-00000.tfrecord"
     assert p.sha256(shard) == before[shard]
+
+    # A new VM: a clean clone, the same remote and storage; the data of the run (its checkpoint
+    # names it, the storage folder keeps its manifest) comes back from what `dvc push` stored.
+    from {{ cookiecutter.module_name }}.colab.restore import restore_for_training
+
+    vm = p.path.parent / "new-vm"
+    shutil.copytree(p.path, vm, ignore=shutil.ignore_patterns("data", "results", "cache"))
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(p.storage))
+    line = restore_for_training(vm, {"run_name": own[1]})
+    assert line.startswith(f"Data: the data run '{own[1]}' was trained on (") and "remote" in line
+    for rel in versioned[:-1]:
+        assert hashlib.sha256((vm / rel).read_bytes()).hexdigest() == before[rel], rel
     print(f"\ndvc repro {first:.1f} s, no-op {noop:.1f} s; every command:", *p.times, sep="\n")

@@ -16,9 +16,10 @@ import pytest
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core import locations
 from {{ cookiecutter.module_name }}.data import manifest
-from {{ cookiecutter.module_name }}.data.pipeline import read_split
-from {{ cookiecutter.module_name }}.data.prepare import prepare, split_indices
-from {{ cookiecutter.module_name }}.spec import load_spec
+from {{ cookiecutter.module_name }}.data.pipeline import example_ids, load_prepared, read_split
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.data.split import split_indices
+from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
@@ -33,6 +34,12 @@ def processed(project: Path) -> Path:
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def ids(project: Path) -> list[str]:
+    """Every prepared example's source id, all splits."""
+    data = load_prepared(processed(project))
+    return sorted(i for split in SPLITS for i in example_ids(data, split))
 
 
 def test_digits_are_8x8x1_images_in_seeded_shards(tmp_path: Path) -> None:
@@ -133,6 +140,8 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     x, y, _ = read_split(processed(project), "train")
     assert x.shape[1:] == (4, 5, 1)
     assert np.allclose(x[y == 0], 30, atol=3) and np.allclose(x[y == 1], 220, atol=3)
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.*"))
+    assert ids(project) == names  # each example's file, relative to data.path
 
     # A truncated image stops prepare with its path; the previous shards stay as they were.
     before = {p.name: sha(p) for p in processed(project).iterdir()}
@@ -197,6 +206,7 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     )
     x, y, _ = read_split(processed(project), "train")
     assert load_spec(processed(project)).kind == "image" and x.shape[1:] == (4, 4, 3)
+    assert ids(project) == sorted(f"part-{s}.tfrecord:{k}" for s in range(2) for k in range(10))
     with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
 
@@ -225,23 +235,33 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     assert spec.kind == "image" and spec.input_shape == (28, 28, 1)
     assert spec.names == [str(i) for i in range(10)]
     assert spec.counts == {"train": 30, "validation": 30, "test": 30}
+    tested = example_ids(load_prepared(processed(tmp_path)), "test")
+    assert sorted(tested) == sorted(f"test[{k}]" for k in range(30))  # as TFDS numbers them
     x, _, _ = read_split(processed(tmp_path), "validation")
     assert x.shape[1:] == (28, 28, 1) and 0 <= x.min() <= x.max() <= 255
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
     assert manifest.check(tmp_path) == 5  # tfds.json, 3 shards, spec.json
 
-    # With metadata that lists mnist's real splits (train and test only): pooled, then split.
+    # With metadata that lists mnist's real splits (train and test only): its test split is
+    # kept, validation is carved out of its train split (stratified, seeded).
     meta = tmp_path / "tfds-metadata"
     builder = tfds.builder("mnist", data_dir=str(meta))
-    real = [tfds.core.SplitInfo(name=s, shard_lengths=[30], num_bytes=0) for s in ("train", "test")]
+    real = [
+        tfds.core.SplitInfo(name=s, shard_lengths=[100], num_bytes=0) for s in ("train", "test")
+    ]
     builder.info.set_splits(tfds.core.SplitDict(real))
     Path(builder.data_dir).mkdir(parents=True)
     builder.info.write_to_directory(builder.data_dir)
     project = tmp_path / "real-splits"
-    with tfds.testing.mock_data(num_examples=30, data_dir=str(meta)):
+    with tfds.testing.mock_data(num_examples=100, data_dir=str(meta)):
         info = run_prepare(project, "data.source=tfds", "data.name=mnist")
-    assert sum(info["counts"].values()) == 60 and min(info["counts"].values()) > 0
-    assert json.loads((project / "data/raw/tfds.json").read_text())["examples"] == 60
+    counts = info["counts"]
+    assert counts["test"] == 100 and counts["train"] + counts["validation"] == 100
+    assert 15 <= counts["validation"] <= 25  # 20 % of each class of train
+    assert info["split"]["from"] == {s: f"tfds mnist {s if s != 'validation' else 'train'}"
+                                     for s in ("train", "validation", "test")}  # fmt: skip
+    assert info["split"]["carved"] == {"validation": 0.2}
+    assert json.loads((project / "data/raw/tfds.json").read_text())["examples"] == 200
 
 
 def test_tfds_that_imports_only_partly_is_a_config_error(tmp_path: Path, monkeypatch) -> None:
@@ -398,6 +418,12 @@ def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: 
         assert (plots / "per_label.csv").read_text() == "label,precision,recall,f1,support\n"
     if kind != "classes":
         assert (plots / "confusion_matrix.csv").read_text() == "actual,predicted\n"
+    # Each test example's prediction, by its CSV row (row 1: the first data row), sorted.
+    lines = (project / "results/predictions/test.csv").read_text().splitlines()
+    header = ["id", "target", "prediction"] + [f"prob_{n}" for n in spec.names]
+    assert lines[0].split(",") == (header if kind != "regression" else header[:3])
+    rows = [int(line.split(",")[0]) for line in lines[1:]]
+    assert len(rows) == tested and rows == sorted(rows) and 1 <= rows[0] <= rows[-1] <= 60
     assert json.loads((project / "results/metrics/evaluate.json").read_text()) == metrics
 
 

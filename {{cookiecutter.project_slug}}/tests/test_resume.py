@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -16,6 +17,10 @@ import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.data.feed import Resident
+from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
+from {{ cookiecutter.module_name }}.spec import load_spec
+from {{ cookiecutter.module_name }}.training import trainer
 from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     list_checkpoints,
@@ -126,18 +131,131 @@ def test_fresh_starts_over_and_a_finished_run_just_writes_results(
     first = train(params, tiny_project)
     capsys.readouterr()
     again = train(params, tiny_project)
-    assert "already complete" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "already complete" in out and "--fresh" not in out
     assert again.metrics["weights_sha256"] == first.metrics["weights_sha256"]
     fresh = train(params, tiny_project, fresh=True)
     out = capsys.readouterr().out
+    folder = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "f"
+    assert f"--fresh: deleted 3 checkpoints of run 'f' (steps 30..44) in {folder}" in out
     assert "Starting run 'f' from step 0" in out and "Resuming" not in out
     assert fresh.metrics["weights_sha256"] == first.metrics["weights_sha256"]  # deterministic
+    assert fresh.metrics["data_hash"] == first.metrics["data_hash"]
 
 
-def test_changed_batch_size_refuses_to_resume(tiny_project: Path) -> None:
-    base = [*TINY, "train.epochs=1", "run_name=m", "train.time_budget_minutes=0.0001"]
-    stopped = train(load_params(tiny_project / "params.yaml", base), tiny_project)
-    assert stopped.status == "stopped"
-    changed = load_params(tiny_project / "params.yaml", [*base, "train.batch_size=16"])
-    with pytest.raises(CheckpointMismatch, match=r"global_batch was 32, now 16.*--fresh"):
-        train(changed, tiny_project)
+def stop_early(project: Path, *overrides: str):
+    """A run stopped by a tiny time budget after its first chunk (a checkpoint at step 5)."""
+    base = [*TINY, "train.epochs=1", "train.time_budget_minutes=0.0001", *overrides]
+    stopped = train(load_params(project / "params.yaml", base), project)
+    assert stopped.status == "stopped" and stopped.step == 5
+    return base
+
+
+def test_another_setting_is_refused_by_name_and_the_checkpoints_stay(
+    tiny_project: Path, capsys
+) -> None:
+    base = stop_early(tiny_project, "run_name=m")
+    folder = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "m"
+    before = sorted(p.name for p in folder.iterdir())
+    for changed, named in (
+        ("train.batch_size=16", "global_batch was 32, now 16"),
+        ("train.learning_rate=0.003", "train.learning_rate was 0.001, now 0.003"),
+        ("model.hidden_units=[32]", "model.hidden_units was [16], now [32]"),
+    ):
+        params = load_params(tiny_project / "params.yaml", [*base, changed])
+        with pytest.raises(CheckpointMismatch) as refused:
+            train(params, tiny_project)
+        message = str(refused.value)
+        assert message.startswith(f"run 'm' was started with other settings or data ({named}); ")
+        assert "--set run_name=m-" in message and "--fresh" not in message
+        assert sorted(p.name for p in folder.iterdir()) == before, "nothing deleted"
+    # What only changes how or when it runs: the same run, resumed.
+    how = ["train.checkpoint_every_steps=7", "train.steps_per_execution=3", "train.epochs=2"]
+    capsys.readouterr()
+    resumed = train(load_params(tiny_project / "params.yaml", [*base, *how]), tiny_project)
+    assert "Resuming run 'm' from its checkpoint at step 5" in capsys.readouterr().out
+    assert resumed.status == "stopped" and resumed.step > 5
+
+
+def test_a_run_past_its_epochs_is_refused(tiny_project: Path) -> None:
+    base = stop_early(tiny_project, "run_name=past")
+    folder = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "past"
+    meta_file = next(folder.glob("step-*/meta.json"))
+    meta = json.loads(meta_file.read_text())
+    meta_file.write_text(json.dumps({**meta, "step": 60}))  # as if trained 2 epochs of 44
+    with pytest.raises(
+        CheckpointMismatch,
+        match=r"has trained 60 steps, more than the 44 of "
+        r"train.epochs=1: set train.epochs to 2 or more",
+    ):
+        train(load_params(tiny_project / "params.yaml", base), tiny_project)
+
+
+def test_the_old_cnn_is_refused_naming_the_change(tiny_project: Path, capsys) -> None:
+    """A checkpoint of a cnn with other filters: named by the fingerprint; in a checkpoint from
+    before fingerprints (only sizes recorded), the restore says the architecture changed."""
+    old_cnn = ["model.architecture=cnn", "model.filters=[4,8]", "run_name=cnn"]
+    base = stop_early(tiny_project, *old_cnn)
+    new_cnn = load_params(tiny_project / "params.yaml", [*base, "model.filters=[16,32,64,128]"])
+    with pytest.raises(
+        CheckpointMismatch, match=r"model.filters was \[4, 8\], now \[16, 32, 64, 128\]"
+    ):
+        train(new_cnn, tiny_project)
+    folder = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "cnn"
+    for meta_file in folder.glob("step-*/meta.json"):  # an older version's checkpoint
+        meta = json.loads(meta_file.read_text())
+        meta_file.write_text(json.dumps({k: v for k, v in meta.items() if k != "fingerprint"}))
+    with pytest.raises(CheckpointMismatch) as refused:
+        train(new_cnn, tiny_project)
+    message = str(refused.value)
+    assert "holds another model than the one built now" in message
+    assert "the architecture changed since the run started" in message
+    assert "--fresh" not in message and "--set run_name=cnn-2" in message
+    # The same cnn resumes from that old checkpoint: its fields agree; the next one is stamped.
+    capsys.readouterr()
+    resumed = train(load_params(tiny_project / "params.yaml", base), tiny_project)
+    out = capsys.readouterr().out
+    assert (
+        "has no run fingerprint" in out
+        and "Resuming run 'cnn' from its checkpoint at step 5" in out
+    )
+    newest = sorted(folder.glob("step-*/meta.json"))[-1]
+    assert resumed.step > 5 and "fingerprint" in json.loads(newest.read_text())
+
+
+def test_small_tabular_data_resumes_bit_identical_under_two_replicas(
+    tiny_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small tabular data is held on the replicas' devices (no per-step iterator). A run stopped
+    after every chunk and resumed from its checkpoint each time ends bit-identical to a run never
+    stopped, under MirroredStrategy over two logical CPUs, dropout on."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 4))
+    rows = [f"{a:.4f},{b:.4f},{c:.4f},{d:.4f},{'abc'[int(a > 0) + int(b > 0)]}" for a, b, c, d in x]
+    table = tiny_project / "table.csv"
+    table.write_text("\n".join(["a,b,c,d,label", *rows]) + "\n")
+    overrides = [
+        "data.source=csv", f"data.path={table}", "data.label=label",
+        "distribute.strategy=mirrored", "distribute.logical_cpus=2",
+        "train.epochs=2", "train.batch_size=8", "train.steps_per_execution=7",
+        "train.checkpoint_every_steps=1000", "model.hidden_units=[16]", "model.dropout=0.2",
+        "repro.deterministic=true",
+    ]  # fmt: skip
+    params = tiny_project / "params.yaml"
+    prepare(load_params(params, overrides), tiny_project)
+    per_epoch = load_spec(tiny_project / PROCESSED).counts["train"] // 16
+    assert 7 < per_epoch < 14
+    feeds = []
+    make_feed = trainer.make_feed
+    monkeypatch.setattr(trainer, "make_feed", lambda *a: feeds.append(make_feed(*a)) or feeds[-1])
+    ref = train(load_params(params, [*overrides, "run_name=whole"]), tiny_project)
+    assert ref.metrics["replicas"] == 2 and ref.step == 2 * per_epoch
+
+    cut = load_params(params, [*overrides, "run_name=cut", "train.time_budget_minutes=1e-6"])
+    calls = []
+    while not calls or calls[-1].status == "stopped":
+        calls.append(train(cut, tiny_project))  # one chunk per call (the budget), then resume
+    # (the budget also ends the call that reaches the last step; the next one writes results)
+    assert [c.step for c in calls] == [7, per_epoch, per_epoch + 7, 2 * per_epoch, 2 * per_epoch]
+    assert calls[-1].metrics["weights_sha256"] == ref.metrics["weights_sha256"]
+    assert len(feeds) == 1 + len(calls) and all(isinstance(f, Resident) for f in feeds)

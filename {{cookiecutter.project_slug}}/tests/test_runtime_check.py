@@ -100,7 +100,9 @@ def test_a_tpu_runtime_is_compared_with_the_tpu_freeze(tmp_path):
         check(tmp_path, TPU, TPU_ACCELERATOR_TYPE="v5litepod-1")
     line = str(stop.value)
     assert "tensorflow" not in line.split("; installing")[0]
-    assert f"protobuf {TPU['protobuf']} (lock: {LOCK['protobuf']})" in line and " more" in line
+    assert line.count(" (lock: ") == runtime_check.SHOWN and " more" in line
+    every = runtime_check.differences(LOCK_PYTHON, TPU, TPU, LOCK, OVERRIDES, LOCK_PYTHON)
+    assert f"protobuf {TPU['protobuf']} (lock: {LOCK['protobuf']})" in every
     assert list(tmp_path.glob("colab-pip-freeze-tpu-*.txt"))
     # The same packages on a GPU runtime: TensorFlow is missing there.
     with pytest.raises(NotebookStop, match=r"tensorflow not installed \(lock: 2\."):
@@ -132,7 +134,7 @@ def test_lock_markers(marker, python, holds):
 
 
 def test_check_accelerator_stops_on_a_cpu_in_one_line_and_passes_a_gpu(monkeypatch, capsys):
-    from {{ cookiecutter.module_name }} import strategy
+    from {{ cookiecutter.module_name }}.training import strategy
 
     monkeypatch.setattr(strategy, "detect_hardware", lambda: strategy.Hardware(gpus=0))
     with pytest.raises(NotebookStop, match=r"^No GPU or TPU on this runtime") as stop:

@@ -120,6 +120,11 @@ def test_predict_each_trained_task_in_a_fresh_process(trained, tmp_path: Path) -
          "--params", str(project / "params.yaml")]
         for task, (project, _, _) in trained.items()
     ]  # fmt: skip
+    calls += [  # the whole source CSV: evaluate's test rows are among its rows
+        ["predict", str(project / "data.csv"), "--output", str(tmp_path / f"{task}-all.csv"),
+         "--params", str(project / "params.yaml")]
+        for task, (project, _, _) in trained.items()
+    ]  # fmt: skip
     proc = main_in_fresh_process(calls, tmp_path, tmp_path / "storage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with (tmp_path / "multilabel.csv").open() as handle:
@@ -132,3 +137,20 @@ def test_predict_each_trained_task_in_a_fresh_process(trained, tmp_path: Path) -
     assert list(values[0]) == ["id", "prediction"]
     expected = [price(80, 120), price(120, 80), price(120, 120)]  # the rows of new.csv
     np.testing.assert_allclose([float(r["prediction"]) for r in values], expected, atol=3)
+    for task, (project, _, _) in trained.items():
+        with (tmp_path / f"{task}-all.csv").open() as handle:
+            served = {row["id"]: row for row in csv.DictReader(handle)}
+        with (project / "results/predictions/test.csv").open() as handle:
+            tested = list(csv.DictReader(handle))
+        source = (project / "data.csv").read_text().splitlines()  # line n: row n
+        assert len(tested) == ROWS // 5
+        for row in tested:  # predict's row to float tolerance, plus the truth
+            truth = source[int(row["id"])].split(",")[2]
+            want = served[row["id"]]
+            if task == "regression":
+                assert float(row["target"]) == pytest.approx(float(truth))
+                assert float(row["prediction"]) == pytest.approx(float(want["prediction"]))
+                continue
+            assert row["target"] == truth and row["prediction"] == want["prediction"]
+            for column in ("prob_hot", "prob_wet"):
+                assert float(row[column]) == pytest.approx(float(want[column]), abs=1e-5)

@@ -292,5 +292,6 @@ def keep_snapshot(freeze: Path, python: str, target: Path) -> None:
     tmp.replace(target)
     print(f"lock: requirements/{target.name} is now this runtime's snapshot ({freeze.name})")
 
+
 if __name__ == "__main__":
     main()

@@ -26,15 +26,33 @@ PROG = COMMAND
 
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
-    """Train, resuming the run named `run_name` unless --fresh."""
+    """Train, resuming the run named `run_name` (--fresh: deleting its checkpoints first)."""
     from .training.trainer import train
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
     project_dir = Path(args.params).resolve().parent
-    result = train(params, project_dir, args.fresh, resume, take_over=args.take_over)
+    result = train(
+        params,
+        project_dir,
+        args.fresh,
+        resume,
+        take_over=args.take_over,
+        new_run_if_changed=args.new_run_if_changed,
+    )
     return result.exit_code
+
+
+def cmd_speed(args: argparse.Namespace, params: Params) -> int:
+    """Time the input pipeline, the training step and both; name the bottleneck."""
+    from .training.speed import speed
+
+    if args.steps < 1:
+        raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
+    command = shlex.join([*PROG.split(), *(args.argv or [])])
+    speed(params, Path(args.params).resolve().parent, args.steps, command)
+    return 0
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
@@ -182,15 +200,29 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
-    p = sub.add_parser("train", parents=[common], help="train (resumes the run; --fresh restarts)")
-    p.add_argument("--fresh", action="store_true", help="delete this run's checkpoints, start over")
+    """train, speed, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    p = sub.add_parser("train", parents=[common], help="train (resumes the run named run_name)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete this run's checkpoints (it says which) and start it over",
+    )
     p.add_argument(
         "--take-over",
         action="store_true",
         help="train this run even if another session holds its lease (that one then stops)",
     )
+    p.add_argument(
+        "--new-run-if-changed",
+        action="store_true",
+        help="(the DVC stage) if run_name was trained with other settings, data or code, train "
+        "a run of its own, <run_name>-<hash>, instead of refusing",
+    )
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("speed", parents=[common], help="input vs compute: which one limits train")
+    p.add_argument("--steps", type=int, default=50, help="steps per measurement (default: 50)")
+    p.set_defaults(func=cmd_speed)
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)

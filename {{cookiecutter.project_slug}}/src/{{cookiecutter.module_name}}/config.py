@@ -34,6 +34,7 @@ LR_SCALING = ("linear", "none")
 FEATURE_KINDS = ("vector", "image")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
+SPLIT_METHODS = ("random", "folders", "files", "column")  # data.split (data/split.py)
 
 
 class ConfigError(ValueError):
@@ -64,6 +65,7 @@ Text = Annotated[str, BeforeValidator(_text_from_number), Strict()]
 Bool = Annotated[bool, Strict()]
 NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 PosInt = Annotated[int, Strict(), Field(ge=1)]
+PosFloat = Annotated[float, BeforeValidator(_number_from_text), Strict(), Field(gt=0.0)]
 
 
 def _key(default: Any, example: str, expect: str = "", **constraints: Any) -> Any:
@@ -95,6 +97,8 @@ class DataConfig:
     image_channels: Int = _key(1, "3", ge=1)
     augment: list[Text] = _key([], "[flip,rotation]", "a list of augmentation names (augment.py)")
     test_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
+    split: Literal[SPLIT_METHODS] = _key("random", "folders")
+    split_column: Text = _key("split", "fold")  # data.split column: the CSV column naming the split
 
 
 @schema
@@ -133,6 +137,10 @@ class TrainConfig:
     weight_decay: Float = _key(0.0, "0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
     clip_norm: Float = _key(0.0, "1.0", ge=0.0)  # 0 = no clipping
     label_smoothing: Float = _key(0.0, "0.1", ge=0.0, lt=1.0)
+    # none / balanced / {class or label name: weight}: per-example weights in the loss (task.py)
+    class_weight: Literal["none", "balanced"] | dict[Text, PosFloat] = _key(
+        "none", "balanced", "none, balanced or a map of class name to a weight > 0 ({cat: 2.0})"
+    )
     fine_tune: FineTuneConfig = _section(FineTuneConfig)
     monitor: Text = _key("val_loss", "val_accuracy")
     early_stopping_patience: Int = _key(0, "5", ge=0)  # 0 = off

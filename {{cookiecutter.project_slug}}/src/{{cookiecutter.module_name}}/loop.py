@@ -26,10 +26,12 @@ class StepParts:
     global_batch: int
 
 
-def make_chunk_function(parts: StepParts, cfg: TrainConfig) -> Any:
-    """A `tf.function(iterator, n)` running `n` steps, one `next(iterator)` per step, and
-    returning the chunk's summed loss. Build it again after the trainable variables change
-    (the fine-tune phase change): a trace captures the variables it updates."""
+def make_chunk_function(parts: StepParts, cfg: TrainConfig, next_batch: Any) -> Any:
+    """A `tf.function(feed, n)` running `n` steps and returning the chunk's summed loss;
+    `next_batch(feed, i)` (data/feed.py) gives step i's batch, one per replica: `next()` on a
+    distributed iterator, or small data gathered on each replica's device. Build it again after
+    the trainable variables change (the fine-tune phase change): a trace captures the variables
+    it updates."""
     import keras
     import tensorflow as tf
 
@@ -62,12 +64,11 @@ def make_chunk_function(parts: StepParts, cfg: TrainConfig) -> Any:
         task.update_metrics(parts.metrics, y, tf.cast(logits, tf.float32))
 
     @tf.function
-    def run_chunk(iterator: Any, n: tf.Tensor) -> tf.Tensor:
+    def run_chunk(feed: Any, n: tf.Tensor) -> tf.Tensor:
         # `n` steps per call: the Python round trip is paid once per chunk, not once per step.
-        # Each dataset element is one step's batch, so memory depends on the batch size only.
         parts.loss_sum.assign(0.0)
-        for _ in tf.range(n):
-            parts.strategy.run(train_step, args=next(iterator))
+        for i in tf.range(n):
+            parts.strategy.run(train_step, args=next_batch(feed, i))
         parts.step_var.assign_add(n)
         return parts.loss_sum.read_value()  # summed over replicas
 

@@ -13,6 +13,12 @@ them all at once.
   (classification), a number (regression), or label strings / a 0-1 vector (multilabel);
 - `tfds`: the TensorFlow Datasets data set `data.name` (its supervised keys: input and label).
 
+`data.split` says where train / validation / test come from (data/split.py holds the rule):
+`random` splits what one reader call returns; `folders` and `files` call the reader once per
+split folder or file under `data.path`; `column` is read here (`read_csv`: `data.split_column`
+names each row's split, `given_splits`). A reader that finds no labels where a split needs them
+(a competition's unlabelled test.csv) raises `MissingLabels`.
+
 A source of your own: a function `(path, data, kind) -> Source` with `@source("<name>")`, here or
 in a file beside this one, and `data.source: <name>` in params.yaml. `path` is where `data.path`
 is to read (a local copy `prepare` staged under data/raw, or a `gs://` URL), `data` the `data:`
@@ -34,6 +40,7 @@ import numpy as np
 from .config import ConfigError, DataConfig
 from .core import locations
 from .registry import register
+from .spec import SPLIT_NAMES, split_named
 from .task import encode
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -48,24 +55,54 @@ class Source:
     names: list[str]  # class names, label names (index order), or [the target column]
     load: Callable[[int], Any]  # i -> encoded image bytes, a uint8 [h, w, c] array, or a vector
     where: Callable[[int], str]  # i -> where example i came from (for error messages)
+    # i -> example i's id in its source, kept in the shards and named in evaluate's per-example
+    # predictions: a file relative to data.path, a row number as `predict` numbers rows (the
+    # first data row is 1), an index in a split. None: its position i.
+    ids: Callable[[int], str] | None = None
     input_shape: tuple[int, ...] = ()  # vectors: (features,); images: set by prepare
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
     feature_names: list[str] = field(default_factory=list)
-    splits: dict[str, np.ndarray] | None = None  # given splits (tfds), else prepare splits
+    # Given splits ({"train": indices, "test": ...}: tfds, a split column, split folders), else
+    # prepare splits; a given split that is missing (validation, test) is carved out of train.
+    splits: dict[str, np.ndarray] | None = None
+    split_from: dict[str, str] = field(default_factory=dict)  # given split -> where it came from
     task: str = "classification"  # the task's kind: what `labels` hold
     # Sources that read no `data.path`: a record for data/raw, {file name: (bytes, description)}.
     raw: dict[str, tuple[bytes, str]] = field(default_factory=dict)
 
 
-def source(name: str, reads_path: bool = True) -> Callable[[Any], Any]:
+class MissingLabels(ConfigError):
+    """The data has no labels (no `data.label` column, no class folders): what a reader raises,
+    so that `prepare` can tell an unlabelled test file from a broken one."""
+
+
+def source(name: str, reads_path: bool = True, patterns: bool = False) -> Callable[[Any], Any]:
     """Register a reader as `data.source: <name>`. `reads_path=False`: it needs no `data.path`
-    (bundled or downloaded data) and gets an empty `path`."""
+    (bundled or downloaded data) and gets an empty `path`. `patterns=True`: its `path` may be a
+    glob pattern of several files (`data.split: files` with `train-*.tfrecord`)."""
 
     def add(reader: Any) -> Any:
         reader.reads_path = reads_path
+        reader.patterns = patterns
         return register("source", name)(reader)
 
     return add
+
+
+def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Each example's split from its split name (a `data.split_column` cell: `train`, `val`,
+    `test`, ...): (indices per split, where each came from). One line for a name that is none."""
+    names = [split_named(str(v)) for v in values]
+    bad = next((i for i, name in enumerate(names) if name is None), None)
+    if bad is not None:
+        known = ", ".join(n for aliases in SPLIT_NAMES.values() for n in aliases)
+        raise ConfigError(
+            f"data.split_column: {values[bad]!r} in {where} (row {bad + 2}) is not a split name "
+            f"(one of {known}) (example: train)"
+        )
+    chosen = np.array(names, dtype=object)
+    splits = {s: np.flatnonzero(chosen == s) for s in SPLIT_NAMES if (chosen == s).any()}
+    return splits, {s: f"{where} = {s}" for s in splits}
 
 
 def only_classes(name: str, kind: str) -> None:
@@ -104,10 +141,20 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{path}: not a readable CSV ({first})") from None
     if label not in table.columns:
-        raise ConfigError(
+        raise MissingLabels(
             f"data.label: column {label!r} not in the header of {path} "
             f"(columns: {', '.join(list(table.columns)[:8])}) (example: --set data.label=target)"
         )
+    splits, split_from = None, {}
+    if data.split == "column":  # the split column says each row's split; it is no feature
+        column = data.split_column
+        if column not in table.columns:
+            raise ConfigError(
+                f"data.split_column: column {column!r} not in the header of {path} (columns: "
+                f"{', '.join(list(table.columns)[:8])}) (example: --set data.split_column=fold)"
+            )
+        splits, split_from = given_splits(table[column].tolist(), f"column {column!r}")
+        table = table.drop(columns=[column])
     features = table.drop(columns=[label])
     numbers = features.apply(pd.to_numeric, errors="coerce")
     missing_label = (table[label] == "") & (kind != "multilabel")  # "" = no labels (multilabel)
@@ -124,8 +171,9 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     y, classes = encode(kind, table[label].tolist(), label)
     x = numbers.to_numpy(dtype=np.float32)
     return Source(
-        "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}", x.shape[1:],
-        feature_names=list(features.columns), task=kind,
+        "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}",
+        lambda i: str(i + 1), x.shape[1:], feature_names=list(features.columns),
+        splits=splits, split_from=split_from, task=kind,
     )  # fmt: skip
 
 
@@ -147,7 +195,7 @@ def read_digits(path: str, data: DataConfig, kind: str) -> Source:
     what = f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
     return Source(
         "image", y.astype(np.int32), names, pixels.__getitem__, lambda i: f"digits: row {i + 2}",
-        (8, 8, 1), raw={"digits.csv": (table.getvalue().encode(), what)},
+        lambda i: str(i + 1), (8, 8, 1), raw={"digits.csv": (table.getvalue().encode(), what)},
     )  # fmt: skip
 
 
@@ -175,7 +223,9 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
         paths += found
         labels += [label] * len(found)
     if not paths:
-        raise ConfigError(
+        loose = [p for p in locations.list_dir(folder) if p.lower().endswith(IMAGE_SUFFIXES)]
+        error = MissingLabels if loose else ConfigError  # images without class folders: no labels
+        raise error(
             f"data.path: no class subfolders with images in {data.path} "
             "(example: data/external/pets with pets/cat/1.png, pets/dog/2.png)"
         )
@@ -187,26 +237,48 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
 
     return Source(
         "image", np.array(labels, dtype=np.int32), classes, load, paths.__getitem__,
+        lambda i: locations.relative(paths[i], folder),
         encoding="jpeg" if jpegs * 2 > len(paths) else "png",
     )  # fmt: skip
 
 
-@source("tfrecord")
+@source("tfrecord", patterns=True)
 def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     """Your TFRecord file(s): `data.features` (an encoded image or floats) and `data.label`: a
     class (int or string), a number (regression), or label strings or a 0/1 vector (multilabel).
+    `path`: a file, a folder of them, or a glob pattern (`records/train-*.tfrecord`).
 
     The serialized records are held in memory while `prepare` runs (TFRecords have no random
     access, and prepare writes them in a seeded random order); `train` then streams the shards."""
     import tensorflow as tf
 
     features, label, task = data.features, data.label, kind
-    files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+    if "*" in path:
+        files = sorted(tf.io.gfile.glob(path))
+    else:
+        files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+
+    # An id per record: its index in its file, after the file's name when there are several.
+    def named(file: str) -> str:
+        return file.rsplit("/", 1)[-1] if "*" in path else locations.relative(file, path)
+
+    records = (
+        (f"{named(file)}:{k}" if file != path else str(k), raw)
+        for file in files
+        for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator())
+    )
     inputs: list[Any] = []
     labels: list[Any] = []
-    for n, raw in enumerate(tf.data.TFRecordDataset(files).as_numpy_iterator()):
+    ids: list[str] = []
+    for n, (example_id, raw) in enumerate(records):
+        ids.append(example_id)
         feature = tf.train.Example.FromString(raw).features.feature
-        if features not in feature or label not in feature:
+        if features in feature and label not in feature:
+            raise MissingLabels(
+                f"data.label: record {n} in {path} has no feature {label!r} (features: "
+                f"{sorted(feature)}) (example: --set data.label=label)"
+            )
+        if features not in feature:
             raise ConfigError(
                 f"data.features / data.label: record {n} in {path} has features "
                 f"{sorted(feature)} (example: --set data.features=image --set data.label=label)"
@@ -225,14 +297,17 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     y, classes = _tfrecord_targets(labels, task, label, path)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
-        return Source("image", y, classes, inputs.__getitem__, where, task=task)
+        return Source("image", y, classes, inputs.__getitem__, where, ids.__getitem__, task=task)
     widths = {len(v) for v in inputs}
     if len(widths) != 1:
         raise ConfigError(
             f"data.features: {features!r} in {path} has {sorted(widths)} values per record; "
             "every record needs the same number"
         )
-    return Source("vector", y, classes, inputs.__getitem__, where, (widths.pop(),), task=task)
+    return Source(
+        "vector", y, classes, inputs.__getitem__, where, ids.__getitem__, (widths.pop(),),
+        task=task,
+    )  # fmt: skip
 
 
 def _tfrecord_label(lab: Any, task: str) -> Any:
@@ -272,8 +347,8 @@ def _tfrecord_targets(
 def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
     """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`.
 
-    Its `train` / `validation` / `test` splits are kept when it has all three; otherwise its
-    splits are pooled and `prepare` splits them as for any other source."""
+    Its `train` / `validation` / `test` splits are kept; a missing validation or test split is
+    carved out of its train split (without a train split, `prepare` splits all of it)."""
     only_classes("tfds", kind)
     name = data.name
     try:
@@ -302,15 +377,17 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     decoders = {keys[0]: tfds.decode.SkipDecoding()} if is_image else None
     inputs: list[Any] = []
     labels: list[int] = []
+    ids: list[str] = []  # an example's index in its TFDS split: `test[17]`
     ranges: dict[str, np.ndarray] = {}
     # A data set's info lists its splits once prepared (mock_data's lists none: ask for all three).
     available = [s for s in builder.info.splits if s in ("train", "validation", "test")]
     for split in available or ["train", "validation", "test"]:
         start = len(labels)
         dataset = builder.as_dataset(split=split, as_supervised=True, decoders=decoders)
-        for x, y in dataset.as_numpy_iterator():
+        for k, (x, y) in enumerate(dataset.as_numpy_iterator()):
             inputs.append(x)
             labels.append(int(y))
+            ids.append(f"{split}[{k}]")
         ranges[split] = np.arange(start, len(labels))
     if not labels:
         raise ConfigError(f"data.name: {name} has no train / validation / test examples")
@@ -319,11 +396,12 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
     load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
-    given = {"train", "validation", "test"} <= set(ranges)
+    # Its own splits are kept; a missing validation or test split is carved out of train.
+    given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
         "image" if is_image else "vector", np.array(labels, dtype=np.int32), names, load,
-        lambda i: f"tfds {name}: example {i}", tuple(shape),
-        splits={s: ranges[s] for s in ("train", "validation", "test")} if given else None,
+        lambda i: f"tfds {name}: example {i}", ids.__getitem__, tuple(shape), splits=given,
+        split_from={s: f"tfds {name} {s}" for s in given or ()},
         raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
     )  # fmt: skip

@@ -12,6 +12,19 @@ from pathlib import Path
 from typing import Any
 
 SPEC = "spec.json"
+SPLITS = ("train", "validation", "test")
+# What a split folder, file or column value may be called (`val/`, `valid.csv`, `dev`).
+SPLIT_NAMES = {
+    "train": ("train", "training"),
+    "validation": ("validation", "val", "valid", "dev"),
+    "test": ("test", "testing"),
+}
+
+
+def split_named(text: str) -> str | None:
+    """The split a folder, file stem or column value names (case-insensitive), or None."""
+    word = text.strip().lower()
+    return next((split for split, names in SPLIT_NAMES.items() if word in names), None)
 
 
 @dataclass(frozen=True)
@@ -23,6 +36,12 @@ class DataSpec:
     task: str = "classification"  # classification / multilabel / regression
     names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
     counts: dict[str, int] = field(default_factory=dict)  # examples per split
+    # The training split's examples per class (classification) or positives per label
+    # (multilabel): what `train.class_weight: balanced` and the preflight's imbalance note use.
+    train_counts: dict[str, int] = field(default_factory=dict)
+    # How the split was made (data/split.py): `method` (data.split, or the source's own splits),
+    # `seed`, `stratified`, and per split where its examples came from.
+    split: dict[str, Any] = field(default_factory=dict)
     feature_names: list[str] = field(default_factory=list)  # vectors: the input columns
     feature_mean: list[float] | None = None  # vectors: per-feature mean of the training split
     feature_var: list[float] | None = None  # vectors: per-feature variance of the training split

@@ -11,6 +11,12 @@ pipeline, `prepare`'s split and the reports follow:
   with the training split's mean and standard deviation, so a target around 50 trains as well as
   one around 0).
 
+`train.class_weight` (none / balanced / {class: weight}) becomes `Task.class_weights`, constants of
+the run computed from the training split's counts in the spec (`resolve_class_weights`): for
+classification each example's loss is multiplied by its class's weight, for multilabel each
+label's positive term by the label's weight; regression refuses them. The trainer's task carries
+them (the training loss and `val_loss`); `evaluate`'s does not (`test_loss` is unweighted).
+
 A task of your own: subclass the one of its kind (here or in a file beside this one), change what
 differs, register it and name it in params.yaml (`task.type: focal`):
 
@@ -18,6 +24,8 @@ differs, register it and name it in params.yaml (`task.type: focal`):
     @dataclass(frozen=True)
     class FocalClassification(Classification):
         def loss(self, y_true, logits): ...   # per example, from logits
+
+(multiply its result by `self.example_weights(y_true)` to honour `train.class_weight`).
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ class Task:
     extra_metrics: list[str] = field(default_factory=list)  # task.metrics: keras metric names
     target_mean: float = 0.0  # regression: the training split's mean and standard deviation
     target_std: float = 1.0
+    # train.class_weight: a weight per class (classification) or a positive weight per label
+    # (multilabel), in `names` order; () = unweighted. Constants of the run, from the spec.
+    class_weights: tuple[float, ...] = ()
 
     kind: ClassVar[str] = ""  # classification / multilabel / regression
     plots: ClassVar[tuple[str, ...]] = ()  # the files of results/plots/ that `report` fills
@@ -66,8 +77,9 @@ class Task:
     # --- what each kind defines -----------------------------------------------------------
 
     def loss(self, y_true: Any, logits: Any) -> Any:
-        """Per-example loss (shape [batch]) from logits: the trainer averages it over the GLOBAL
-        batch (`tf.nn.compute_average_loss`) so replicas add up to the single-device loss."""
+        """Per-example loss (shape [batch]) from logits, weighted by `class_weights` when there are
+        any: the trainer averages it over the GLOBAL batch (`tf.nn.compute_average_loss`) so
+        replicas add up to the single-device loss."""
         raise NotImplementedError
 
     def output_layer(self) -> Any:
@@ -101,6 +113,16 @@ class Task:
     def outputs(self, logits: Any) -> Any:
         """Logits -> what users get (the output layer's function)."""
         return self.output_layer()(logits)
+
+    def example_weights(self, y_true: Any) -> Any:
+        """Each example's weight in the loss: its class's `class_weights` entry (classification),
+        or 1 for every example (no class weights)."""
+        import keras
+
+        if not self.class_weights:
+            return keras.ops.ones(keras.ops.shape(y_true)[:1])
+        weights = keras.ops.convert_to_tensor(self.class_weights, "float32")
+        return keras.ops.take(weights, keras.ops.cast(y_true, "int32"))
 
     def make_metrics(self, training: bool = False) -> list[Any]:
         """keras.metrics objects for validation and test (or, `training=True`, for the training
@@ -200,7 +222,8 @@ class Classification(Task):
         fn = keras.losses.CategoricalCrossentropy(
             from_logits=True, label_smoothing=self.label_smoothing, reduction="none"
         )
-        return fn(onehot, logits)
+        losses = fn(onehot, logits)
+        return losses * self.example_weights(y_true) if self.class_weights else losses
 
     def output_layer(self) -> Any:
         import keras
@@ -285,10 +308,19 @@ class Multilabel(Task):
     def loss(self, y_true: Any, logits: Any) -> Any:
         import keras
 
-        fn = keras.losses.BinaryCrossentropy(
-            from_logits=True, label_smoothing=self.label_smoothing, reduction="none"
-        )
-        return fn(keras.ops.cast(y_true, "float32"), logits)
+        y = keras.ops.cast(y_true, "float32")
+        if not self.class_weights:
+            fn = keras.losses.BinaryCrossentropy(
+                from_logits=True, label_smoothing=self.label_smoothing, reduction="none"
+            )
+            return fn(y, logits)
+        # Each label's positive term x its weight (tf.nn.weighted_cross_entropy_with_logits):
+        # (1 - y) z + (1 + (w - 1) y) softplus(-z), which is the plain loss where w = 1.
+        y = y * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        z = keras.ops.cast(logits, "float32")
+        w = keras.ops.convert_to_tensor(self.class_weights, "float32")
+        per_label = (1.0 - y) * z + (1.0 + (w - 1.0) * y) * keras.ops.softplus(-z)
+        return keras.ops.mean(per_label, axis=-1)
 
     def output_layer(self) -> Any:
         import keras
@@ -434,8 +466,9 @@ def encode(kind: str, values: Sequence[Any], column: str) -> tuple[np.ndarray, l
     return cls(names=names).encode_targets(values, column), names
 
 
-def make_task(params: Params, spec: DataSpec) -> Task:
-    """The task of `params.task.type`, checked against what `prepare` found in the data."""
+def make_task(params: Params, spec: DataSpec, weighted: bool = True) -> Task:
+    """The task of `params.task.type`, checked against what `prepare` found in the data, with
+    `train.class_weight` resolved (`weighted=False`: without, as `evaluate` scores)."""
     cls = task_class(params.task.type)
     if spec.task != cls.kind:
         raise ConfigError(
@@ -453,7 +486,49 @@ def make_task(params: Params, spec: DataSpec) -> Task:
         extra_metrics=list(params.task.metrics),
         target_mean=float(spec.target_mean or 0.0),
         target_std=float(spec.target_std or 1.0) or 1.0,
+        class_weights=resolve_class_weights(params, spec, cls.kind) if weighted else (),
     )
+
+
+def resolve_class_weights(params: Params, spec: DataSpec, kind: str) -> tuple[float, ...]:
+    """`train.class_weight` as one weight per name of the spec, from the training split's counts
+    (`spec.train_counts`): `balanced` is n_samples / (n_classes x count) per class (scikit-learn's
+    `compute_class_weight`), or negatives / positives per label (multilabel); a map gives its
+    classes' weights and 1 to the others. () for `none`."""
+    setting, names = params.train.class_weight, list(spec.names)
+    if setting == "none":
+        return ()
+    if kind not in ("classification", "multilabel"):
+        raise ConfigError(
+            f"train.class_weight: {setting} weighs classes, and task.type {params.task.type} has "
+            "none (example: --set train.class_weight=none)"
+        )
+    if isinstance(setting, dict):
+        unknown = next((name for name in setting if name not in names), None)
+        if unknown is not None:
+            example = "{" + f"{names[0]}: 2.0" + "}"
+            raise ConfigError(
+                f"train.class_weight: {unknown!r} is not a class of the prepared data ("
+                f"{', '.join(names[:8])}{', ...' if len(names) > 8 else ''}) (example: --set "
+                f"train.class_weight={example})"
+            )
+        return tuple(float(setting.get(name, 1.0)) for name in names)
+    if set(spec.train_counts) != set(names):
+        raise ConfigError(
+            "train.class_weight: balanced needs the training split's counts, which "
+            "data/processed/spec.json lacks (prepared by an older version): run `prepare` again"
+        )
+    found = np.array([spec.train_counts[name] for name in names], dtype=np.int64)
+    if kind == "multilabel":  # a label without positives has nothing to weigh
+        negatives = spec.counts["train"] - found
+        return tuple(float(n / p) if p else 1.0 for n, p in zip(negatives, found, strict=True))
+    from sklearn.utils.class_weight import compute_class_weight
+
+    present = np.flatnonzero(found)  # a class without training examples keeps weight 1
+    weights = np.ones(len(names))
+    y = np.repeat(present, found[present])
+    weights[present] = compute_class_weight("balanced", classes=present, y=y)
+    return tuple(float(w) for w in weights)
 
 
 def natural_order(name: str) -> tuple[int, int, str]:

@@ -3,7 +3,9 @@
 - `start_session` is what every notebook's setup cell calls once the package is importable:
   git hooks, the environment log, the seed; on Colab also `keep_state_on_storage`.
 - `keep_state_on_storage`: on Colab the checkout is on the VM's disk, so what must outlive the VM
-  goes to the storage folder on Drive: TensorBoard logs, a copy of each run record, the DVC remote.
+  goes to the storage folder on Drive: TensorBoard logs, a copy of each run record, the trained
+  model (restore.py brings it back on a new VM), the DVC remote.
+- `stop_unless_trained`: 02's train cell ends with one line of advice for `train`'s exit code.
 - `push_stage`: record a stage that ran in `dvc.lock` and push it, with DVC's run cache, to the
   remote, so another machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
 - `run_notebooks` (`make notebooks`, `python -m <module> notebooks`) executes every numbered
@@ -21,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
+from ..training.policy import EXIT_BUDGET
+from .restore import keep_model
+from .runtime_check import NotebookStop
 
 REPORTS = Path("results") / "reports"
 PATTERN = "[0-9][0-9]_*.ipynb"
@@ -73,6 +80,7 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
     - `results/tensorboard` becomes a link to `<storage>/tensorboard` (the logs are no DVC output);
     - run records are copied both ways between `results/runs/` and `<storage>/runs/` (new folders
       only: nothing is overwritten), so every VM's notebook compares every run;
+    - the trained model, model.json and train.json go to `<storage>/models/<run_name>/`;
     - the DVC remote on Drive follows `storage` (a local setting, `.dvc/config.local`).
     Returns what was done, one line each. Safe to run again.
     """
@@ -88,6 +96,9 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
         done.append(f"TensorBoard logs: {kept_logs}")
     copied = sync_run_records(project_dir / "results" / "runs", storage / "runs")
     done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
+    kept = keep_model(project_dir, storage)
+    if kept:
+        done.append(kept)
 {%- if cookiecutter.dvc_remote == "drive" %}
     remote = storage / "dvc-storage"
     run = subprocess.run(
@@ -103,6 +114,31 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
         done.append(f"WARNING: DVC remote not moved to {remote}: {reason}")
 {%- endif %}
     return done
+
+
+def stop_unless_trained(exit_code: int, run_name: str) -> None:
+    """Nothing when `train` finished (exit code 0); else stop the cell with one line: what the
+    exit code means for run `run_name` and what to do (docs/training-faults.md)."""
+    advice = {
+        1: "the hardware or the storage failed (the error above says which); fix it, then run "
+        "this cell again",
+        2: f"a setting or the data is not valid, or differs from what run '{run_name}' was "
+        "started with (the error above names it); put it back to resume the run, or set "
+        "run_name to a new name to train another run (this one keeps its checkpoints)",
+        EXIT_BUDGET: f"train.time_budget_minutes ran out and run '{run_name}' saved a "
+        "checkpoint; run this cell again to continue it",
+        EXIT_LEASE_HELD: f"another session is training run '{run_name}' (the error above names "
+        "it); let it finish, or set run_name to train another run; if that session is gone, "
+        "run this cell again: its lease is taken over once its heartbeats have stopped",
+        EXIT_LEASE_LOST: f"another session took run '{run_name}' over while this one trained; "
+        "this one saved its checkpoint and stopped. Follow the run in that session",
+        130: f"interrupted; run '{run_name}' saved a checkpoint: run this cell again to resume",
+        143: f"stopped (SIGTERM); run '{run_name}' saved a checkpoint: run this cell again to "
+        "resume",
+    }
+    if exit_code:
+        what = advice.get(exit_code, "see the message above")
+        raise NotebookStop(f"Training stopped (exit code {exit_code}): {what}.")
 
 
 def sync_run_records(runs: Path, kept: Path) -> int:

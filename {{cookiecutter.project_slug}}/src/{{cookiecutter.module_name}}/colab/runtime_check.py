@@ -110,14 +110,17 @@ def read_pins(path: Path, python: str | None = None) -> dict[str, str]:
 
 
 def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
-    """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python minor version
-    it resolves Colab's versions for (COLAB_PYTHON)."""
+    """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python of the Colab
+    runtime the lock was made for (its header's `# Colab runtime: Python 3.13, ...` line, else
+    the snapshot's own)."""
     path = Path(project_dir) / "tools" / "lock.py"
     spec = importlib.util.spec_from_file_location("_project_lock_tool", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     overrides = {normalize(name): version for name, version in module.OVERRIDES.items()}
-    return overrides, str(module.COLAB_PYTHON)
+    header = (Path(project_dir) / "requirements.txt").read_text(encoding="utf-8")
+    found = re.search(r"^# Colab runtime: Python (3\.\d+)", header, flags=re.M)
+    return overrides, found[1] if found else str(module.freeze_python(module.COLAB_CONSTRAINTS))
 
 
 def runtime_kind(environ: Mapping[str, str] | None = None) -> str:

@@ -68,6 +68,13 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base, *parts) if is_url(base) else os.path.join(base, *parts)
 
 
+def relative(path: str, folder: str) -> str:
+    """`path` (found under `folder` by `walk_files`) relative to `folder`, with '/'."""
+    if is_url(folder):
+        return path[len(folder.rstrip("/")) + 1 :]
+    return os.path.relpath(path, folder).replace(os.sep, "/")
+
+
 def list_dir(path: str) -> list[str]:
     """Sorted entry names of a folder."""
     fs, inner = _fs(path)

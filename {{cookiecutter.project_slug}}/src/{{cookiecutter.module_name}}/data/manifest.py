@@ -5,10 +5,16 @@ that differs from what was prepared and versioned (a hand-edited file, a half-fi
 "DVC version" is the file's MD5, which is its address in the DVC cache and remote
 (`.dvc/cache/files/md5/<first 2>/<rest>`), together with the DVC output it belongs to: that names
 exactly which stored object `dvc pull` / `dvc checkout` restores for this file.
+
+The data's hash (`data_hash`: every file's path and SHA-256) names this version of the data: a
+checkpoint records it in its run fingerprint, and `keep` puts a copy of the manifest under that
+name in the storage folder (`<storage>/manifests/<hash>.json`, on Drive on Colab), so that a new
+VM, whose clone has no manifest, knows which files the run was trained on and where DVC keeps them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +23,7 @@ from ..config import COMMAND
 from ..core.files import atomic_write, file_digests
 
 MANIFEST = "data/manifest.json"
+KEPT = "manifests"  # <storage>/manifests/<data hash>.json
 
 
 class ManifestMismatch(Exception):
@@ -107,3 +114,38 @@ def check(project_dir: Path) -> int:
             if rel not in listed:
                 raise ManifestMismatch(f"{rel}: not in {MANIFEST} (added after prepare?); {fix}")
     return len(listed)
+
+
+def data_hash(doc: dict) -> str:
+    """SHA-256 over every file's path and SHA-256: the data's version, whatever machine or
+    source path prepared it (a file's `source` and the manifest's other fields do not count)."""
+    lines = sorted(f"{e['path']} {e['sha256']}" for e in doc["files"])
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def kept_path(storage: Path, digest: str) -> Path:
+    """Where `keep` puts the manifest of the data with hash `digest`."""
+    return Path(storage) / KEPT / f"{digest}.json"
+
+
+def keep(project_dir: Path, storage: Path) -> Path | None:
+    """Copy `data/manifest.json`, byte for byte, to `<storage>/manifests/<data hash>.json` (once:
+    the name is its content's hash); None when there is no manifest or the storage is the project
+    folder (nothing to outlive there)."""
+    doc = load(project_dir)
+    if doc is None or Path(storage).resolve() == Path(project_dir).resolve():
+        return None
+    target = kept_path(storage, data_hash(doc))
+    if not target.is_file():
+        atomic_write(target, (Path(project_dir) / MANIFEST).read_bytes())
+    return target
+
+
+def find_kept(storage: Path, md5: str) -> Path | None:
+    """The kept manifest whose file has MD5 `md5` (what dvc.lock records for data/manifest.json),
+    or None."""
+    folder = Path(storage) / KEPT
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if file_digests(path, "md5")["md5"] == md5:
+            return path
+    return None

@@ -1,9 +1,12 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
 `prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, or a float vector) and `y` (the target of `spec.task`: the class index as an int64, the 0/1
-label vector or the regression value as floats). Nothing here holds the data set in memory:
-what the pipeline holds depends on the batch size and the prefetch depth only.
+JPEG, or a float vector), `y` (the target of `spec.task`: the class index as an int64, the 0/1
+label vector or the regression value as floats) and `id` (bytes: where the example came from,
+its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split; training
+never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here holds
+the data set in memory: what the pipeline holds depends on the batch size and the prefetch depth
+only.
 
 Exact resume. The order of an epoch is a pure function of (seed, epoch):
 1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);
@@ -19,9 +22,11 @@ Every worker builds the same global order; each keeps its slice of every global 
 one slice to each of its replicas. The examples of a step do not depend
 on the number of workers or replicas. One element of the dataset is one step of one replica.
 
-Small tabular data (a vector training split up to `IN_MEMORY_BYTES`) is the exception: it is
-read once and held in memory, and an epoch's order is a stateless permutation of the example
-indices seeded by (seed, epoch). Parsing records costs a small model more than its step does.
+Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
+counted) is the exception: it is read once and held in memory, and an epoch's order is a stateless
+permutation of the example indices seeded by (seed, epoch) (`epoch_permutation`). Parsing records
+costs a small model more than its step does. The trainer then feeds the steps from the copy each
+replica holds, with no per-step iterator (feed.py); `train_dataset` serves it under TPUStrategy.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ import numpy as np
 
 from ..augment import augmenter
 from ..spec import DataSpec, load_spec
+from .images import decode_stored
 
-X, Y = "x", "y"  # the feature names inside the processed shards
+X, Y, ID = "x", "y", "id"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
-IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size are held in memory
+IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size (all copies) in memory
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,16 @@ class Prepared:
     def count(self, split: str) -> int:
         return int(self.spec.counts[split])
 
-    def in_memory_bytes(self) -> int:
-        """The training split's size when `train_dataset` holds it in memory, else 0."""
+    def split_bytes(self, split: str) -> int:
+        """The decoded (float32) inputs of `split`."""
+        return 4 * self.count(split) * int(np.prod(self.spec.input_shape))
+
+    def in_memory_bytes(self, copies: int = 1) -> int:
+        """What `copies` copies of the training split take when they fit in `IN_MEMORY_BYTES`
+        (small vector data: held in memory, one copy per replica), else 0 (streamed)."""
         if self.spec.kind != "vector":
             return 0
-        size = 4 * self.count("train") * int(np.prod(self.spec.input_shape))
+        size = copies * self.split_bytes("train")
         return size if size <= IN_MEMORY_BYTES else 0
 
 
@@ -68,9 +79,10 @@ def load_prepared(processed_dir: Path) -> Prepared:
     return Prepared(load_spec(processed_dir), Path(processed_dir))
 
 
-def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray) -> bytes:
-    """One processed example as `tf.train.Example` bytes: an encoded image or floats, and the
-    target: an integer class as int64, anything else (a 0/1 label vector, a value) as floats."""
+def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
+    """One processed example as `tf.train.Example` bytes: an encoded image or floats, the
+    target (an integer class as int64, anything else, a 0/1 label vector or a value, as floats)
+    and the example's id in its source."""
     import tensorflow as tf
 
     if isinstance(x, bytes):
@@ -82,7 +94,9 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray) -> bytes:
     else:
         values = np.asarray(y, dtype=np.float32).reshape(-1).tolist()
         feature_y = tf.train.Feature(float_list=tf.train.FloatList(value=values))
-    example = tf.train.Example(features=tf.train.Features(feature={X: feature_x, Y: feature_y}))
+    feature_id = tf.train.Feature(bytes_list=tf.train.BytesList(value=[example_id.encode()]))
+    feature = {X: feature_x, Y: feature_y, ID: feature_id}
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
     return example.SerializeToString()
 
 
@@ -123,8 +137,7 @@ def decoder(spec: DataSpec):
         ex = tf.io.parse_single_example(record, schema)
         x = ex[X]
         if spec.kind == "image":
-            x = tf.io.decode_image(x, channels=shape[-1], expand_animations=False)
-            x = tf.cast(tf.ensure_shape(x, shape), tf.float32)  # pixel values 0-255
+            x = decode_stored(x, shape)  # pixel values 0-255, as `predict` gets them
         return x, _target(ex[Y])
 
     return decode
@@ -248,6 +261,26 @@ def train_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def read_in_memory(data: Prepared) -> tuple[Any, Any]:
+    """The whole training split as two tensors (inputs, targets), in its written order."""
+    import tensorflow as tf
+
+    batches = list(eval_dataset(data, "train", 4096))
+    return tf.concat([x for x, _ in batches], 0), tf.concat([y for _, y in batches], 0)
+
+
+def epoch_permutation(seed: int, epoch: Any, count: int, global_batch: int) -> Any:
+    """The example indices of an in-memory epoch, [steps, global_batch] (the remainder
+    dropped): a stateless shuffle seeded by (seed, epoch). Run it on the CPU: stateless random
+    ops may give other numbers on other device types."""
+    import tensorflow as tf
+
+    key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=key)
+    steps = count // global_batch
+    return tf.reshape(order[: steps * global_batch], [steps, global_batch])
+
+
 def _in_memory_dataset(
     ctx: Any, data: Prepared, global_batch: int, seed: int, start_step: int, epochs: int
 ) -> Any:
@@ -255,15 +288,11 @@ def _in_memory_dataset(
     stateless permutation of its indices seeded by (seed, epoch), one gather per element."""
     import tensorflow as tf
 
-    batches = list(eval_dataset(data, "train", 4096))
-    x = tf.concat([bx for bx, _ in batches], axis=0)
-    y = tf.concat([by for _, by in batches], axis=0)
+    x, y = read_in_memory(data)
     at = _steps(ctx, data, global_batch, start_step)
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
-        key = tf.stack([tf.constant(seed, tf.int64), epoch])
-        order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(x)[0]), seed=key)
-        steps = tf.reshape(order[: at.per_epoch * global_batch], [at.per_epoch, global_batch])
+        steps = epoch_permutation(seed, epoch, data.count("train"), global_batch)
         skip = tf.where(epoch == at.first_epoch, at.first_step, 0)  # a resumed epoch's done steps
         mine = tf.reshape(steps[skip:, at.mine], [-1, at.per_replica])
         return tf.data.Dataset.from_tensor_slices(mine)
@@ -284,6 +313,17 @@ def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
     else:
         ds = ds.batch(batch).map(batch_decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def example_ids(data: Prepared, split: str) -> list[str]:
+    """The id of every example of `split`, in its written order (`eval_dataset`'s order); ""
+    for shards written without ids."""
+    import tensorflow as tf
+
+    schema = {ID: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
+    ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
+    return [v.decode() for batch in ds.as_numpy_iterator() for v in batch]
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -3,17 +3,21 @@
 `data.source` picks the reader (sources.py); `data.path` points at your data (local, Drive or
 gs://). Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is
 read as a stream and only listed in `data/raw/source.json`. The split (train / validation /
-test) depends only on `seed`: stratified by class for classification, a seeded random split for
-multilabel and regression (the task's kind). Each split is written as TFRecord shards
+test) is the data's own where it has one (`data.split`: folders, files, a column) and otherwise
+depends only on `seed`: stratified by class for classification, a seeded random split for
+multilabel and regression (the task's kind; data/split.py). Each split is written as TFRecord shards
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
-across shards): images re-encoded once at `data.image_size` (PNG, or JPEG when the originals are
-JPEGs), vectors as float lists, unscaled (the model scales its inputs). `data/processed/spec.json`
-(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file.
+across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
+by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
+originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs). Each
+example also carries its source's id (pipeline.serialize: a file path, a row number).
+`data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
+every file.
 """
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -25,25 +29,28 @@ import numpy as np
 from ..config import COMMAND, ConfigError, Params
 from ..core import locations
 from ..core.files import atomic_write
+from ..core.storage import storage_root
 from ..registry import lookup
-from ..sources import Source, is_number, read_digits
-from ..spec import SPEC, DataSpec
+from ..sources import Source, read_digits
+from ..spec import SPEC, SPLITS, DataSpec
 from ..task import task_class
 from . import manifest
+from .images import stored_image
 from .pipeline import serialize
+from .split import check_method, counts, origin_of, read_layout, split_examples, summary
 from .staging import INDEX, stage
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
-SPLITS = ("train", "validation", "test")
 SHARD_BYTES = 100 * 2**20  # about 100 MB per shard: big reads, yet many shards to interleave
 ENCODE_CHUNK = 256  # images decoded and re-encoded at a time (threads: PIL releases the GIL)
 
 
 def _load_source(
     params: Params, project_dir: Path, recorded: set[str]
-) -> tuple[Source, dict[str, str]]:
-    """Read the configured source; return (the source, {raw file: source description}).
+) -> tuple[Source, dict[str, str], str]:
+    """Read the configured source (once, or once per split folder or file: `data.split`);
+    return (the source, {raw file: source description}, what a random split is drawn from).
     `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
     reader = lookup("source", cfg.source)
@@ -56,13 +63,17 @@ def _load_source(
             refuse_unrecorded(project_dir, raw_dir / name, recorded)
         for name, (payload, _) in found.raw.items():
             atomic_write(raw_dir / name, payload)
-        return found, {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
+        written = {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
+        return found, written, origin_of(cfg, "")
     path, sources = _stage(cfg.path, project_dir, recorded)
-    found = reader(path, cfg, kind)
+    if cfg.split in ("folders", "files"):
+        found = read_layout(reader, path, cfg, kind)
+    else:
+        found = reader(path, cfg, kind)
     if not locations.is_url(path):  # name the user's file in errors, not its staged copy
         staged = {str(project_dir / rel): original for rel, original in sources.items()}
         found.where = lambda i, where=found.where: staged.get(where(i), where(i))
-    return found, sources
+    return found, sources, origin_of(cfg, path)
 
 
 def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[str, str]]:
@@ -161,108 +172,6 @@ def _holds_no_files(folder: Path) -> bool:
     return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
 
 
-def split_indices(
-    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Stratified train / validation / test indices, a pure function of labels, fractions, seed.
-
-    A fraction of 0 leaves that split empty (the bundled digits that `train` uses without
-    `prepare` have no test split)."""
-    rng = np.random.default_rng(seed)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        n_test = round(len(idx) * test_fraction)
-        n_val = round(len(idx) * validation_fraction)
-        parts["test"].append(idx[:n_test])
-        parts["validation"].append(idx[n_test : n_test + n_val])
-        parts["train"].append(idx[n_test + n_val :])
-    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
-    return _refuse_empty(out, len(y), validation_fraction, test_fraction)
-
-
-def random_split(
-    n: int, validation_fraction: float, test_fraction: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Seeded random train / validation / test indices of `n` examples (multilabel and
-    regression: no classes to stratify by), a pure function of n, fractions and seed."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_test, n_val = round(n * test_fraction), round(n * validation_fraction)
-    out = {
-        "test": np.sort(order[:n_test]),
-        "validation": np.sort(order[n_test : n_test + n_val]),
-        "train": np.sort(order[n_test + n_val :]),
-    }
-    return _refuse_empty(out, n, validation_fraction, test_fraction)
-
-
-def _refuse_empty(
-    out: dict[str, np.ndarray], n: int, validation_fraction: float, test_fraction: float
-) -> dict[str, np.ndarray]:
-    """`out`, unless a split that should have examples has none (one line naming the keys)."""
-    wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
-    for name, idx in out.items():
-        if len(idx) == 0 and wanted[name] > 0:
-            raise ConfigError(
-                f"data: {n} examples leave the {name} split empty "
-                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
-            )
-    return out
-
-
-MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: not classes
-
-
-def _check_classes(source: Source) -> None:
-    """Every class needs two examples or more, else the split cannot stratify it. A numeric
-    label column of mostly distinct values (a continuous target) is refused first, pointing at
-    regression, rather than failing later with an empty split."""
-    counts = np.bincount(source.labels, minlength=len(source.names))
-    numeric = all(is_number(name) for name in source.names)
-    hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
-    if numeric and len(source.names) > MAX_DISTINCT_SHARE * len(source.labels):
-        raise ConfigError(
-            f"data.label: {len(source.names)} distinct values in {len(source.labels)} examples "
-            "look like a continuous target, not classes (example: --set task.type=regression)"
-        )
-    for name, n in zip(source.names, counts, strict=True):
-        if n < 2:
-            raise ConfigError(
-                f"data: class {name!r} has {n} example{'s' if n != 1 else ''}; the split needs "
-                f"at least 2 per class (add examples or remove the class){hint}"
-            )
-
-
-def encode_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
-    """An image (encoded bytes or a uint8 array) resized to `size` (h, w), encoded as PNG/JPEG.
-
-    Decoding every image here is also the check that each one is readable: a truncated file
-    stops `prepare` with its path, never `train` in the middle of an epoch."""
-    from PIL import Image
-
-    try:
-        if isinstance(payload, bytes):
-            image = Image.open(io.BytesIO(payload))
-            image.load()  # decodes it all: a truncated file fails here
-            stored = ((image.format or "").lower(), image.mode, image.size)
-            if stored == (fmt, "L" if channels == 1 else "RGB", (size[1], size[0])):
-                return payload  # already as it would be stored: no second lossy encoding
-        else:
-            array = np.asarray(payload, dtype=np.uint8)
-            image = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
-        image = image.convert("L" if channels == 1 else "RGB")
-        if image.size != (size[1], size[0]):
-            image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
-        buf = io.BytesIO()
-        if fmt == "jpeg":
-            image.save(buf, format="JPEG", quality=95)
-        else:
-            image.save(buf, format="PNG", optimize=False)
-    except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors for unreadable images
-        raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
-    return buf.getvalue()
-
-
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
     """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk."""
     if image is None:
@@ -273,7 +182,7 @@ def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | N
     fmt = source.encoding
 
     def one(i: int) -> bytes:
-        return encode_image(source.load(i), (h, w), c, fmt, source.where(i))
+        return stored_image(source.load(i), (h, w), c, fmt, source.where(i))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(order), ENCODE_CHUNK):
@@ -290,7 +199,7 @@ def write_shards(
     writer = None
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
-        record = serialize(x, source.labels[i])
+        record = serialize(x, source.labels[i], source.ids(int(i)) if source.ids else str(i))
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
                 writer.close()
@@ -305,9 +214,14 @@ def write_shards(
 
 
 def write_processed(
-    source: Source, idx: dict[str, np.ndarray], folder: Path, params: Params
+    source: Source,
+    idx: dict[str, np.ndarray],
+    folder: Path,
+    params: Params,
+    record: dict[str, Any] | None = None,
 ) -> DataSpec:
-    """Every split of `source` as shards in `folder`, in a seeded order, plus `spec.json`.
+    """Every split of `source` as shards in `folder`, in a seeded order, plus `spec.json`
+    (with `record`, how the split was made: data/split.py).
 
     The shards go to a temporary folder first and replace the old ones only once all are
     written: a failure (an unreadable image) leaves the previous processed data as it was."""
@@ -341,12 +255,16 @@ def write_processed(
     if source.task == "regression":  # the loss standardises targets with the training split's
         targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
         stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
+    else:  # what train.class_weight and the preflight's imbalance note use
+        found = counts(source.labels[idx["train"]], source.task, len(source.names))
+        stats["train_counts"] = {n: int(c) for n, c in zip(source.names, found, strict=True)}
     spec = DataSpec(
         kind=source.kind,
         task=source.task,
         input_shape=tuple(int(v) for v in (image or source.input_shape)),
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
+        split=record or {},
         feature_names=list(source.feature_names),
         extra={
             "shards": shards,
@@ -392,8 +310,9 @@ def bundled_digits(folder: Path, params: Params) -> DataSpec:
     """The bundled digits split into train and validation only, as shards in `folder`: what
     `train` uses when `prepare` never ran (no data/raw, no manifest)."""
     source = read_digits("", params.data, "classification")
-    idx = split_indices(source.labels, params.data.validation_fraction, 0.0, params.seed)
-    return write_processed(source, idx, folder, params)
+    data = dataclasses.replace(params.data, split="random")
+    idx, split = split_examples(source, data, params.seed, "digits", test_fraction=0.0)
+    return write_processed(source, idx, folder, params, split)
 
 
 def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
@@ -404,30 +323,24 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "data.validation_fraction + data.test_fraction: must be below 1 "
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
+    check_method(cfg, lookup("source", cfg.source))
     recorded = written_before(project_dir)
-    source, raw_sources = _load_source(params, project_dir, recorded)
-    if source.splits is not None:
-        idx = source.splits
-    elif source.task != "classification":
-        idx = random_split(
-            len(source.labels), cfg.validation_fraction, cfg.test_fraction, params.seed
-        )
-    else:
-        _check_classes(source)
-        idx = split_indices(source.labels, cfg.validation_fraction, cfg.test_fraction, params.seed)
+    source, raw_sources, origin = _load_source(params, project_dir, recorded)
+    idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED
-    spec = write_processed(source, idx, processed, params)
+    spec = write_processed(source, idx, processed, params, split)
     written = {f"{PROCESSED}/{n}" for names in spec.extra["shards"].values() for n in names}
     written.add(f"{PROCESSED}/{SPEC}")
     # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
-    split_source = f"{cfg.source} split (seed {params.seed})"
+    split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"
     info = {
         "generated_by": f"{COMMAND} prepare",
         "source": cfg.source,
         "data_path": None if cfg.source in ("digits", "tfds") else cfg.path,
         "seed": params.seed,
         "counts": spec.counts,
+        "split": spec.split,
         "task": spec.task,
         "classes": spec.names,
         "kind": spec.kind,
@@ -439,11 +352,13 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         project_dir, {RAW: raw_sources, PROCESSED: dict.fromkeys(written, split_source)}, info
     )
     manifest.write(project_dir, doc)
+    # A copy outlives the VM (Drive on Colab): a new VM's clone has no manifest to restore from.
+    manifest.keep(project_dir, storage_root(project_dir))
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
         f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "
         f"({spec.kind}s {'x'.join(map(str, spec.input_shape))}): "
-        + ", ".join(f"{n} {c}" for n, c in spec.counts.items())
+        + summary(spec)
         + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
         f"{manifest.MANIFEST}",
         flush=True,

@@ -3,13 +3,19 @@
 Reads `results/models/model.keras` and the test shards in `data/processed` (streamed through
 the input pipeline); `task.py` (`Task.evaluate`) computes the metrics and the plot rows; this
 module writes
-- `results/metrics/evaluate.json`: the test loss and the task's metrics (`dvc metrics show`);
+- `results/metrics/evaluate.json`: the test loss (unweighted, whatever `train.class_weight`), the
+  task's metrics (`dvc metrics show`) and `scored_on`, which test split they are of (how
+  `prepare` made it: `the published test split: test.csv, 120 examples`);
 - `results/plots/`: every task's plot files, the other tasks' with their header only, so that the
   static dvc.yaml declares them all and `dvc plots show` draws what fits the task (an empty file
   is an empty plot; a missing one would be an error): `confusion_matrix.csv` and
   `per_class.csv` (classification), `per_label.csv` (multilabel), `predictions.csv` (actual,
   predicted, residual: regression);
 - `results/plots/training_curve.csv`: every per-epoch number from `results/metrics/train.json`;
+- `results/predictions/test.csv`: each test example's prediction, in the columns of `predict`'s
+  CSV plus `target` (the truth), its `id` the example's source (a file relative to `data.path`, a
+  CSV row as `predict` numbers rows, an index in a TFRecord file or a TFDS split), sorted by id:
+  `predict` on those sources gives the same rows (notebook 03 shows the worst).
 - `results/reports/model_card.md` (model_card.py): the model, its data, training, test metrics
   and exported files, and your section "Intended use and limits", which it keeps.
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,14 +39,17 @@ from ..config import COMMAND, ConfigError, Params
 from ..core.files import atomic_write
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
-from ..data.pipeline import Prepared, eval_dataset, load_prepared
+from ..data.pipeline import Prepared, eval_dataset, example_ids, load_prepared
 from ..data.prepare import PROCESSED
+from ..data.split import describe
 from ..task import Evaluation, Task, make_task
 from .model_card import write_card
+from .predict import prediction_table
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
 CONFUSION = "plots/confusion_matrix.csv"  # classification; report.load_confusion reads it
 CURVE = "plots/training_curve.csv"
+TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_examples reads it
 # The per-epoch columns dvc.yaml plots: always in the curve file (empty where a task has none).
 CURVE_PLOTTED = ("loss", "accuracy", "binary_accuracy", "mae")
 PLOT_HEADERS = {
@@ -125,25 +135,65 @@ def scored_batches(predict: Any, data: Prepared, batch: int) -> Iterator[tuple[A
         yield y.numpy(), np.asarray(predict(x))
 
 
+def _kept(batches: Iterator[Any], into: list[Any]) -> Iterator[Any]:
+    """`batches` passed on, each also appended to `into`."""
+    for batch in batches:
+        into.append(batch)
+        yield batch
+
+
+def _natural(text: str) -> list[Any]:
+    """A sort key that puts `row 2` before `row 10`: digit runs compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def write_test_predictions(
+    results: Path, data: Prepared, task: Task, scored: list[tuple[Any, Any]]
+) -> Path:
+    """results/predictions/test.csv from the (targets, outputs) batches of the test split, in
+    written order: one row per example, named by its source id, sorted by id."""
+    ids = example_ids(data, "test")
+    if not all(ids):  # shards written without ids: the position in the test split instead
+        print(
+            f"NOTE: the shards in {data.folder} hold no example ids; run prepare again to name "
+            f"each row of {TEST_PREDICTIONS} by its source (now: its position in the test split)"
+        )
+        ids = [str(k) for k in range(len(ids))]
+    targets = [t for batch, _ in scored for t in batch]
+    outputs = [o for _, batch in scored for o in batch]
+    order = sorted(range(len(ids)), key=lambda k: _natural(ids[k]))
+    sidecar = results / SIDECAR_FILE
+    threshold = json.loads(sidecar.read_text()).get("threshold", 0.5) if sidecar.is_file() else 0.5
+    info = {"task": task.kind, "names": task.names, "threshold": threshold}
+    table = prediction_table(
+        info, [ids[k] for k in order], [outputs[k] for k in order], [targets[k] for k in order]
+    )
+    return atomic_write(results / TEST_PREDICTIONS, table)
+
+
 def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     """Evaluate the saved model on the test split and write metrics and plot data."""
     manifest.check(project_dir)
     results = results_root(project_dir)
     data = load_prepared(project_dir / PROCESSED)
-    task = make_task(params, data.spec)
+    task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
     predict = load_model(results, task)
     # Images go in training-size batches: a conv net's activations, not the inputs, set the
     # memory.
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
-    evaluation = task.evaluate(scored_batches(predict, data, batch))
+    scored: list[tuple[Any, Any]] = []  # kept for the per-example predictions
+    evaluation = task.evaluate(_kept(scored_batches(predict, data, batch), scored))
+    scored_on = describe(data.spec, "test")
+    evaluation.metrics["scored_on"] = scored_on
     written = write_evaluation(results, evaluation)
     written += write_other_plots(results, task)
+    written.append(write_test_predictions(results, data, task, scored))
     written.append(write_card(params, project_dir, data.spec, evaluation))
     shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
         f"Test ({task.kind}): "
         + ", ".join(f"{k[5:]} {v:.4g}" for k, v in shown.items() if isinstance(v, float))
-        + f" on {evaluation.metrics['test_examples']} examples; wrote "
+        + f" on {scored_on}; wrote "
         + ", ".join(sorted(str(p.relative_to(results)) for p in written))
         + f" in {results}",
         flush=True,

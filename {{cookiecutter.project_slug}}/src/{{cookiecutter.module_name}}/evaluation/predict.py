@@ -1,7 +1,9 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
 `predict` scores a CSV with the training feature columns, an image file or a folder of images
-(export.py writes the same model for other programs: a SavedModel, a LiteRT `.tflite`).
+(every format `prepare` accepts, made into pixels by data/images.py as `prepare` stored the
+training images). export.py writes the same model for other programs: a SavedModel, a LiteRT
+`.tflite`.
 """
 
 from __future__ import annotations
@@ -16,30 +18,41 @@ import numpy as np
 
 from ..config import ConfigError
 from ..core.files import atomic_write
+from ..data.images import IMAGE_SUFFIXES, model_input
 from ..training.saved_model import load_for_users
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 CHUNK = 256  # examples per model call: bounds memory for a large folder
 
 
 def predict(source: Path, output: Path, models_dir: Path) -> int:
     """Score `source` (a CSV, an image, or a folder of images); write the CSV `output`."""
     model, info = load_for_users(models_dir)
-    ids, rows = [], []
+    ids, outputs = [], []
     for chunk_ids, inputs in _read_inputs(source, info):
-        outputs = np.asarray(model.predict(inputs, batch_size=CHUNK, verbose=0), dtype=np.float64)
         ids += chunk_ids
-        rows += [_prediction_row(info, out) for out in outputs]
+        outputs += list(model.predict(inputs, batch_size=CHUNK, verbose=0))
+    atomic_write(output, prediction_table(info, ids, outputs))
+    return len(ids)
+
+
+def prediction_table(
+    info: dict[str, Any], ids: list[str], outputs: list[Any], targets: list[Any] | None = None
+) -> str:
+    """The predictions CSV of `predict` and of `evaluate` (results/predictions/test.csv): `id`,
+    (`target`: the truth, when `targets` are given), `prediction` and, for classification and
+    multilabel, `prob_<name>` per class or label. `info`: model.json (task, names, threshold);
+    `outputs`: the model's outputs in the user's units, one per id."""
     names = info["names"]
-    header = ["id", "prediction"]
+    header = ["id", *(["target"] if targets is not None else []), "prediction"]
     if info["task"] != "regression":
         header += [f"prob_{name}" for name in names]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows([[example_id, *row] for example_id, row in zip(ids, rows, strict=True)])
-    atomic_write(output, buf.getvalue())
-    return len(ids)
+    for k, (example_id, out) in enumerate(zip(ids, outputs, strict=True)):
+        truth = [] if targets is None else [_target_text(info, targets[k])]
+        writer.writerow([example_id, *truth, *_prediction_row(info, np.asarray(out, np.float64))])
+    return buf.getvalue()
 
 
 def _prediction_row(info: dict[str, Any], out: np.ndarray) -> list[Any]:
@@ -51,6 +64,16 @@ def _prediction_row(info: dict[str, Any], out: np.ndarray) -> list[Any]:
         return [names[int(np.argmax(out))], *probs]
     chosen = [name for name, p in zip(names, out, strict=True) if p >= info["threshold"]]
     return ["|".join(chosen), *probs]
+
+
+def _target_text(info: dict[str, Any], target: Any) -> str:
+    """A target as the prediction column says it: a class name, labels joined by `|`, a value."""
+    names = info["names"]
+    if info["task"] == "regression":
+        return f"{float(np.ravel(target)[0]):.6g}"
+    if info["task"] == "classification":
+        return names[int(target)]
+    return "|".join(name for name, on in zip(names, np.ravel(target), strict=True) if on >= 0.5)
 
 
 def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], np.ndarray]]:
@@ -72,7 +95,8 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
         )
     for start in range(0, len(files), CHUNK):
         chunk = files[start : start + CHUNK]
-        pixels = np.stack([_read_image(p, info["input_shape"]) for p in chunk])
+        fmt = info.get("image_encoding") or "png"
+        pixels = np.stack([_read_image(p, info["input_shape"], fmt) for p in chunk])
         yield [str(p) for p in chunk], pixels
 
 
@@ -99,13 +123,8 @@ def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np
         yield [str(i + 1) for i in table.index], numbers.to_numpy(dtype=np.float32)
 
 
-def _read_image(path: Path, shape: list[int]) -> np.ndarray:
-    """Pixel values 0-255, resized to the training size (bilinear) with its channels."""
-    import tensorflow as tf
+def _read_image(path: Path, shape: list[int], fmt: str) -> np.ndarray:
+    """Pixel values 0-255 at the training size and channels: what the pipeline decodes from what
+    `prepare` stores for this file (`fmt`: the shards' encoding)."""
+    return model_input(path.read_bytes(), shape, fmt, str(path))
 
-    height, width, channels = shape
-    try:
-        image = tf.io.decode_image(path.read_bytes(), channels=channels, expand_animations=False)
-    except tf.errors.InvalidArgumentError:
-        raise ConfigError(f"{path}: not a readable image") from None
-    return tf.image.resize(image, (height, width)).numpy()

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import COMMAND
-from ..task import task_class
+from ..config import COMMAND, Params
+from ..task import make_task, task_class
 
 FIGURES = Path("results") / "figures"
 
@@ -82,6 +82,48 @@ def plot_class_counts(splits: dict[str, np.ndarray], names: list[str] | None = N
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(xlabel="class", ylabel="examples", title="Examples per class and split")
     return fig
+
+
+def split_table(project_dir: Path) -> str:
+    """Markdown: each split's examples and where they came from (data.split: the published
+    split's folder, file or column, or a seeded random share of the data or of train)."""
+    from ..data.prepare import PROCESSED
+    from ..data.split import origin
+    from ..spec import SPLITS, load_spec
+
+    spec = load_spec(Path(project_dir) / PROCESSED)
+    method = spec.split.get("method", "?")
+    lines = [f"Split (data.split: {method})", "", "| split | examples | from |", "|---|---|---|"]
+    lines += [f"| {s} | {spec.counts.get(s, 0)} | {origin(spec, s)} |" for s in SPLITS]
+    return "\n".join(lines)
+
+
+def class_balance(project_dir: Path, params: Params) -> str:
+    """Markdown: the training split's examples per class (multilabel: positives per label), their
+    share, and the weight each gets in the loss (`train.class_weight`), then the preflight's note
+    on imbalance. The weights are those `train` will use: from these counts."""
+    from ..data.prepare import PROCESSED
+    from ..spec import load_spec
+    from ..training.preflight import class_balance_finding
+
+    spec = load_spec(Path(project_dir) / PROCESSED)
+    if spec.task == "regression":
+        return "Regression: no classes to balance (train.class_weight stays none)."
+    weights = make_task(params, spec).class_weights or (1.0,) * len(spec.names)
+    total = max(int(spec.counts.get("train", 0)), 1)
+    multilabel = spec.task == "multilabel"
+    head = (
+        "| label | positives | share of examples | positive weight |"
+        if multilabel
+        else ("| class | examples | share | weight |")
+    )
+    lines = [f"Training split, train.class_weight: {params.train.class_weight}", "", head]
+    lines.append("|---|---|---|---|")
+    for name, weight in zip(spec.names, weights, strict=True):
+        n = spec.train_counts.get(name, 0)
+        lines.append(f"| {name} | {n} | {n / total:.1%} | {weight:.3g} |")
+    note = class_balance_finding(params, spec)
+    return "\n".join(lines + ([f"\n{note}"] if note else []))
 
 
 def as_image(features: np.ndarray) -> np.ndarray:
@@ -291,9 +333,9 @@ def _results_file(project_dir: Path, name: str) -> Path:
     return results_root(Path(project_dir)) / name
 
 
-def class_table(rows: list[dict[str, str]], accuracy: float) -> str:
+def class_table(rows: list[dict[str, str]], accuracy: float, balanced: float | None = None) -> str:
     """A Markdown table of per-class precision, recall, F1 and support (rows of per_class.csv),
-    plus the overall accuracy."""
+    plus the overall accuracy (and the balanced accuracy: the mean of the recalls)."""
     lines = ["| class | precision | recall | F1 | support |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(
@@ -301,7 +343,10 @@ def class_table(rows: list[dict[str, str]], accuracy: float) -> str:
             f"| {float(r['f1']):.3f} | {r['support']} |"
         )
     total = sum(int(r["support"]) for r in rows)
-    lines.append(f"| **all** | | | **accuracy {accuracy:.4f}** | {total} |")
+    both = f"accuracy {accuracy:.4f}"
+    if balanced is not None:
+        both += f", balanced accuracy {balanced:.4f}"
+    lines.append(f"| **all** | | | **{both}** | {total} |")
     return "\n".join(lines)
 
 
@@ -322,7 +367,7 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     ]
     if kind == "classification":
         rows = load_plot_rows(project_dir, "per_class.csv")
-        detail = class_table(rows, test["test_accuracy"])
+        detail = class_table(rows, test["test_accuracy"], test.get("test_balanced_accuracy"))
     elif kind == "multilabel":
         detail = rows_table(load_plot_rows(project_dir, "per_label.csv"))
     else:
@@ -332,8 +377,9 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
             f"| test split | {test['residual_mean']:.4g} | {test['residual_std']:.4g} "
             f"| {test['residual_abs_p90']:.4g} |"
         )
-    examples = test.get("test_examples", "?")
-    return f"Test split ({task_type}, {examples} examples): {', '.join(scores)}\n\n{detail}"
+    # Which test split: evaluate's `scored_on` (`the published test split: test.csv, 120 ...`).
+    scored_on = test.get("scored_on") or f"{test.get('test_examples', '?')} examples"
+    return f"Test split ({task_type}, {scored_on}): {', '.join(scores)}\n\n{detail}"
 
 
 def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
@@ -363,4 +409,106 @@ def plot_label_metrics(rows: list[dict[str, str]]) -> Any:
     ax.set(ylim=(0, 1.05), xlabel="label", title="Per-label metrics (test split)")
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def worst_predictions(project_dir: Path, task_type: str, n: int = 12) -> list[dict[str, str]]:
+    """The `n` rows of `evaluate`'s results/predictions/test.csv with the highest loss, highest
+    first, each with its `loss`: the cross-entropy of the truth (classification; the most
+    confident mistakes come first), the mean binary cross-entropy over the labels (multilabel),
+    or the absolute error (regression)."""
+    import csv
+
+    from .evaluate import TEST_PREDICTIONS
+
+    path = _results_file(project_dir, TEST_PREDICTIONS)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    kind = task_class(task_type).kind
+    for row in rows:
+        row["loss"] = f"{_example_loss(row, kind):.4g}"
+    return sorted(rows, key=lambda row: -float(row["loss"]))[:n]
+
+
+def _example_loss(row: dict[str, str], kind: str) -> float:
+    if kind == "regression":
+        return abs(float(row["prediction"]) - float(row["target"]))
+    probs = {k[5:]: float(v) for k, v in row.items() if k.startswith("prob_")}
+    if kind == "classification":
+        return float(-np.log(max(probs.get(row["target"], 0.0), 1e-7)))
+    truth = set(filter(None, row["target"].split("|")))
+    p = np.clip([probs[name] for name in probs], 1e-7, 1 - 1e-7)
+    t = np.array([name in truth for name in probs], dtype=np.float64)
+    return float(-np.mean(t * np.log(p) + (1 - t) * np.log(1 - p)))
+
+
+def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
+    """Notebook 03: the `n` test examples the model gets most wrong (`worst_predictions`), as a
+    Markdown table of id, truth, prediction and loss; for images also a figure of them titled
+    with truth, prediction and loss, saved as results/figures/03_worst_examples.png. Image files
+    are shown from `data.path` as they are (upright, at their own size); other image sources
+    (and a file no longer there) from the test shards, as the model saw them."""
+    rows = worst_predictions(project_dir, params.task.type, n)
+    columns = ["id", "target", "prediction", "loss"]
+    table = rows_table([{k: row[k] for k in columns} for row in rows])
+    from ..spec import load_spec
+
+    spec = load_spec(Path(project_dir) / "data" / "processed")
+    if spec.kind == "image" and rows:
+        pictures = _pictures(Path(project_dir), params.data, spec, [r["id"] for r in rows])
+        save_figure(plot_worst(rows, pictures), project_dir, "03_worst_examples")
+    return f"The {len(rows)} test examples with the highest loss:\n\n{table}"
+
+
+def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[str, np.ndarray]:
+    """{id: pixels 0-255 [h, w, c]}: the files in `data.path` (source images), else what the
+    test shards hold."""
+    from ..core import locations
+    from ..data.images import load_image
+    from ..data.pipeline import eval_dataset, example_ids, load_prepared
+
+    found: dict[str, np.ndarray] = {}
+    channels = spec.input_shape[-1]
+    if data.source == "images":
+        local = (project_dir / data.path).expanduser()  # as prepare reads it
+        base = data.path if locations.is_url(data.path) else str(local)
+        for example_id in ids:
+            path = locations.join(base, example_id)
+            if locations.exists(path):
+                with locations.open_binary(path) as f:
+                    image = load_image(f.read(), None, channels)
+                image.thumbnail((256, 256))  # enough to see; a 12-megapixel photo is not
+                found[example_id] = np.asarray(image).reshape(image.height, image.width, -1)
+    wanted = set(ids) - set(found)
+    if wanted:
+        prepared = load_prepared(project_dir / "data" / "processed")
+        order = iter(example_ids(prepared, "test"))
+        for x, _ in eval_dataset(prepared, "test", 256).as_numpy_iterator():
+            for image, example_id in zip(x, order, strict=False):
+                if example_id in wanted:
+                    found[example_id] = image
+    return found
+
+
+def plot_worst(rows: list[dict[str, str]], pictures: dict[str, np.ndarray]) -> Any:
+    """A grid of the examples of `rows` (worst_predictions), four to a row, each titled
+    "truth -> prediction" and its loss."""
+    import matplotlib.pyplot as plt
+
+    cols = 4
+    lines = max(1, -(-len(rows) // cols))
+    fig, axes = plt.subplots(lines, cols, figsize=(2.4 * cols, 2.6 * lines), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, row in zip(axes.ravel(), rows, strict=False):
+        if row["id"] in pictures:
+            _show(ax, pictures[row["id"]].astype(np.float32), "gray")
+        title = f"{row['target'] or '-'} -> {row['prediction'] or '-'}\nloss {row['loss']}"
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel(row["id"][-28:], fontsize=6)
+        ax.axis("on")
+    fig.suptitle("Worst test examples (truth -> prediction)")
+    fig.tight_layout()
     return fig

@@ -27,6 +27,7 @@ import re
 import shutil
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,27 @@ _STEP_DIR = re.compile(r"step-(\d+)")
 MIB = 1 << 20
 
 
+def keep_it(run_name: str, new_name: str = "") -> str:
+    """What every refusal to resume suggests: another run, or the old settings; never a step
+    that deletes the run's checkpoints."""
+    return (
+        f"its checkpoints are kept: train under another run_name (example: --set "
+        f"run_name={new_name or run_name + '-2'}), or put back what changed to resume run "
+        f"'{run_name}'"
+    )
+
+
 class CheckpointMismatch(RuntimeError):
     """An intact checkpoint that does not fit the current model or settings."""
+
+
+def newest_meta(directory: Path) -> dict[str, Any] | None:
+    """The `meta.json` of the newest intact checkpoint in `directory` (nothing is read into a
+    model, nothing moved), or None."""
+    for _, path in reversed(list_checkpoints(directory)):
+        if verify(path) is None:
+            return json.loads((path / "meta.json").read_text())
+    return None
 
 
 def _crc32(path: Path) -> int:
@@ -161,8 +181,11 @@ class CheckpointStore:
         self._prune()
         return final
 
-    def restore(self, checkpoint: Any) -> dict[str, Any] | None:
-        """Restore the newest intact checkpoint into `checkpoint`; return its meta, or None."""
+    def restore(
+        self, checkpoint: Any, check: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any] | None:
+        """Restore the newest intact checkpoint into `checkpoint`; return its meta, or None.
+        `check(meta)` runs first and raises CheckpointMismatch when the run is another one."""
         for _, path in reversed(list_checkpoints(self.restore_from)):
             problem = verify(path)
             if problem:
@@ -176,15 +199,19 @@ class CheckpointStore:
                     with contextlib.suppress(OSError):
                         os.replace(path, path.with_name(f"damaged-{path.name}-{int(time.time())}"))
                 continue
+            meta = json.loads((path / "meta.json").read_text())
+            if check is not None:
+                check(meta)
             try:
                 checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
             except Exception as exc:  # intact files that do not fit: a changed model
                 first = str(exc).strip().splitlines()[0][:200]
                 raise CheckpointMismatch(
-                    f"checkpoint {path} does not match the current model ({first}); "
-                    "start over with --fresh or use another run_name"
+                    f"checkpoint {path} holds another model than the one built now ({first}): "
+                    "the architecture changed since the run started (model.* in params.yaml, "
+                    f"or the code of model.py); {keep_it(path.parent.name)}"
                 ) from None
-            return json.loads((path / "meta.json").read_text())
+            return meta
         return None
 
     def clean_partial(self) -> None:
@@ -199,11 +226,13 @@ class CheckpointStore:
             for child in self.directory.glob(".tmp-*"):
                 shutil.rmtree(child, ignore_errors=True)
 
-    def clear(self) -> None:
-        """Delete every checkpoint of this run (`train --fresh`); the lease stays (this session
-        holds it: without it, another session could start on the run)."""
+    def clear(self) -> list[int]:
+        """Delete every checkpoint of this run (`train --fresh`); return the steps of the complete
+        ones deleted. The lease stays (this session holds it: without it, another session could
+        start on the run)."""
         if not self.directory.is_dir():
-            return
+            return []
+        deleted = [step for step, _ in list_checkpoints(self.directory)]
         for child in self.directory.iterdir():
             if child.name == LEASE_FILE:
                 continue
@@ -211,6 +240,7 @@ class CheckpointStore:
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
+        return deleted
 
     def _prune(self) -> None:
         for _, path in list_checkpoints(self.directory)[: -self.keep]:

@@ -9,6 +9,14 @@ and writes nothing there. A lease is taken over without asking when its holder i
 - another host, and its heartbeat is older than `STALE_AFTER` heartbeats (a VM that died);
 - `train --take-over` (you know the other session is gone, or you want it to stop).
 
+Another host's lease with a recent heartbeat is watched, not refused at once: a new Colab VM
+(another host name) usually finds the lease of the VM that just died, and a live session beats
+every `HEARTBEAT_S` seconds. So `acquire` says in one line that it waits, then either sees the
+next heartbeat (the holder is alive: refused, exit code 4, within about one heartbeat) or none
+until the lease is stale (the VM is gone: taken over). The wait is at most the staleness window
+(`STALE_AFTER` x 30 s), less the time since the last heartbeat: a new VM, which takes a minute or
+more to reach training, rarely waits long.
+
 Across VMs the storage is usually Google Drive, which has no atomic create and syncs with a lag,
 so the lease is best effort there: the holder re-reads it at each heartbeat and, when another
 session's token is in it, reports `lost` and the trainer stops cleanly with a checkpoint
@@ -97,6 +105,31 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
     return None
 
 
+def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
+    """Another host's lease `doc` with a recent heartbeat: wait, saying so in one line, until it
+    beats again (alive: None) or goes stale (why it is free now). A lease released or replaced
+    meanwhile ends the wait too (free: '', replaced: None)."""
+    interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
+    beat = float(doc.get("heartbeat", 0))
+    stale_at = beat + STALE_AFTER * interval
+    print(
+        f"Run '{run_name}' is held by {holder(doc)}, whose last heartbeat was "
+        f"{time.time() - beat:.0f} s ago: waiting up to {stale_at - time.time():.0f} s for the "
+        f"next one (a live session beats every {interval:g} s); without one its VM is gone and "
+        "this session takes the run over.",
+        flush=True,
+    )
+    poll = min(5.0, max(interval / 10, 0.05))
+    while (now := time.time()) <= stale_at:
+        time.sleep(min(poll, stale_at - now + 0.01))
+        seen = read_lease(path)
+        if seen is None:
+            return ""  # released: its holder finished
+        if seen.get("token") != doc.get("token") or seen.get("heartbeat") != doc.get("heartbeat"):
+            return None  # it beat (alive), or another session took it
+    return why_free(read_lease(path), time.time())
+
+
 class Lease:
     """This session's claim on one run folder; `acquire` makes one."""
 
@@ -126,6 +159,9 @@ class Lease:
         lease = cls(run_dir, run_name)
         current = read_lease(lease.path)
         reason = "--take-over" if take_over and current else why_free(current, time.time())
+        if reason is None and (current or {}).get("host") != socket.gethostname():
+            reason = watch(lease.path, current or {}, run_name)
+            current = read_lease(lease.path)
         if reason is None:
             raise LeaseHeld(
                 f"run '{run_name}' is being trained by another session ({holder(current or {})}; "

@@ -1,9 +1,11 @@
 """The record of a training run: `results/runs/<run_id>/manifest.json`.
 
 Everything needed to trace a result back and run it again: params (also saved beside the
-manifest as `params.yaml`), seed, environment, git commit, data manifest hash, checkpoint
-location, metrics, artifacts (with sha256) and timing. Every training run writes one, also a run
-that was stopped (its status says so), and sends it to the experiment tracker.
+manifest as `params.yaml`), seed, environment, git commit, data manifest hash, the class weights
+of the loss, checkpoint location, metrics, artifacts (with sha256) and timing. Every training
+run writes one, also a run that was stopped (its status says so), and sends it to the experiment
+tracker. `kind` says what wrote it: "train", or "speed" (`python -m <module> speed`: its
+throughputs on this machine).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..core.storage import results_root
 # Fields every manifest has (tests/test_run_record.py checks each).
 FIELDS = (
     "run_id",
+    "kind",
     "run_name",
     "status",
     "params",
@@ -32,6 +35,7 @@ FIELDS = (
     "environment",
     "git",
     "data",
+    "class_weight",
     "checkpoints",
     "metrics",
     "artifacts",
@@ -77,6 +81,8 @@ def build_record(
     command: str = "",
     tracking: dict[str, str] | None = None,
     environment: dict[str, Any] | None = None,
+    kind: str = "train",
+    class_weight: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The manifest of one run as a dictionary (see FIELDS)."""
     project_dir = Path(project_dir)
@@ -85,9 +91,10 @@ def build_record(
     if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
         run_dir = run_dir.relative_to(project_dir)
     run_name = params.get("run_name", "")
-    command = command or f"{COMMAND} train"
+    command = command or f"{COMMAND} {kind}"
     return {
         "run_id": run_id,
+        "kind": kind,
         "run_name": run_name,
         "status": status,
         "reason": reason,
@@ -96,6 +103,8 @@ def build_record(
         "environment": env,
         "git": {k: env["git"].get(k) for k in ("commit", "branch", "dirty")},
         "data": {"manifest": env["data"]["manifest"], "dvc": env["data"]["dvc"]},
+        # train.class_weight resolved from the training split's counts: the loss's weights
+        "class_weight": class_weight,
         "checkpoints": str(checkpoints),
         "metrics": metrics,
         "artifacts": [artifact_entry(project_dir, p) for p in artifacts],
@@ -106,11 +115,13 @@ def build_record(
         },
         "tracking": tracking or {},
         "command": command,
-        "reproduce": reproduce_commands(env["git"], run_dir, run_name),
+        "reproduce": reproduce_commands(env["git"], run_dir, run_name, kind),
     }
 
 
-def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str) -> list[str]:
+def reproduce_commands(
+    git: dict[str, Any], run_dir: Path, run_name: str, kind: str = "train"
+) -> list[str]:
     """The shell commands that rerun this run from scratch (README: "Reproducing a run")."""
     commit = git.get("commit") or "<no commit: the run was made before the first commit>"
     warning = ["# WARNING: the tree had uncommitted changes; the commit lacks them"]
@@ -119,7 +130,9 @@ def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str) -> lis
         f"git checkout {commit}",
         "dvc pull  # the data version of that commit (checked against data.manifest)",
         f"cp {run_dir / 'params.yaml'} params.yaml",
-        f"{COMMAND} train --fresh --set run_name={run_name}-repro",
+        f"{COMMAND} speed"
+        if kind == "speed"
+        else f"{COMMAND} train --set run_name={run_name}-repro",
     ]
 
 
@@ -199,6 +212,7 @@ def record_run(
         finished_at=utc_now(),
         command=command,
         tracking=tracker.locations,
+        class_weight=getattr(result, "class_weight", None),
     )
     manifest = write_run_record(project_dir, record)
     print(f"Run record: {manifest}", flush=True)

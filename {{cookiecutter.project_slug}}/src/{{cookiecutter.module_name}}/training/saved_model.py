@@ -39,6 +39,8 @@ def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
         "input_shape": list(spec.input_shape),
         "feature_names": spec.feature_names,
         "threshold": 0.5,
+        # Images: how the shards store them (png / jpeg); `predict` makes the same pixels.
+        "image_encoding": spec.extra.get("encoding") if spec.kind == "image" else None,
     }
 
 

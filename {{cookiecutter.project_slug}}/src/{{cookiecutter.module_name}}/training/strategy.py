@@ -143,7 +143,7 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
             else:
                 cpus = tf.config.list_logical_devices("CPU")
                 devices = [d.name for d in cpus[: max(plan.logical_cpus, 1)]]
-            strategy = tf.distribute.MirroredStrategy(devices)
+            strategy = _mirrored(tf, devices)
         else:
             strategy = tf.distribute.get_strategy()
     names = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
@@ -163,6 +163,20 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
         flush=True,
     )
     return strategy, info
+
+
+_MIRRORED: dict[tuple[str, ...], object] = {}
+
+
+def _mirrored(tf, devices: list[str]) -> object:
+    """One MirroredStrategy per device set and process. A second one (a second `train` in a
+    notebook kernel, or in a test session) would number its all-reduces from the start again,
+    and TensorFlow matches them by number: a model of other shapes then fails with "Shape
+    mismatch in the collective instance"."""
+    key = tuple(devices)
+    if key not in _MIRRORED:
+        _MIRRORED[key] = tf.distribute.MirroredStrategy(devices)
+    return _MIRRORED[key]
 
 
 # tf.distribute.MultiWorkerMirroredStrategy is an alias: the object's class is

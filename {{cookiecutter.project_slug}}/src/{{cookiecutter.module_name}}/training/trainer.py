@@ -5,11 +5,15 @@ Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and 
 strategy -> data -> model, task, optimizer -> the step loop (loop.py) under the checkpoint and
 stop policy (policy.py, where the lockstep rule for several workers is stated) -> results.
 A run checkpoints model, optimizer (with its step counter), RNG state, step, the best weights
-and the early-stopping state atomically, and resumes at the very next batch.
+and the early-stopping state atomically, and resumes at the very next batch. Each checkpoint
+records the run's fingerprint (fingerprint.py): a resume with other data or settings is refused,
+naming what differs, and nothing here deletes a run's checkpoints but an explicit `--fresh`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import shutil
 import tempfile
@@ -23,16 +27,17 @@ import numpy as np
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
-from ..core.storage import RunPaths, run_paths
+from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest
-from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared, train_dataset
+from ..data.feed import make_feed, resident_bytes
+from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
 from ..optim import build_optimizer
 from ..task import Task, make_task
-from . import preflight
-from .checkpoints import CheckpointMismatch, CheckpointStore, write_results
+from . import fingerprint, preflight
+from .checkpoints import CheckpointMismatch, CheckpointStore, keep_it, newest_meta, write_results
 from .early_stopping import EarlyStopping
 from .lease import Lease
 from .policy import (
@@ -48,7 +53,7 @@ from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
-__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "fit", "train", "weights_digest"]
+__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "choose_run", "fit", "train", "weights_digest"]
 
 
 @dataclass
@@ -61,6 +66,7 @@ class TrainResult:
     exit_code: int = 0
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
 
 
 @dataclass
@@ -88,14 +94,17 @@ class Run:
     task: Task
     parts: StepParts
     validator: Validator
+    validation: Any  # the validation batches: a dataset, or a list held in memory
     best: BestWeights
     checkpoint: Any
     store: CheckpointStore
-    meta_expected: dict[str, Any]
+    meta_expected: dict[str, Any]  # what checkpoints recorded before they had a fingerprint
+    fingerprint: dict[str, Any]
     early: EarlyStopping = field(default_factory=EarlyStopping)
     step: int = 0
     last_saved: int = -1
     fine_tuning: bool = False
+    feed: Any = None  # data/feed.py: where the steps' batches come from
     chunk_fn: Any = None
     history: list[dict[str, float]] = field(default_factory=list)
     trained_steps: int = 0
@@ -113,12 +122,115 @@ def train(
     fresh: bool = False,
     resume_command: str = "",
     take_over: bool = False,
+    new_run_if_changed: bool = False,
 ) -> TrainResult:
-    """`python -m <module> train`: strategy, seeds, data, then `fit`."""
+    """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
+    `choose_run`), one writer per run (the lease), then `fit`."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
-    # The data first: a file that differs from data/manifest.json stops the run here, before any
-    # time is spent. Without a manifest (`prepare` never ran) the bundled digits are split and
-    # sharded into a temporary folder instead.
+    prepared = check_data(params, project_dir)
+    # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
+    # that has not run any op yet.
+    strategy, info = make_strategy(params.distribute)
+    seeded = seed_everything(params.seed, params.repro.deterministic)
+    print(
+        f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops "
+        f"{'on' if params.repro.deterministic else 'off'}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
+        data = open_data(params, project_dir, prepared, Path(tmp))
+        expected = fingerprint.of(params, data_hash(project_dir, prepared, data), info.replicas)
+        if new_run_if_changed:
+            params = choose_run(params, project_dir, expected, data.count("train"))
+        paths = run_paths(project_dir, params.run_name, info.is_chief)
+        storage = paths.restore_from.parents[1]
+        # Preflight, then one writer per run (the chief holds the lease) before any write.
+        preflight.before_training(params, info, storage, data.spec if prepared else None)
+        if info.is_chief and prepared:
+            _keep_manifest(project_dir, storage)
+        lease = None
+        if info.is_chief:
+            lease = Lease.acquire(paths.checkpoints, params.run_name, take_over)
+        started_at = utc_now()
+        try:
+            if lease is not None:
+                lease.start_heartbeat()
+            result = fit(
+                params,
+                strategy,
+                info,
+                data,
+                paths,
+                fresh=fresh,
+                resume_command=resume_command,
+                lease=lease,
+                expected=expected,
+            )
+        finally:
+            if lease is not None:
+                lease.release()
+            paths.cleanup()
+    if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
+        record_run(params, project_dir, paths, result, started_at, resume_command)
+    return result
+
+
+def data_hash(project_dir: Path, prepared: bool, data: Prepared) -> str:
+    """The data's version for the run fingerprint: data/manifest.json's (checked by
+    `check_data`), or the hash of the temporary split's shards."""
+    if prepared:
+        return manifest.data_hash(manifest.load(project_dir) or {"files": []})
+    return fingerprint.folder_hash(data.folder)
+
+
+def _keep_manifest(project_dir: Path, storage: Path) -> None:
+    """The data manifest in the storage folder, under its hash: what a new VM restores from."""
+    try:
+        manifest.keep(project_dir, storage)
+    except OSError as exc:  # a full or dropped Drive: training goes on without the copy
+        print(
+            f"WARNING: {manifest.MANIFEST} not copied to {storage / manifest.KEPT} "
+            f"({exc.strerror or exc}); a new VM will prepare the data again instead",
+            flush=True,
+        )
+
+
+def choose_run(
+    params: Params, project_dir: Path, expected: dict[str, Any], train_examples: int
+) -> Params:
+    """The run that `train --new-run-if-changed` (the DVC stage) trains: `run_name` when it has
+    no checkpoint, or when its newest one was made with this fingerprint and this code and has
+    not passed train.epochs (a notebook's run is reused, an interrupted stage continues); else a
+    run of its own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is
+    deleted: every other run keeps its checkpoints."""
+    code = fingerprint.code_digest()
+    own = f"{params.run_name}-{fingerprint.digest(expected, code)[:8]}"
+    meta = newest_meta(storage_root(project_dir) / "checkpoints" / params.run_name)
+    if meta is None:
+        return params
+    total = train_examples // expected["global_batch"] * params.train.epochs
+    if "fingerprint" in meta:
+        why = fingerprint.differences(meta["fingerprint"], expected)
+    else:
+        why = ["its checkpoints were written without a run fingerprint"]
+    if meta.get("code") != code:
+        why.append(f"the code of src/{__package__.split('.')[0]} differs")
+    if meta.get("step", 0) > total:
+        why.append(f"it trained {meta['step']} steps, more than train.epochs makes ({total})")
+    if not why:
+        return params
+    print(
+        f"Run '{params.run_name}' differs from this stage ({'; '.join(why)}): training run "
+        f"'{own}' instead; run '{params.run_name}' keeps its checkpoints.",
+        flush=True,
+    )
+    return dataclasses.replace(params, run_name=own)
+
+
+def check_data(params: Params, project_dir: Path) -> bool:
+    """The data first: a file that differs from data/manifest.json stops here, before any time
+    is spent. True when `prepare` ran; without a manifest, the bundled digits are split and
+    sharded into a temporary folder instead (`open_data`)."""
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
@@ -134,46 +246,14 @@ def train(
             "`dvc repro`) prepares and versions the data that train and evaluate share.",
             flush=True,
         )
-    # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
-    # that has not run any op yet.
-    strategy, info = make_strategy(params.distribute)
-    seeded = seed_everything(params.seed, params.repro.deterministic)
-    print(
-        f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops "
-        f"{'on' if params.repro.deterministic else 'off'}",
-        flush=True,
-    )
-    paths = run_paths(project_dir, params.run_name, info.is_chief)
-    # Preflight, then one writer per run (the chief holds the lease) before any write.
-    preflight.before_training(params, info, paths.restore_from.parents[1])
-    lease = Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
-    started_at = utc_now()
-    try:
-        if lease is not None:
-            lease.start_heartbeat()
-        with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
-            data = (
-                load_prepared(project_dir / PROCESSED)
-                if prepared
-                else Prepared(bundled_digits(Path(tmp), params), Path(tmp))
-            )
-            result = fit(
-                params,
-                strategy,
-                info,
-                data,
-                paths,
-                fresh=fresh,
-                resume_command=resume_command,
-                lease=lease,
-            )
-    finally:
-        if lease is not None:
-            lease.release()
-        paths.cleanup()
-    if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
-        record_run(params, project_dir, paths, result, started_at, resume_command)
-    return result
+    return prepared
+
+
+def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> Prepared:
+    """What `prepare` wrote, or the bundled digits split into `tmp`."""
+    if prepared:
+        return load_prepared(project_dir / PROCESSED)
+    return Prepared(bundled_digits(tmp, params), tmp)
 
 
 def fit(
@@ -186,11 +266,15 @@ def fit(
     resume_command: str = "",
     progress: bool = True,
     lease: Lease | None = None,
+    expected: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`."""
+    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`.
+    `expected`: the run's fingerprint (fingerprint.of); by default that of `data`'s shards."""
     run_start = time.monotonic()
-    plan = _plan(params, info, data)
-    run = _build(params, strategy, info, data, paths, plan)
+    plan = make_plan(params, info, data)
+    if expected is None:
+        expected = fingerprint.of(params, fingerprint.folder_hash(data.folder), info.replicas)
+    run = _build(params, strategy, info, data, paths, plan, expected)
     _restore(run, fresh)
     with Stopper(params.train.time_budget_minutes, lease) as stopper:
         reason = _train_loop(run, stopper, progress, run_start)
@@ -206,12 +290,20 @@ def fit(
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
-        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason)
+        weights = class_weight_of(run.task)
+        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason, {}, weights)
     metrics = _finish(run, run_start)
-    return TrainResult("completed", run.step, plan.total, 0, "", metrics)
+    return TrainResult("completed", run.step, plan.total, 0, "", metrics, class_weight_of(run.task))
 
 
-def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
+def class_weight_of(task: Task) -> dict[str, float] | None:
+    """The class (multilabel: positive) weights the loss used, by name; None when unweighted."""
+    if not task.class_weights:
+        return None
+    return {name: round(w, 6) for name, w in zip(task.names, task.class_weights, strict=True)}
+
+
+def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; printed once."""
     import keras
 
@@ -249,15 +341,11 @@ def _plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
 
-def _build(
-    params: Params,
-    strategy: Any,
-    info: StrategyInfo,
-    data: Prepared,
-    paths: RunPaths,
-    plan: RunPlan,
-) -> Run:
-    """Model, task, optimizer, metrics and checkpoint, created in `strategy.scope()`."""
+def build_parts(
+    params: Params, strategy: Any, info: StrategyInfo, data: Prepared, plan: RunPlan
+) -> StepParts:
+    """Model, task, optimizer, metrics and the step's variables, created in `strategy.scope()`
+    (also for `speed`, which measures steps on parts of its own)."""
     import keras
     import tensorflow as tf
 
@@ -282,30 +370,53 @@ def _build(
             trainable=False,
         )
         metrics = task.make_metrics(training=True)
-        best = BestWeights(model)
-    parts = StepParts(
+    return StepParts(
         strategy, model, optimizer, task, metrics, loss_sum, step_var, plan.global_batch
     )
+
+
+def _build(
+    params: Params,
+    strategy: Any,
+    info: StrategyInfo,
+    data: Prepared,
+    paths: RunPaths,
+    plan: RunPlan,
+    expected: dict[str, Any],
+) -> Run:
+    """The step's parts (`build_parts`), the best weights, the checkpoint and the run's
+    fingerprint (`expected` with the model's variables)."""
+    import tensorflow as tf
+
+    cfg = params.train
+    parts = build_parts(params, strategy, info, data, plan)
+    model, optimizer, task = parts.model, parts.optimizer, parts.task
+    with strategy.scope():
+        best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
     # the dropout layers' RNG state (`seed_generator_state`), which exact resume needs.
     # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly.
     checkpoint = tf.train.Checkpoint(
         model=list(model.variables),
         optimizer=list(optimizer.variables),
-        step=step_var,
+        step=parts.step_var,
         best=best.variables,
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
-    held = data.in_memory_bytes() or preflight.data_bytes(
-        data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW
-    )
+    # Small tabular data: every replica's copy of the training split, and the validation split
+    # read once; else what the streaming pipeline holds.
+    resident = resident_bytes(strategy, data)
+    validation = validation_batches(data, plan.global_batch, in_memory=resident > 0)
+    held = resident + data.split_bytes("validation") if resident else data.in_memory_bytes()
+    held = held or preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    expected = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
+    legacy = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
     return Run(
-        params, strategy, info, data, paths, plan, task, parts, Validator(model, task), best,
-        checkpoint, store, {**expected, "seed": params.seed},
+        params, strategy, info, data, paths, plan, task, parts, Validator(model, task),
+        validation, best, checkpoint, store, {**legacy, "seed": params.seed},
+        fingerprint.with_variables(expected, model.variables),
     )  # fmt: skip
 
 
@@ -313,11 +424,10 @@ def _restore(run: Run, fresh: bool) -> None:
     """Start over (--fresh) or restore the newest checkpoint, its best model and early state."""
     params, paths, plan = run.params, run.paths, run.plan
     if fresh and run.info.is_chief:
-        run.store.clear()
-        shutil.rmtree(paths.tensorboard, ignore_errors=True)
+        _start_over(run)
     if run.info.is_chief:
         run.store.clean_partial()
-    meta = None if fresh else run.store.restore(run.checkpoint)
+    meta = None if fresh else run.store.restore(run.checkpoint, lambda m: _check_meta(run, m))
     run.step = int(run.parts.step_var.numpy())
     cfg = params.train
     state = meta.get("early_stopping") if meta else None
@@ -331,19 +441,65 @@ def _restore(run: Run, fresh: bool) -> None:
         return
     run.last_saved = run.step
     run.resumes, run.started_at_step = int(meta.get("resumes", 0)) + 1, run.step
-    changed = {k: (meta.get(k), v) for k, v in run.meta_expected.items() if meta.get(k) != v}
-    if changed:
-        what = ", ".join(f"{k} was {old}, now {new}" for k, (old, new) in changed.items())
-        raise CheckpointMismatch(
-            f"run '{params.run_name}' was started with other settings ({what}); "
-            "start over with --fresh or use another run_name"
-        )
     print(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
         f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
         f"{plan.per_epoch}) in {paths.restore_from}",
         flush=True,
     )
+
+
+def _start_over(run: Run) -> None:
+    """`--fresh`: delete the run's checkpoints and TensorBoard logs, saying what went."""
+    deleted = run.store.clear()
+    shutil.rmtree(run.paths.tensorboard, ignore_errors=True)
+    if deleted:
+        many = len(deleted) > 1
+        steps = f"steps {deleted[0]}..{deleted[-1]}" if many else f"step {deleted[0]}"
+        print(
+            f"--fresh: deleted {len(deleted)} checkpoint{'s' if many else ''} of run "
+            f"'{run.params.run_name}' ({steps}) in {run.paths.checkpoints}, and its TensorBoard "
+            "logs",
+            flush=True,
+        )
+
+
+def _check_meta(run: Run, meta: dict[str, Any]) -> None:
+    """Refuse the checkpoint of another run, naming what differs (never on sizes alone, but in a
+    checkpoint written before fingerprints, which has nothing else); note what a resume keeps."""
+    name, plan = run.params.run_name, run.plan
+    recorded = meta.get("fingerprint")
+    if recorded is None:
+        expected = run.meta_expected.items()
+        changed = [f"{k} was {meta.get(k)}, now {v}" for k, v in expected if meta.get(k) != v]
+    else:
+        changed = fingerprint.differences(recorded, run.fingerprint)
+    new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
+    if changed:
+        raise CheckpointMismatch(
+            f"run '{name}' was started with other settings or data ({'; '.join(changed)}); "
+            + keep_it(name, new_name)
+        )
+    if meta["step"] > plan.total:
+        need = -(-meta["step"] // plan.per_epoch)
+        raise CheckpointMismatch(
+            f"run '{name}' has trained {meta['step']} steps, more than the {plan.total} of "
+            f"train.epochs={run.params.train.epochs}: set train.epochs to {need} or more to use "
+            f"it; {keep_it(name, new_name)}"
+        )
+    if recorded is None:
+        print(
+            f"Note: the checkpoint of run '{name}' has no run fingerprint (an older version "
+            "wrote it): only its global batch, training examples and seed were compared; the "
+            "next checkpoint records the fingerprint.",
+            flush=True,
+        )
+    elif meta.get("code") != fingerprint.code_digest():
+        print(
+            f"Note: the package's code differs from the code that wrote this checkpoint of run "
+            f"'{name}'; the run resumes with this code.",
+            flush=True,
+        )
 
 
 def _set_phase(run: Run) -> None:
@@ -358,7 +514,7 @@ def _set_phase(run: Run) -> None:
         if fine_tuning and run.chunk_fn is not None:
             print(f"Step {run.step}: fine-tuning the backbone's top layers", flush=True)
     run.fine_tuning = fine_tuning
-    run.chunk_fn = make_chunk_function(run.parts, run.params.train)  # a new trace
+    run.chunk_fn = make_chunk_function(run.parts, run.params.train, run.feed.next_batch)
 
 
 def _save(run: Run) -> None:
@@ -366,6 +522,8 @@ def _save(run: Run) -> None:
     on."""
     meta = {
         **run.meta_expected,
+        "fingerprint": run.fingerprint,
+        "code": fingerprint.code_digest(),
         "epoch": run.step // run.plan.per_epoch,
         "early_stopping": run.early.state(),
         "resumes": run.resumes,
@@ -395,13 +553,9 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
     reason = ""
     with writer.as_default():
-        # One distributed iterator for the whole run (creating one costs about half a second).
-        iterator = iter(
-            run.strategy.distribute_datasets_from_function(
-                lambda ctx: train_dataset(
-                    ctx, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
-                )
-            )
+        # One feed for the whole run, from the run's step on (a resume continues exactly).
+        run.feed = make_feed(
+            run.strategy, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
         )
         while run.step < plan.total and not reason and not run.stopped_early:
             _set_phase(run)
@@ -411,7 +565,9 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             n = min(cfg.steps_per_execution, plan.per_epoch - run.step % plan.per_epoch)
             profiler.before(run.step)
             started = time.perf_counter()
-            loss = float(run.chunk_fn(iterator, tf.constant(n, tf.int64)))  # waits for it
+            feed = run.feed.args(run.step)
+            with profiler.marker(run.step):
+                loss = float(run.chunk_fn(feed, tf.constant(n, tf.int64)))  # waits for it
             elapsed = time.perf_counter() - started
             run.step += n
             profiler.after(run.step)
@@ -441,7 +597,7 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
     import tensorflow as tf
 
     plan, cfg = run.plan, run.params.train
-    val = run.validator.run(validation_batches(run.data, plan.global_batch))
+    val = run.validator.run(run.validation)
     record = {
         "epoch": run.step // plan.per_epoch,
         "step": run.step,
@@ -480,13 +636,14 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
     if run.trained_steps == 0:
         print(
             f"Run '{params.run_name}' is already complete ({run.step} steps); writing its "
-            "results. Raise train.epochs to train further, or use --fresh to start over.",
+            "results. Raise train.epochs to train it further, or set another run_name to "
+            "train a new run.",
             flush=True,
         )
     digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
     if run.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
-    final = run.validator.run(validation_batches(run.data, plan.global_batch))
+    final = run.validator.run(run.validation)
     last = run.history[-1] if run.history else {}
     train_scores = {f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS}
     metrics = {
@@ -497,6 +654,10 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         **final,
         **(train_scores or {"train_loss": None}),
         "monitor": params.train.monitor,
+        # val_loss is weighted like the training loss (what picks the best model and drives
+        # early stopping); evaluate's test_loss is not.
+        "class_weight": class_weight_of(run.task),
+        "val_loss_weighted": bool(run.task.class_weights),
         "best_step": run.early.best_step,
         "stopped_early": run.stopped_early,
         "resumes": run.resumes,
@@ -513,6 +674,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "seed": params.seed,
         "deterministic": params.repro.deterministic,
         "weights_sha256": digest,
+        "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
+        "run_fingerprint": fingerprint.digest(run.fingerprint),
         "history": run.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
@@ -534,17 +697,21 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
 _NOT_METRICS = ("epoch", "step", "seconds")
 
 
-def validation_batches(data: Prepared, global_batch: int) -> Any:
-    """The validation split, streamed. Vectors: big batches, few Python round trips. Images: the
-    training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
-    images in one batch: +700 MB)."""
+def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
+    """The validation split, streamed, or read once and held (`in_memory`: small tabular data,
+    whose records would cost a small model's epoch a tenth of its time to parse every epoch).
+    Vectors: big batches, few Python round trips. Images: the training batch, because a conv
+    net's activations, not the inputs, set the memory (600 96x96 images in one batch: +700 MB)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
-    return eval_dataset(data, "validation", batch)
+    batches = eval_dataset(data, "validation", batch)
+    return list(batches) if in_memory else batches
 
 
 class Profiler:
     """`train.profile_steps: [from, to]`: a TensorBoard profiler trace of those steps (chunk
-    granularity), written under the run's TensorBoard folder (the chief only)."""
+    granularity), written under the run's TensorBoard folder (the chief only). Each chunk is
+    one step of the Profile tab (a step marker): its overview splits step time into input and
+    compute (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = window if enabled and len(window) == 2 else []
@@ -560,6 +727,14 @@ class Profiler:
             self.logdir.mkdir(parents=True, exist_ok=True)
             tf.profiler.experimental.start(str(self.logdir))
             self.running = True
+
+    def marker(self, step: int) -> Any:
+        """A step marker around the chunk from `step` while tracing; else nothing."""
+        if not self.running:
+            return contextlib.nullcontext()
+        import tensorflow as tf
+
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
     def after(self, step: int) -> None:
         """Stop once the window's last step has run."""

@@ -1,0 +1,215 @@
+"""What a new Colab VM brings back before a notebook trains or evaluates.
+
+A new VM has a fresh clone: no `data/manifest.json` (it is a DVC output, not always committed), no
+`data/raw`, `data/processed` or `results/models`. What it needs lives in the storage folder (Drive
+on Colab) and the DVC remote:
+- `<storage>/checkpoints/<run_name>/`: every checkpoint's run fingerprint names the hash of the
+  data the run was trained on (training/fingerprint.py);
+- `<storage>/manifests/<data hash>.json`: that data's manifest (`prepare` and `train` keep it);
+- the DVC remote: every data file under its MD5 (notebook 01's `push_stage`, or `dvc push`);
+- `<storage>/models/<run_name>/`: the trained model with `model.json` and `train.json`
+  (`keep_model`, run by 02's last cell).
+`restore_for_training` (02) and `restore_for_evaluation` (03) bring back what is missing and
+return one line that says what they did. Data comes from DVC's cache or remote when they hold
+every file, else `prepare` runs again: it is deterministic, and the line says whether its output
+is exactly the recorded data. Nothing on the VM is overwritten: data that is there stays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import Params, load_params
+from ..core.files import atomic_write, file_sha256, temp_file
+from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
+from ..data import manifest
+from ..data.prepare import prepare
+from ..training.checkpoints import newest_meta
+
+MODELS = "models"  # <storage>/models/<run_name>/
+KEPT_FILES = {"model.keras": MODEL_FILE, "model.json": SIDECAR_FILE, "train.json": TRAIN_METRICS}
+
+
+def load_run_params(project_dir: Path, overrides: dict[str, Any] | None = None) -> Params:
+    """params.yaml with a notebook's overrides ({"run_name": "x", "train.epochs": 3})."""
+    items = [f"{key}={value}" for key, value in (overrides or {}).items()]
+    return load_params(Path(project_dir) / "params.yaml", items)
+
+
+def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
+    """Before 02 trains: the data run `run_name` was trained on (its newest checkpoint's
+    fingerprint), or for a new run the data dvc.lock records; one line saying what was done."""
+    project_dir = Path(project_dir)
+    params = load_run_params(project_dir, overrides)
+    storage = storage_root(project_dir)
+    meta = newest_meta(storage / "checkpoints" / params.run_name) or {}
+    data_hash = (meta.get("fingerprint") or {}).get("data")
+    return restore_data(project_dir, params, storage, data_hash, f"run '{params.run_name}'")
+
+
+def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> str:
+    """Before 03 evaluates: the model (this VM's, else run `run_name`'s from the storage folder)
+    and the data it was trained on; one line saying what was done."""
+    project_dir = Path(project_dir)
+    params = load_run_params(project_dir, {"run_name": run_name} if run_name else None)
+    storage, results = storage_root(project_dir), results_root(project_dir)
+    if all((results / rel).is_file() for rel in KEPT_FILES.values()):
+        record = json.loads((results / TRAIN_METRICS).read_text())
+        said = f"Model: {MODEL_FILE} of run '{record.get('run_name')}' on this VM"
+    else:
+        kept = storage / MODELS / params.run_name
+        if not all((kept / name).is_file() for name in KEPT_FILES):
+            return (
+                f"Model: none on this VM, and no model of run '{params.run_name}' in {kept}: "
+                "train it first (02_train.ipynb)"
+            )
+        for name, rel in KEPT_FILES.items():
+            _copy_atomic(kept / name, results / rel)
+        record = json.loads((results / TRAIN_METRICS).read_text())
+        said = f"Model: run '{params.run_name}' restored from {kept}"
+    whose = f"the model of run '{record.get('run_name', params.run_name)}'"
+    return f"{said}; {restore_data(project_dir, params, storage, record.get('data_hash'), whose)}"
+
+
+def restore_data(
+    project_dir: Path, params: Params, storage: Path, data_hash: str | None, whose: str
+) -> str:
+    """data/manifest.json and its files on this VM: kept when there; else the data `data_hash`
+    names (when None: the data dvc.lock records) from DVC's cache or remote; else `prepare`
+    again, saying whether it made exactly that data."""
+    here = manifest.load(project_dir)
+    if here is not None:
+        mine = manifest.data_hash(here)
+        if data_hash and mine != data_hash:
+            return (
+                f"Data: {manifest.MANIFEST} on this VM ({mine[:12]}) kept; it is not the data "
+                f"{whose} was trained on ({data_hash[:12]})"
+            )
+        return f"Data: {manifest.MANIFEST} on this VM ({mine[:12]}), nothing to restore"
+    what = f"the data {whose} was trained on" if data_hash else "the data dvc.lock records"
+    kept = (
+        manifest.kept_path(storage, data_hash)
+        if data_hash
+        else dvc_lock_manifest(project_dir, storage)
+    )
+    wanted = json.loads(kept.read_text()) if kept is not None and kept.is_file() else None
+    why = f"no manifest of it in {storage / manifest.KEPT}"
+    if wanted is not None:
+        count, source = fetch_from_dvc(project_dir, wanted)
+        if count:
+            atomic_write(project_dir / manifest.MANIFEST, kept.read_bytes())
+            digest = manifest.data_hash(wanted)
+            return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
+        why = source
+    prepare(params, project_dir)  # deterministic: the same sources and code make the same files
+    made = manifest.data_hash(manifest.load(project_dir) or {"files": []})
+    target = data_hash or (manifest.data_hash(wanted) if wanted else None)
+    if target is None:
+        return f"Data: prepared on this VM ({made[:12]}); no data was recorded for {whose}"
+    if made == target:
+        return f"Data: prepared again on this VM ({why}): exactly {what} ({made[:12]})"
+    return (
+        f"WARNING: Data: prepared again on this VM ({why}), but not {what} (made "
+        f"{made[:12]}, recorded {target[:12]}): the sources or the data code changed"
+    )
+
+
+def dvc_lock_manifest(project_dir: Path, storage: Path) -> Path | None:
+    """The kept manifest that the checkout's dvc.lock records as `prepare`'s, or None."""
+    lock = Path(project_dir) / "dvc.lock"
+    try:
+        outs = yaml.safe_load(lock.read_text())["stages"]["prepare"]["outs"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    md5 = next((o.get("md5") for o in outs if o.get("path") == manifest.MANIFEST), None)
+    return manifest.find_kept(storage, md5) if md5 else None
+
+
+def fetch_from_dvc(project_dir: Path, doc: dict[str, Any]) -> tuple[int, str]:
+    """Copy every file of the manifest `doc` from DVC's cache or its default remote (each file is
+    stored there under its MD5) into place, checking its SHA-256. Returns (files copied, where
+    from), or (0, why not) with nothing written when a file is missing or one of another content
+    is in the way."""
+    try:
+        from dvc.repo import Repo
+
+        with Repo(str(project_dir)) as repo:
+            stores = [("the DVC cache", repo.cache.local)]
+            try:
+                remote = repo.cloud.get_remote(None, "pull")
+                stores.append((f"the DVC remote {remote.path}", remote.odb))
+            except Exception as exc:  # no remote, or one that needs credentials
+                note = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                stores.append((f"no DVC remote ({note})", None))
+            return _copy_from_stores(Path(project_dir), doc, stores)
+    except Exception as exc:  # not a DVC project, DVC missing, an unreachable remote
+        return 0, f"DVC: {type(exc).__name__}: {str(exc).strip()[:160]}"
+
+
+def _copy_from_stores(project_dir: Path, doc: dict[str, Any], stores: list) -> tuple[int, str]:
+    plan, used = [], set()
+    for entry in doc["files"]:
+        target = project_dir / entry["path"]
+        if target.is_file():
+            if file_sha256(target) == entry["sha256"]:
+                continue
+            return 0, f"{entry['path']} is on this VM with other content (kept)"
+        for name, odb in stores:
+            if odb is not None and odb.fs.exists(odb.oid_to_path(entry["dvc"]["md5"])):
+                plan.append((entry, odb))
+                used.add(name)
+                break
+        else:
+            return 0, f"{entry['path']} is in neither the DVC cache nor {stores[-1][0]}"
+    for entry, odb in plan:
+        target = project_dir / entry["path"]
+        tmp = temp_file(target)
+        try:
+            odb.fs.get_file(odb.oid_to_path(entry["dvc"]["md5"]), tmp)
+            if file_sha256(Path(tmp)) != entry["sha256"]:
+                return 0, f"{entry['path']}: the stored copy differs from the manifest"
+            os.replace(tmp, target)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    return len(doc["files"]), " and ".join(sorted(used)) or "the copies already on this VM"
+
+
+def keep_model(project_dir: Path, storage: Path) -> str | None:
+    """Copy the trained model (results/models/model.keras, model.json) and train.json to
+    `<storage>/models/<its run_name>/`, swapped in whole; one line, or None without a model."""
+    results = results_root(Path(project_dir))
+    files = {name: results / rel for name, rel in KEPT_FILES.items()}
+    if not all(path.is_file() for path in files.values()):
+        return None
+    run_name = json.loads(files["train.json"].read_text()).get("run_name", "run")
+    target = Path(storage) / MODELS / run_name
+    if (target / "train.json").is_file() and (target / "train.json").read_bytes() == files[
+        "train.json"
+    ].read_bytes():
+        return f"Model of run '{run_name}': in {target} already"
+    partial, old = target.with_name(f".{run_name}.partial"), target.with_name(f".{run_name}.old")
+    for leftover in (partial, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name, path in files.items():
+        shutil.copyfile(path, partial / name)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(partial, target)
+    shutil.rmtree(old, ignore_errors=True)
+    return f"Model of run '{run_name}': {target} (model.keras, model.json, train.json)"
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    tmp = temp_file(target)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

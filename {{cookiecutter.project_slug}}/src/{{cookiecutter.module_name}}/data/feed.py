@@ -1,0 +1,172 @@
+"""Where each training step's batch comes from, inside the chunk function (loop.py).
+
+One interface for both ways: `feed.args(step)` is what the chunk function is called with for a
+chunk that starts at global step `step`, and `feed.next_batch(args, i)`, traced inside it, is the
+chunk's i-th step: one (inputs, targets) batch per replica, for `strategy.run`.
+
+- `Streamed`: a distributed iterator over `pipeline.train_dataset`, one for the whole run
+  (creating one costs about half a second); `next_batch` is `next(iterator)`.
+- `Resident`: small tabular data (`Prepared.in_memory_bytes`, one copy per replica counted) is
+  copied once to every replica's device. For each epoch the host computes the order (the same
+  stateless permutation as `train_dataset`, on the CPU) and passes it to the chunk function with
+  the chunk's first step; each replica gathers its slice of the global batch from its own copy.
+  No per-step iterator: its `next()` cost a small model a third of its step. Not under
+  TPUStrategy, which streams (its steps compile for the TPU, the gathers here would not).
+
+Both give a step the same examples, whatever the number of replicas or workers, and a resumed run
+(`step` > 0) continues at the very next step: nothing here consumes data ahead of the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .pipeline import Prepared, epoch_permutation, read_in_memory, train_dataset
+
+
+class ResidentArgs(NamedTuple):
+    """The chunk function's argument on the resident path (tensors: one trace for every chunk)."""
+
+    x: Any  # the training inputs, one copy per replica (PerReplica; a tensor with one replica)
+    y: Any  # the targets, likewise
+    order: Any  # the epoch's example indices, [steps per epoch, global batch], on the host
+    start: Any  # the chunk's first step within the epoch (int32 scalar)
+
+
+def make_feed(
+    strategy: Any,
+    data: Prepared,
+    global_batch: int,
+    seed: int,
+    start_step: int,
+    epochs: int,
+    augment: list[str],
+) -> Streamed | Resident:
+    """The resident feed when the training split is held in memory, else the streamed one."""
+    if resident_bytes(strategy, data):
+        return Resident(strategy, data, global_batch, seed)
+    return Streamed(strategy, data, global_batch, seed, start_step, epochs, augment)
+
+
+def resident_bytes(strategy: Any, data: Prepared) -> int:
+    """Bytes of every replica's copy of the training split on the resident path, else 0."""
+    if _is_tpu(strategy):
+        return 0
+    return data.in_memory_bytes(copies=len(_devices(strategy)))
+
+
+class Streamed:
+    """Steps from a distributed iterator over `train_dataset` (from `start_step` on)."""
+
+    def __init__(
+        self,
+        strategy: Any,
+        data: Prepared,
+        global_batch: int,
+        seed: int,
+        start_step: int,
+        epochs: int,
+        augment: list[str],
+    ) -> None:
+        self.iterator = iter(
+            strategy.distribute_datasets_from_function(
+                lambda ctx: train_dataset(
+                    ctx, data, global_batch, seed, start_step, epochs, augment
+                )
+            )
+        )
+
+    def args(self, step: int) -> Any:
+        return self.iterator
+
+    @staticmethod
+    def next_batch(iterator: Any, i: Any) -> Any:
+        return next(iterator)
+
+
+class Resident:
+    """Steps gathered from the training split held on every replica's device."""
+
+    def __init__(self, strategy: Any, data: Prepared, global_batch: int, seed: int) -> None:
+        import tensorflow as tf
+
+        self.strategy, self.seed, self.global_batch = strategy, seed, global_batch
+        self.count = data.count("train")
+        self.per_epoch = self.count // global_batch
+        self.per_replica = global_batch // strategy.num_replicas_in_sync
+        self.devices = _devices(strategy)
+        with tf.device("/CPU:0"):
+            x, y = read_in_memory(data)
+        self.x, self.y = on_replicas(strategy, x), on_replicas(strategy, y)
+        self._epoch, self._order = -1, None
+
+    def args(self, step: int) -> ResidentArgs:
+        """The chunk function's argument for a chunk from global step `step` (in one epoch)."""
+        import tensorflow as tf
+
+        epoch, start = divmod(step, self.per_epoch)
+        if epoch != self._epoch:  # once per epoch, on the host's CPU
+            with tf.device("/CPU:0"):
+                order = epoch_permutation(self.seed, epoch, self.count, self.global_batch)
+            self._epoch, self._order = epoch, order
+        return ResidentArgs(self.x, self.y, self._order, tf.constant(start, tf.int32))
+
+    def next_batch(self, args: ResidentArgs, i: Any) -> Any:
+        """Step `i` of the chunk: each replica's slice of the global batch, gathered on its
+        device from its own copy (traced inside the chunk function)."""
+        import tensorflow as tf
+
+        rows = args.order[args.start + tf.cast(i, tf.int32)]
+        xs, ys = _local(args.x), _local(args.y)
+        size = self.per_replica
+
+        def gather(ctx: Any) -> tuple[Any, Any]:
+            replica = ctx.replica_id_in_sync_group  # across workers: slices match train_dataset
+            local = replica % len(self.devices)
+            with _on(self.devices[local]):
+                mine = rows[replica * size : (replica + 1) * size]
+                return tf.gather(xs[local], mine), tf.gather(ys[local], mine)
+
+        return self.strategy.experimental_distribute_values_from_function(gather)
+
+
+def on_replicas(strategy: Any, host: Any) -> Any:
+    """One copy of the tensor `host` on each of this worker's replica devices (PerReplica)."""
+    import tensorflow as tf
+
+    devices = _devices(strategy)
+
+    def copy(ctx: Any) -> Any:
+        device = devices[ctx.replica_id_in_sync_group % len(devices)]
+        if device is None:
+            return host
+        with _on(device):
+            return tf.identity(host)
+
+    return strategy.experimental_distribute_values_from_function(copy)
+
+
+def _on(device: str | None) -> Any:
+    """`tf.device(device)`, or nothing for the default strategy's None."""
+    import contextlib
+
+    import tensorflow as tf
+
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
+def _local(value: Any) -> tuple[Any, ...]:
+    """This worker's per-replica components of a distributed value (or the value itself)."""
+    return tuple(getattr(value, "values", (value,)))
+
+
+def _devices(strategy: Any) -> list[str | None]:
+    """This worker's replica devices (None: the default strategy, which places nothing)."""
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy has no device list
+        return [None]
+
+
+def _is_tpu(strategy: Any) -> bool:
+    return type(strategy).__name__.startswith("TPUStrategy")

@@ -1,0 +1,134 @@
+"""One image path for training and serving: the pixels the model learns from are the pixels it
+is served.
+
+`prepare` stores every image as `stored_image` returns it; the input pipeline decodes the shards
+with `decode_stored`; `predict` turns a file into the model's input with `model_input`, which is
+`stored_image` then `decode_stored`: the same bytes, the same decoder, so the same pixels, for
+every format `prepare` accepts. It happens outside the model on purpose (an antialiased resize
+inside it needs TensorFlow ops that LiteRT cannot run): the saved and exported models take pixel
+values 0-255 at `data.image_size`.
+
+What happens to an image, in this order (PIL):
+1. decoded: PNG, JPEG, BMP, GIF, WebP (an animation's first frame); 16-bit grey PNGs scaled to
+   8 bits;
+2. turned upright by its EXIF orientation (`ImageOps.exif_transpose`: a phone photo stored
+   sideways);
+3. transparency flattened onto white (`BACKGROUND`): RGBA and grey-alpha images, palette or grey
+   images with a transparent colour, WebP with alpha;
+4. converted to grey (`data.image_channels: 1`, ITU-R 601 luma) or RGB (3);
+5. resized to `data.image_size` (stretched: the aspect ratio is not kept) with a bilinear filter
+   (`RESAMPLE`) that widens with the scale when shrinking, so every source pixel counts
+   (antialiased, as PIL's `Image.resize` does); an image already at that size is not resampled;
+6. encoded as the shards hold it: PNG, or JPEG at quality `JPEG_QUALITY` when most originals are
+   JPEGs. An original already in that format, size and mode, with no orientation or transparency
+   to apply, is kept byte for byte (no second lossy encoding; `predict` keeps it too).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError
+from ..sources import IMAGE_SUFFIXES
+
+BACKGROUND = (255, 255, 255)  # white: what a viewer shows behind a transparent logo or cut-out
+RESAMPLE = "bilinear"  # PIL's Image.Resampling member: antialiased when shrinking
+JPEG_QUALITY = 95
+ORIENTATION = 0x0112  # the EXIF tag; 2-8 flip or turn the stored pixels
+TRANSFORMS = range(2, 9)
+ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+__all__ = ["IMAGE_SUFFIXES", "decode_stored", "load_image", "model_input", "stored_image"]
+
+
+def _open(payload: bytes) -> Any:
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(payload))
+    image.load()  # decodes it all: a truncated file fails here
+    return image
+
+
+def _orientation(image: Any) -> int:
+    try:
+        return int(image.getexif().get(ORIENTATION, 1))
+    except (TypeError, ValueError):  # an unreadable EXIF block: the pixels as stored
+        return 1
+
+
+def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
+    """Steps 1-5 of this module's recipe: encoded bytes, a decoded PIL image or a uint8
+    [h, w(, c)] array -> a PIL image of `channels` (1: "L", 3: "RGB") at `size` (height, width;
+    None: as it is)."""
+    from PIL import Image, ImageOps
+
+    if isinstance(payload, bytes | Image.Image):
+        image = _open(payload) if isinstance(payload, bytes) else payload
+        if _orientation(image) in TRANSFORMS:
+            image = ImageOps.exif_transpose(image)
+        if image.mode.startswith("I"):  # 16-bit grey (PIL's own conversion would clip at 255)
+            scaled = np.asarray(image, dtype=np.float64) / 257.0
+            image = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), "L")
+    else:
+        array = np.asarray(payload, dtype=np.uint8)
+        grey = array.ndim == 3 and array.shape[-1] == 1
+        image = Image.fromarray(array[..., 0] if grey else array)
+    if image.mode in ALPHA_MODES or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (*BACKGROUND, 255)), rgba)
+    image = image.convert("L" if channels == 1 else "RGB")
+    if size is not None and image.size != (size[1], size[0]):
+        image = image.resize((size[1], size[0]), Image.Resampling[RESAMPLE.upper()])
+    return image
+
+
+def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> bool:
+    """True when the original needs none of `load_image`'s steps and is in the shards' format."""
+    return (
+        (image.format or "").lower() == fmt
+        and image.mode == ("L" if channels == 1 else "RGB")
+        and image.size == (size[1], size[0])
+        and "transparency" not in image.info
+        and _orientation(image) not in TRANSFORMS
+    )
+
+
+def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
+    """An image (encoded bytes or a uint8 array) as the shards hold it: `load_image` at `size`
+    (height, width), encoded as `fmt` ("png" or "jpeg"), or the original bytes when steps 2-5
+    would not change them. Unreadable: a one-line error naming `where`."""
+    from PIL import Image
+
+    try:
+        decoded = _open(payload) if isinstance(payload, bytes) else payload
+        if isinstance(payload, bytes) and _kept_as_is(decoded, size, channels, fmt):
+            return payload
+        image = load_image(decoded, size, channels)
+        buf = io.BytesIO()
+        if fmt == "jpeg":
+            image.save(buf, format="JPEG", quality=JPEG_QUALITY)
+        else:
+            image.save(buf, format="PNG", optimize=False)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
+    return buf.getvalue()
+
+
+def decode_stored(data: Any, shape: Any) -> Any:
+    """Stored image bytes (a string tensor) -> float32 pixel values 0-255 of `shape` [h, w, c]:
+    the input pipeline's decoder, in a graph or eagerly."""
+    import tensorflow as tf
+
+    x = tf.io.decode_image(data, channels=shape[-1], expand_animations=False)
+    return tf.cast(tf.ensure_shape(x, shape), tf.float32)
+
+
+def model_input(payload: bytes, shape: Any, fmt: str, where: str) -> np.ndarray:
+    """An image file's bytes -> the model's input, float32 [h, w, c]: exactly the pixels the
+    pipeline decodes from what `prepare` stores for the same file (`fmt`: the shards' encoding,
+    model.json's `image_encoding`)."""
+    height, width, channels = (int(v) for v in shape)
+    stored = stored_image(payload, (height, width), channels, fmt, where)
+    return decode_stored(stored, [height, width, channels]).numpy()

@@ -1,0 +1,426 @@
+"""Train / validation / test: how `prepare` splits the examples (`data.split`).
+
+- `random`: what the reader returns is split at random, seeded by `seed`: stratified by class for
+  classification (`data.validation_fraction` and `data.test_fraction` of each class), a seeded
+  random permutation for multilabel and regression (not stratified: a rare label can miss a small
+  split; notebook 01 shows the counts per split). A source that has its own splits (TFDS) keeps
+  them.
+- `folders`: `train/`, `validation/`, `test/` under `data.path`, each read as if it were
+  `data.path` (images: class folders in each).
+- `files`: `train.csv`, `validation.csv`, `test.csv` in the folder `data.path`; a source that reads
+  several files (TFRecord) takes every `train*` file for train (`train-00000-of-00004.tfrecord`).
+- `column`: the CSV column `data.split_column` names each row's split (sources.given_splits).
+Split folders, files and column values may also be called `val`, `valid`, `dev`, `training`,
+`testing` (spec.SPLIT_NAMES). What the data gives is kept as it is; a missing validation or test
+split is carved out of train by the `random` rule applied to train alone. Every class of the
+validation and test splits must be in train. An unlabelled test file (a competition's test.csv)
+is refused, pointing at `predict`. The record of how each split was made goes into spec.json
+(`DataSpec.split`) and the data manifest; `describe` says it in words.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from ..config import COMMAND, ConfigError, DataConfig
+from ..core import locations
+from ..sources import MissingLabels, Source, is_number
+from ..spec import SPLITS, DataSpec, split_named
+
+MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: not classes
+
+
+def check_method(data: DataConfig, reader: Any) -> None:
+    """Refuse, before anything is read, a split layout that a source without a path can't have."""
+    if data.split != "random" and not reader.reads_path:
+        raise ConfigError(
+            f"data.split: {data.split} reads split folders, files or a column under data.path, "
+            f"but data.source {data.source} reads no path (it brings its own splits, or none) "
+            "(example: --set data.split=random)"
+        )
+
+
+def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
+    """`folders` / `files`: the reader on each split's folder or file(s) under `path`, merged into
+    one Source whose `splits` are the ones the data gives."""
+    if data.split == "folders":
+        found = _split_folders(path, data)
+    else:
+        found = _split_files(path, data, reader)
+    parts: dict[str, Source] = {}
+    for split, (target, shown) in found.items():
+        try:
+            parts[split] = reader(target, data, kind)
+        except MissingLabels:
+            if split == "train":
+                raise
+            raise ConfigError(
+                f"data.split: {shown} in {data.path} has no labels: an unlabelled {split} file is "
+                f"not a {split} split; move it out of data.path (a missing {split} split is "
+                f"carved out of train) and score it after training: `{COMMAND} predict "
+                f"{PurePosixPath(data.path) / shown.rstrip('/')}`"
+            ) from None
+        if len(parts[split].labels) == 0:
+            raise ConfigError(
+                f"data.path: {shown} in {data.path} holds no examples; add them, or remove it "
+                f"(a missing {split} split is carved out of train)"
+            )
+    return merge(parts, {s: shown for s, (_, shown) in found.items()})
+
+
+def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
+    """{split: (its folder, its name as shown)} of `train/`, `validation/`, `test/` in `path`."""
+    if not locations.isdir(path):
+        raise ConfigError(
+            f"data.split: folders needs a folder with train/ (validation/, test/) at data.path; "
+            f"{data.path} is a file (example: --set data.split=random)"
+        )
+    entries = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
+    folders = [e for e in entries if locations.isdir(locations.join(path, e))]
+    if not any(split_named(f) == "train" for f in folders):
+        raise ConfigError(
+            f"data.split: folders, but {data.path} has no train/ folder (it has "
+            f"{', '.join(f + '/' for f in folders[:6]) or 'no folders'}); class folders right "
+            "under data.path are split at random (example: --set data.split=random)"
+        )
+    found: dict[str, tuple[str, str]] = {}
+    for folder in folders:
+        split = split_named(folder)
+        if split is None:
+            raise ConfigError(
+                f"data.split: {folder}/ in {data.path} is no split folder (train/, validation/ "
+                "or val/, test/); move it out of data.path"
+            )
+        if split in found:
+            raise ConfigError(
+                f"data.split: {data.path} has both {found[split][1]} and {folder}/ for the {split} "
+                "split; keep one"
+            )
+        target = locations.join(path, folder)
+        if not any(not PurePosixPath(f).name.startswith(".") for f in locations.walk_files(target)):
+            raise ConfigError(
+                f"data.path: {folder}/ in {data.path} is an empty split folder; add its examples, "
+                f"or remove it (a missing {split} split is carved out of train)"
+            )
+        found[split] = (target, f"{folder}/")
+    return found
+
+
+def _stem(name: str) -> str:
+    """A file name's leading letters: `train` of train.csv, train-00001.tfrecord, train_a.csv."""
+    letters = next((i for i, c in enumerate(name) if not c.isalpha()), len(name))
+    return name[:letters]
+
+
+def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[str, str]]:
+    """{split: (its file or glob pattern, as shown)} of `train*`, `validation*`, `test*` files in
+    the folder `path`; other files (sample_submission.csv, README.md) are not read."""
+    if not locations.isdir(path):
+        raise ConfigError(
+            f"data.split: files needs a folder at data.path holding train.csv (validation.csv, "
+            f"test.csv); {data.path} is a file (example: --set data.split=random)"
+        )
+    names = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        split = split_named(_stem(name))
+        if split is not None and not locations.isdir(locations.join(path, name)):
+            groups.setdefault(split, []).append(name)
+    if "train" not in groups:
+        raise ConfigError(
+            f"data.split: files, but {data.path} has no train file (train.csv, train-*.tfrecord; "
+            f"it has {', '.join(names[:6]) or 'nothing'}) (example: --set data.split=folders)"
+        )
+    found = {}
+    for split, files in groups.items():
+        stems = {_stem(f) for f in files}
+        if len(files) == 1:
+            found[split] = (locations.join(path, files[0]), files[0])
+        elif reader.patterns and len(stems) == 1:  # the glob matches exactly these files
+            found[split] = (locations.join(path, f"{stems.pop()}[!A-Za-z]*"), f"{files[0]}, ...")
+        else:
+            raise ConfigError(
+                f"data.split: {len(files)} files for the {split} split in {data.path} "
+                f"({', '.join(files[:4])}); data.source {data.source} reads one file per split: "
+                "move the others out of data.path"
+            )
+    return {s: found[s] for s in SPLITS if s in found}
+
+
+def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
+    """The sources of each split as one: labels over the union of the classes (train's first),
+    the same feature columns in train's order; `splits` index the pooled examples."""
+    train = parts["train"]
+    names = list(train.names)
+    for part in parts.values():
+        names += sorted(n for n in part.names if n not in names)
+    labels, loads, wheres, offsets = [], [], [], [0]
+    for split, part in parts.items():
+        if part.kind != train.kind or part.task != train.task:
+            raise ConfigError(f"data.split: {shown[split]} holds {part.kind}s, train {train.kind}s")
+        loads.append(_aligned_load(part, train, shown[split]))
+        wheres.append(part.where)
+        labels.append(_relabel(part, names))
+        offsets.append(offsets[-1] + len(part.labels))
+    bounds = np.array(offsets)
+    order = list(parts)
+
+    def find(i: int) -> tuple[int, int]:
+        k = int(np.searchsorted(bounds, i, side="right")) - 1
+        return k, i - offsets[k]
+
+    def load(i: int) -> Any:
+        k, j = find(i)
+        return loads[k](j)
+
+    def where(i: int) -> str:
+        k, j = find(i)
+        return wheres[k](j)
+
+    def ids(i: int) -> str:  # relative to data.path: `test/cat/7.jpg`, `test.csv:12`
+        k, j = find(i)
+        part, folder = parts[order[k]], shown[order[k]]
+        own = part.ids(j) if part.ids else str(j)
+        return f"{folder}{own}" if folder.endswith("/") else f"{folder}:{own}"
+
+    splits = {s: np.arange(offsets[k], offsets[k + 1]) for k, s in enumerate(parts)}
+    return Source(
+        train.kind, np.concatenate(labels), names, load, where, ids, train.input_shape,
+        encoding=train.encoding, feature_names=list(train.feature_names), splits=splits,
+        split_from=dict(shown), task=train.task,
+    )  # fmt: skip
+
+
+def _relabel(part: Source, names: list[str]) -> np.ndarray:
+    """A part's targets over `names`: class indices mapped, label columns moved, values kept."""
+    if part.task == "regression":
+        return np.asarray(part.labels, dtype=np.float32)
+    position = np.array([names.index(n) for n in part.names], dtype=np.int64)
+    if part.task == "multilabel":
+        out = np.zeros((len(part.labels), len(names)), dtype=np.float32)
+        out[:, position] = part.labels
+        return out
+    return position[np.asarray(part.labels, dtype=np.int64)].astype(np.int32)
+
+
+def _aligned_load(part: Source, train: Source, shown: str) -> Any:
+    """`part.load`, giving vectors in train's column order; other columns are an error."""
+    if part.kind != "vector" or part.feature_names == train.feature_names:
+        if part.kind == "vector" and part.input_shape != train.input_shape:
+            raise ConfigError(
+                f"data.split: {shown} has {part.input_shape[0]} features, train "
+                f"{train.input_shape[0]}; every split needs the same ones"
+            )
+        return part.load
+    missing = sorted(set(train.feature_names) - set(part.feature_names))
+    extra = sorted(set(part.feature_names) - set(train.feature_names))
+    if missing or extra:
+        raise ConfigError(
+            f"data.split: {shown} has other feature columns than train (missing: "
+            f"{', '.join(missing) or '-'}; extra: {', '.join(extra) or '-'}); every split needs "
+            "the same ones"
+        )
+    order = [part.feature_names.index(n) for n in train.feature_names]
+    return lambda i: np.asarray(part.load(i))[order]
+
+
+def split_examples(
+    source: Source, data: DataConfig, seed: int, origin: str, test_fraction: float | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The split rule: the splits the data gives (`source.splits`) as they are, a missing
+    validation or test split carved out of train (stratified by class for classification, a
+    seeded random one otherwise), a pure function of the data and `seed`. Returns (sorted
+    indices per split, the record for spec.json). `origin` names the data for the record
+    (`pets/`); `test_fraction` overrides `data.test_fraction` (0: no test split)."""
+    if data.split == "column" and source.splits is None:
+        raise ConfigError(
+            f"data.split: column, but data.source {data.source} read no split column (the csv "
+            "source reads data.split_column) (example: --set data.split=random)"
+        )
+    n = len(source.labels)
+    given = dict(source.splits) if source.splits is not None else {"train": np.arange(n)}
+    came_from = dict(source.split_from) if source.splits is not None else {"train": origin}
+    if len(given.get("train", ())) == 0:
+        raise ConfigError(
+            f"data.split: no training examples in {data.path} (the data gives only "
+            f"{', '.join(given) or 'nothing'}) (example: --set data.split=random)"
+        )
+    _check_train_has_every_name(source, given, came_from)
+    fractions = {"validation": data.validation_fraction, "test": data.test_fraction}
+    if test_fraction is not None:
+        fractions["test"] = test_fraction
+    carve = {s: f for s, f in fractions.items() if s not in given}
+    if carve:
+        train = np.asarray(given["train"])
+        pool = source.labels[train]
+        val, test = carve.get("validation", 0.0), carve.get("test", 0.0)
+        if source.task == "classification":
+            check_classes(source.names, pool, came_from["train"] if source.splits else "")
+            parts = split_indices(pool, val, test, seed)
+        else:
+            parts = random_split(len(pool), val, test, seed)
+        given["train"] = train[parts["train"]]
+        for split in carve:
+            given[split] = train[parts[split]]
+            came_from[split] = came_from["train"]
+    idx = {s: np.sort(np.asarray(given.get(s, []), dtype=np.int64)) for s in SPLITS}
+    record = {
+        "method": data.split,
+        "seed": seed,
+        "stratified": source.task == "classification",
+        "from": {s: came_from[s] for s in SPLITS if s in came_from},
+        "carved": carve,
+    }
+    return idx, record
+
+
+def _check_train_has_every_name(
+    source: Source, given: dict[str, np.ndarray], came_from: dict[str, str]
+) -> None:
+    """One line for a class (or a label's positives) that a given split has and train lacks."""
+    if source.task == "regression":
+        return
+    train = counts(source.labels[given["train"]], source.task, len(source.names))
+    for split, idx in given.items():
+        if split == "train":
+            continue
+        here = counts(source.labels[idx], source.task, len(source.names))
+        lacking = np.flatnonzero((here > 0) & (train == 0))
+        if len(lacking):
+            name = source.names[lacking[0]]
+            what = "label" if source.task == "multilabel" else "class"
+            raise ConfigError(
+                f"data.split: {what} {name!r} is in {split} ({came_from.get(split, split)}: "
+                f"{here[lacking[0]]} examples) but not in train ({came_from['train']}); the model "
+                f"cannot learn it: add training examples or remove it from {split}"
+            )
+
+
+def counts(labels: np.ndarray, task: str, width: int) -> np.ndarray:
+    """Examples per class (classification) or positives per label (multilabel)."""
+    if task == "multilabel":
+        return (np.asarray(labels).reshape(-1, width) >= 0.5).sum(axis=0).astype(np.int64)
+    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=width)
+
+
+def split_indices(
+    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Stratified train / validation / test indices, a pure function of labels, fractions, seed.
+
+    A fraction of 0 leaves that split empty (the bundled digits that `train` uses without
+    `prepare` have no test split)."""
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n_test = round(len(idx) * test_fraction)
+        n_val = round(len(idx) * validation_fraction)
+        parts["test"].append(idx[:n_test])
+        parts["validation"].append(idx[n_test : n_test + n_val])
+        parts["train"].append(idx[n_test + n_val :])
+    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
+    return _refuse_empty(out, len(y), validation_fraction, test_fraction)
+
+
+def random_split(
+    n: int, validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Seeded random train / validation / test indices of `n` examples (multilabel and
+    regression: no classes to stratify by), a pure function of n, fractions and seed."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test, n_val = round(n * test_fraction), round(n * validation_fraction)
+    out = {
+        "test": np.sort(order[:n_test]),
+        "validation": np.sort(order[n_test : n_test + n_val]),
+        "train": np.sort(order[n_test + n_val :]),
+    }
+    return _refuse_empty(out, n, validation_fraction, test_fraction)
+
+
+def _refuse_empty(
+    out: dict[str, np.ndarray], n: int, validation_fraction: float, test_fraction: float
+) -> dict[str, np.ndarray]:
+    """`out`, unless a split that should have examples has none (one line naming the keys)."""
+    wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
+    for name, idx in out.items():
+        if len(idx) == 0 and wanted[name] > 0:
+            raise ConfigError(
+                f"data: {n} examples leave the {name} split empty "
+                "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
+            )
+    return out
+
+
+def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
+    """Every class needs two examples or more, else the split cannot stratify it. A numeric
+    label column of mostly distinct values (a continuous target) is refused first, pointing at
+    regression, rather than failing later with an empty split."""
+    found = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(names))
+    numeric = all(is_number(name) for name in names)
+    hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
+    if numeric and len(names) > MAX_DISTINCT_SHARE * len(labels):
+        raise ConfigError(
+            f"data.label: {len(names)} distinct values in {len(labels)} examples "
+            "look like a continuous target, not classes (example: --set task.type=regression)"
+        )
+    for name, n in zip(names, found, strict=True):
+        if n < 2:
+            raise ConfigError(
+                f"data: class {name!r} has {n} example{'s' if n != 1 else ''}"
+                f"{f' in {where}' if where else ''}; the split needs at least 2 per class (add "
+                f"examples or remove the class){hint}"
+            )
+
+
+def origin_of(data: DataConfig, path: str) -> str:
+    """How the record names the data a random split is drawn from: `pets/`, `houses.csv` (the
+    end of `data.path`; `path` is where it was read), or the source (`digits`, `tfds mnist`)."""
+    if not path:
+        return f"tfds {data.name}" if data.source == "tfds" else data.source
+    name = PurePosixPath(data.path.rstrip("/")).name or data.path
+    return name + ("/" if locations.isdir(path) else "")
+
+
+def origin(spec: DataSpec, split: str) -> str:
+    """Where a split's examples came from, in words: `the published test split: test.csv`, `a
+    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`."""
+    record = spec.split
+    if not record:  # prepared before splits were recorded
+        return f"the {split} split"
+    came_from = record["from"].get(split, "?")
+    if split in record["carved"]:
+        share = f"{100 * record['carved'][split]:g} %"
+        how = "stratified by class" if record["stratified"] else "not stratified"
+        return f"a random {share} of {came_from} (seed {record['seed']}, {how})"
+    if split == "train" and came_from in {record["from"].get(s) for s in record["carved"]}:
+        return f"the rest of {came_from}"
+    return f"the published {split} split: {came_from}"
+
+
+def describe(spec: DataSpec, split: str) -> str:
+    """One split in words with its size: `the published test split: test.csv, 120 examples`
+    or `a random 20 % of pets/ (seed 42, stratified by class), 120 examples`."""
+    return f"{origin(spec, split)}, {spec.counts.get(split, 0)} examples"
+
+
+def summary(spec: DataSpec) -> str:
+    """The splits on one line: `train 540 (train/), validation 135 (20 % of train/, seed 42),
+    test 120 (test/)`."""
+    record, parts = spec.split, []
+    for split in SPLITS:
+        n = spec.counts.get(split, 0)
+        came_from = record.get("from", {}).get(split) if record else None
+        if came_from is None:
+            parts.append(f"{split} {n}")
+        elif split in record["carved"]:
+            share = f"{100 * record['carved'][split]:g} %"
+            parts.append(f"{split} {n} ({share} of {came_from}, seed {record['seed']})")
+        elif origin(spec, split).startswith("the rest"):
+            parts.append(f"{split} {n} (the rest of {came_from})")
+        else:
+            parts.append(f"{split} {n} ({came_from})")
+    return ", ".join(parts)

@@ -1,0 +1,166 @@
+"""What defines a run: one fingerprint, recorded in every checkpoint's `meta.json`.
+
+A checkpoint continues one computation. Resuming it with other data or other settings would give
+a model that no single run produced, so `train` compares the fingerprint of the newest checkpoint
+with the one it would record now and refuses, naming each difference
+(`train.learning_rate was 0.001, now 0.003`); it never refuses on sizes alone.
+
+The fingerprint holds:
+- `data`: the data's hash (data/manifest.py `data_hash`; for the bundled digits' temporary split,
+  the hash of its shards);
+- `seed` and `data.augment` (the example order, dropout and augmentation draws);
+- every key of `model`, `task` and `train` but those in `RUN_ONLY`, which change how or when a
+  run runs, not what it computes: checkpoint_every_steps, keep_checkpoints, steps_per_execution
+  (a resumed run cuts the same chunks: the same steps bit for bit), time_budget_minutes,
+  profile_steps, early_stopping_patience (when to stop, like epochs), batch_size (the global
+  batch below counts instead) and epochs: more epochs continue the same run ("raise train.epochs
+  to train further"), except with a schedule that decays over all steps (cosine), whose every
+  step depends on the total, so there `train.epochs` is in;
+- `global_batch` (batch_size x replicas: what a step computes); `distribute` and `repro` are not
+  in: the same run may resume on other hardware;
+- two values derived from the above, named only when nothing above differs:
+  `learning_rate_applied` (train.learning_rate scaled with the replicas) and `variables` (the
+  model's weights as the code builds them: an architecture changed in model.py).
+A key that a newer version of the package added is compared with its default, so a checkpoint
+recorded before the key existed still resumes when the key keeps its default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..config import Params
+from ..core.files import file_sha256
+
+RUN_ONLY = frozenset(
+    {
+        "train.checkpoint_every_steps",
+        "train.keep_checkpoints",
+        "train.steps_per_execution",
+        "train.time_budget_minutes",
+        "train.profile_steps",
+        "train.early_stopping_patience",
+        "train.batch_size",
+        "train.epochs",
+    }
+)
+SECTIONS = ("model", "task", "train")
+DERIVED = ("learning_rate_applied", "variables")  # shown only when nothing else differs
+DATA = "data"
+
+
+def flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = list(value) if isinstance(value, (list, tuple)) else value
+    return flat
+
+
+def settings(params: Params) -> dict[str, Any]:
+    """The keys of `params` that define a run (see the module docstring)."""
+    tree = params.to_dict()
+    found: dict[str, Any] = {"seed": tree["seed"], "data.augment": list(tree["data"]["augment"])}
+    for section in SECTIONS:
+        found.update(flatten(tree[section], section))
+    found = {k: v for k, v in found.items() if k not in RUN_ONLY}
+    if params.train.schedule != "constant":  # the schedule's length is the run's
+        found["train.epochs"] = params.train.epochs
+    return found
+
+
+def of(params: Params, data_hash: str, replicas: int) -> dict[str, Any]:
+    """The fingerprint of training `params` on the data `data_hash` with `replicas` replicas
+    (without `variables`: `with_variables` adds them once the model is built)."""
+    cfg = params.train
+    scaled = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
+    return {
+        DATA: data_hash,
+        **settings(params),
+        "global_batch": cfg.batch_size * replicas,
+        "learning_rate_applied": scaled,
+    }
+
+
+def with_variables(fingerprint: dict[str, Any], variables: list[Any]) -> dict[str, Any]:
+    """`fingerprint` plus the model's variables: their count, size and a hash of their shapes."""
+    shapes = [tuple(int(d) for d in v.shape) for v in variables]
+    size = sum(math.prod(s) for s in shapes)
+    digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:8]
+    described = f"{size:,} weights in {len(shapes)} tensors ({digest})"
+    return {**fingerprint, "variables": described}
+
+
+def digest(fingerprint: dict[str, Any], code: str = "") -> str:
+    """A hex digest of `fingerprint` (derived values left out) and of `code` if given."""
+    kept = {k: v for k, v in fingerprint.items() if k not in DERIVED}
+    text = json.dumps(kept, sort_keys=True, default=str) + code
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`key was X, now Y` for every difference; derived values only when nothing else differs.
+
+    A key missing from `recorded` (added to the package since) counts as its default."""
+    defaults = settings(Params())
+    found, derived = [], []
+    for key, now in current.items():
+        was = recorded.get(key, defaults.get(key, now))
+        if _same(was, now):
+            continue
+        if key == DATA:
+            line = f"the data (data/manifest.json's files) was {was[:12]}, now {now[:12]}"
+        else:
+            line = f"{key} was {_shown(was)}, now {_shown(now)}"
+        (derived if key in DERIVED else found).append(line)
+    return found or derived
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def folder_hash(folder: Path, prefix: str = "data/processed") -> str:
+    """The data hash of a folder of shards (the bundled digits' temporary split), in the form of
+    data/manifest.py's `data_hash`."""
+    lines = sorted(
+        f"{prefix}/{p.relative_to(folder).as_posix()} {file_sha256(p)}"
+        for p in Path(folder).rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+_CODE: dict[Path, str] = {}
+
+
+def code_digest(package: Path | None = None) -> str:
+    """A hash of the package's source files (this checkout's `src/<module>`, caches left out):
+    what a DVC stage depends on. Computed once per process."""
+    package = Path(package or Path(__file__).resolve().parents[1])
+    if package not in _CODE:
+        files = sorted(
+            p
+            for p in package.rglob("*")
+            if p.is_file()
+            and "__pycache__" not in p.parts
+            and p.suffix != ".pyc"
+            and not p.name.startswith(".")
+        )
+        lines = [f"{p.relative_to(package).as_posix()} {file_sha256(p)}" for p in files]
+        _CODE[package] = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return _CODE[package]

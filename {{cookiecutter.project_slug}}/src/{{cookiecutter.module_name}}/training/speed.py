@@ -1,0 +1,222 @@
+"""`python -m <module> speed`: is training waiting for its input or for its compute?
+
+For params.yaml on this machine and the prepared data, three measurements of `steps` steps each,
+after one warm-up chunk (tracing, the pipeline's first fill), with the strategy, global batch,
+model, optimizer and `train.steps_per_execution` of `train`:
+
+  input     the input path alone: each step's batches handed to the replicas and summed;
+  compute   training steps on one synthetic batch already on each replica's device;
+  together  training steps on the input path: what `train` runs.
+
+The slower of input and compute is the bottleneck. `speed` builds its own model, optimizer and
+datasets: it never reads or writes a run's checkpoints, never takes an element of a run's input,
+and trains no run. It writes its figures to a run record of kind "speed" and to TensorBoard.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import registry
+from ..config import COMMAND, Params
+from ..core.environment import utc_now
+from ..core.storage import results_root
+from ..data.feed import make_feed, on_replicas
+from ..data.pipeline import Prepared
+from ..loop import make_chunk_function
+from .run_record import build_record, list_runs, new_run_id, write_run_record
+from .seeding import seed_everything
+from .strategy import StrategyInfo, make_strategy
+from .trainer import build_parts, check_data, make_plan, open_data
+
+NAMES = ("input", "compute", "together")
+
+
+def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> dict[str, Any]:
+    """Measure, print one line each and the verdict, record; return the figures."""
+    registry.check(params)
+    prepared = check_data(params, project_dir)
+    strategy, info = make_strategy(params.distribute)
+    seed_everything(params.seed, params.repro.deterministic)
+    started = utc_now()
+    with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
+        data = open_data(params, project_dir, prepared, Path(tmp))
+        rates = measure(params, strategy, info, data, steps)
+    slower = min(rates["input"], rates["compute"])
+    bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
+    figures = {f"{k}_examples_per_sec": round(v, 1) for k, v in rates.items()}
+    if info.is_chief:
+        record(params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command)
+    print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates, slower))}", flush=True)
+    print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
+    return {"bottleneck": bottleneck, **figures}
+
+
+def measure(
+    params: Params, strategy: Any, info: StrategyInfo, data: Prepared, steps: int
+) -> dict[str, float]:
+    """Examples/s of the three measurements, printed as they come."""
+    import tensorflow as tf
+
+    cfg = params.train
+    plan = make_plan(params, info, data)
+    parts = build_parts(params, strategy, info, data, plan)
+    shape = "x".join(map(str, data.spec.input_shape))
+    phase = " (backbone frozen: the first fine-tune phase)" if plan.phase_step else ""
+    print(
+        f"speed: {steps} steps per measurement, {data.spec.kind}s {shape}, "
+        f"{params.model.architecture}{phase}, steps_per_execution {cfg.steps_per_execution}",
+        flush=True,
+    )
+
+    def feed() -> Any:  # a new one each time: the input path from its start, as `train` has it
+        return make_feed(
+            strategy, data, plan.global_batch, params.seed, 0, 10**6, params.data.augment
+        )
+
+    with strategy.scope():  # what the input measurement adds the batches into
+        sink = tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.SUM, trainable=False)  # fmt: skip
+
+    def drain(x: Any, y: Any) -> None:
+        sink.assign_add(
+            tf.reduce_sum(tf.cast(x, tf.float32)) + tf.reduce_sum(tf.cast(y, tf.float32))
+        )
+
+    def input_alone() -> tuple[Any, Any]:
+        real = feed()
+
+        @tf.function
+        def run(feed_args: Any, n: tf.Tensor) -> tf.Tensor:
+            for i in tf.range(n):
+                strategy.run(drain, args=real.next_batch(feed_args, i))
+            return sink.read_value()
+
+        return run, real.args
+
+    def compute_alone() -> tuple[Any, Any]:
+        batch = synthetic_batch(strategy, data, plan.global_batch // info.replicas, params.seed)
+        return make_chunk_function(parts, cfg, lambda fed, i: fed), lambda step: batch
+
+    def together() -> tuple[Any, Any]:
+        real = feed()  # a new input path: nothing of the first one's is left in it
+        return make_chunk_function(parts, cfg, real.next_batch), real.args
+
+    ways = {
+        "input": (input_alone, "the input pipeline alone"),
+        "compute": (compute_alone, "training steps on batches on the device"),
+        "together": (together, "training on the input pipeline"),
+    }
+    rates = {}
+    for name, (way, label) in ways.items():
+        fn, args = way()
+        rates[name] = plan.global_batch * _rate(fn, args, steps, cfg.steps_per_execution,
+                                                plan.per_epoch)  # fmt: skip
+        print(f"{name:9} {label:42} {rates[name]:>12,.0f} examples/s", flush=True)
+    return rates
+
+
+def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> float:
+    """Steps per second of `fn(args(step), n)` over `steps` steps after a warm-up chunk; chunks
+    as `train` cuts them (never across an epoch end)."""
+    import tensorflow as tf
+
+    step = 0
+
+    def run(count: int) -> None:
+        nonlocal step
+        while count > 0:
+            n = min(per_call, per_epoch - step % per_epoch, count)
+            float(fn(args(step), tf.constant(n, tf.int64)))  # waits for the chunk
+            step, count = step + n, count - n
+
+    run(min(per_call, steps))
+    started = time.perf_counter()
+    run(steps)
+    return steps / (time.perf_counter() - started)
+
+
+def synthetic_batch(strategy: Any, data: Prepared, batch: int, seed: int) -> Any:
+    """One random (inputs, targets) batch of the pipeline's shapes and types, on every replica."""
+    import tensorflow as tf
+
+    spec, key = data.spec, tf.constant([seed, 1], tf.int64)
+    high = 255.0 if spec.kind == "image" else 1.0
+    x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=high)
+    if spec.task == "classification":
+        y = tf.random.stateless_uniform([batch], key, maxval=len(spec.names), dtype=tf.int32)
+    elif spec.task == "multilabel":
+        y = tf.cast(tf.random.stateless_uniform([batch, len(spec.names)], key) < 0.5, tf.float32)
+    else:
+        y = tf.random.stateless_normal([batch], key)
+    return on_replicas(strategy, x), on_replicas(strategy, y)
+
+
+def advice(
+    params: Params, info: StrategyInfo, data: Prepared, bottleneck: str, rates: dict, slower: float
+) -> list[str]:
+    """What to try, most likely first."""
+    cfg, tips = params.train, []
+    if bottleneck == "input":
+        if str(data.folder.resolve()).startswith("/content/drive"):
+            tips.append(f"the data is read through Drive ({data.folder}): keep the project on "
+                        f"the VM's disk, or copy it there with `{COMMAND} stage`")  # fmt: skip
+        if data.spec.kind == "image":
+            size = "x".join(map(str, data.spec.input_shape[:2]))
+            tips.append(f"smaller images (data.image_size; they are {size}): decoding grows "
+                        "with the pixels")  # fmt: skip
+            if params.data.augment:
+                tips.append(f"fewer data.augment ops (now {params.data.augment})")
+        tips.append("a runtime with more CPU cores (the input pipeline runs on the CPU)")
+    else:
+        if info.device == "GPU" and not cfg.mixed_precision:
+            tips.append("train.mixed_precision: true (float16 on the GPU)")
+        if info.device == "CPU":
+            tips.append("a GPU runtime (Colab: Runtime > Change runtime type > T4 GPU)")
+        if not cfg.xla:
+            tips.append("train.xla: true")
+        tips.append("a smaller model or data.image_size" if data.spec.kind == "image"
+                    else "a smaller model")  # fmt: skip
+    if rates["together"] < 0.8 * slower and cfg.steps_per_execution < 50:
+        tips.insert(0, f"a larger train.steps_per_execution (now {cfg.steps_per_execution}): "
+                       "together is well below the slower part")  # fmt: skip
+    return tips[:3]
+
+
+def record(
+    params: Params, project_dir: Path, info: StrategyInfo, figures: dict, started: Any, command: str
+) -> None:
+    """A run record of kind "speed" and TensorBoard scalars `speed/*` (its own folder under
+    the run's, step = the number of earlier speed records of this run_name)."""
+    import tensorflow as tf
+
+    earlier = [r for r in list_runs(project_dir)
+               if r.get("kind") == "speed" and r.get("run_name") == params.run_name]  # fmt: skip
+    logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        for name in NAMES:
+            key = f"{name}_examples_per_sec"
+            tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
+    writer.close()
+    metrics = {**figures, "examples_per_sec": figures["together_examples_per_sec"],
+               "global_batch": params.train.batch_size * info.replicas,
+               "replicas": info.replicas, "strategy": info.name, "device": info.device}  # fmt: skip
+    rec = build_record(
+        project_dir,
+        run_id=new_run_id(f"{params.run_name}-speed", started),
+        params=params.to_dict(),
+        status="completed",
+        metrics=metrics,
+        artifacts=[],
+        checkpoints=Path("-"),
+        started_at=started,
+        finished_at=utc_now(),
+        command=command or f"{COMMAND} speed",
+        tracking={"tensorboard": str(logdir)},
+        kind="speed",
+    )
+    print(f"Speed record: {write_run_record(project_dir, rec)}; TensorBoard: {logdir}", flush=True)
