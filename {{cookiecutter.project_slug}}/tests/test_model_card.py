@@ -58,7 +58,8 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     spec = json.loads((project / "data/processed/spec.json").read_text())
     data = sections["Data"]
     assert f"sha256 `{file_sha256(project / 'data/manifest.json')[:12]}`" in data
-    assert "stratified by class, seeded (seed 42): train 60%, validation 20%, test 20%" in data
+    assert "| split | `data.split: random`; " in data
+    assert "test: a random 20 % of digits (seed 42, stratified by class)" in data
     train, validation, test = (spec["counts"][s] for s in ("train", "validation", "test"))
     assert f"train {train}, validation {validation}, test {test}" in data
     balance = re.findall(r"^\| \d \| (\d+) \| \d+ \| \d+ \|$", data, flags=re.MULTILINE)
@@ -76,6 +77,8 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     metrics = json.loads((project / "results/metrics/evaluate.json").read_text())
     tested = sections["Test metrics"]
     assert f"| accuracy | {metrics['test_accuracy']:.4g} |" in tested
+    assert tested.startswith(f"\n\nOn {metrics['scored_on']} (")
+    assert "| class weights | none (unweighted loss) |" in training
     assert tested.count("\n| ") >= 10 + 9  # every class: precision, recall, f1, support
     assert "| `results/models/model.keras` | " in sections["Exported files"]
 

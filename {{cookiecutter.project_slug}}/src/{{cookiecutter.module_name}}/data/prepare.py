@@ -270,22 +270,12 @@ def write_processed(
             "shards": shards,
             "encoding": source.encoding if image else "float",
             "seed": params.seed,
-            "split": split_description(source, idx, params),
             "class_counts": class_counts(source, idx),
         },
         **stats,
     )
     atomic_write(folder / SPEC, spec.to_json())
     return spec
-
-
-def split_description(source: Source, idx: dict[str, np.ndarray], params: Params) -> str:
-    """How the examples were split, in words (the model card shows it)."""
-    if source.splits is not None:
-        return f"the splits {params.data.source} gives"
-    how = "stratified by class" if source.task == "classification" else "random"
-    fractions = ", ".join(f"{s} {len(idx[s]) / len(source.labels):.0%}" for s in SPLITS)
-    return f"{how}, seeded (seed {params.seed}): {fractions}"
 
 
 def class_counts(source: Source, idx: dict[str, np.ndarray]) -> dict[str, list[int]] | None:

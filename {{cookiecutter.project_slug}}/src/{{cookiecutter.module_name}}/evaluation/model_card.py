@@ -20,7 +20,8 @@ from ..config import COMMAND, Params
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import MODEL_FILE, PROJECT_SLUG, SIDECAR_FILE, TRAIN_METRICS, results_root
 from ..data import manifest
-from ..spec import DataSpec
+from ..data.split import origin
+from ..spec import SPLITS, DataSpec
 from ..task import Evaluation
 
 CARD = "reports/model_card.md"  # under the results root
@@ -152,9 +153,13 @@ def data_section(project_dir: Path, spec: DataSpec, trained_on: str | None) -> s
     if sha and trained_on and trained_on != sha:
         version += f" (**the model was trained on another version**: `{trained_on[:12]}`)"
     source = doc.get("source", "?") + (f" (`{doc['data_path']}`)" if doc.get("data_path") else "")
-    split = spec.extra.get("split") or "not recorded (run `prepare` again)"
     sizes = ", ".join(f"{name} {count}" for name, count in spec.counts.items())
-    rows = [["source", source], ["data version", version], ["split", split], ["examples", sizes]]
+    rows = [
+        ["source", source],
+        ["data version", version],
+        ["split", split_text(spec)],
+        ["examples", sizes],
+    ]
     text = "## Data\n\n" + _table(["", ""], rows)
     counts = spec.extra.get("class_counts")
     if spec.task == "regression":
@@ -168,6 +173,15 @@ def data_section(project_dir: Path, spec: DataSpec, trained_on: str | None) -> s
         rows = [[n, *(counts[s][i] for s in counts)] for i, n in enumerate(spec.names)]
         text += "\n\nExamples per " + what.split()[0] + " and split:\n\n" + _table(header, rows)
     return text
+
+
+def split_text(spec: DataSpec) -> str:
+    """How `prepare` made each split (data/split.py's record in spec.json), in words."""
+    record = spec.split
+    if not record:
+        return "not recorded (run `prepare` again)"
+    came = "; ".join(f"{s}: {origin(spec, s)}" for s in SPLITS if spec.counts.get(s))
+    return f"`data.split: {record.get('method', '?')}`; {came}"
 
 
 def find_run(results: Path, model_sha: str) -> dict[str, Any] | None:
@@ -236,8 +250,18 @@ def _train_rows(train: dict[str, Any]) -> list[list[Any]]:
             f"in the last session, precision {train.get('precision')}",
         ],
         ["resumes", resumed],
+        ["class weights", _class_weights(train)],
         ["validation", ", ".join(f"{k} {_number(v)}" for k, v in validation.items())],
     ]
+
+
+def _class_weights(train: dict[str, Any]) -> str:
+    """The loss's class (multilabel: positive) weights, from train.json."""
+    weights = train.get("class_weight")
+    if not weights:
+        return "none (unweighted loss)"
+    shown = ", ".join(f"{name} {_number(w)}" for name, w in weights.items())
+    return shown + ("; val_loss weighted alike" if train.get("val_loss_weighted") else "")
 
 
 def param_changes(params: dict[str, Any]) -> list[list[Any]]:
@@ -269,10 +293,11 @@ def metrics_section(kind: str, evaluation: Evaluation) -> str:
         for key, value in metrics.items()
         if key != "test_examples" and _is_number(value)
     ]
+    scored_on = metrics.get("scored_on") or f"the test split ({metrics.get('test_examples')})"
     text = (
-        f"## Test metrics\n\nOn the {metrics.get('test_examples')} examples of the test split "
-        f"(`results/metrics/evaluate.json`, the plots' data in `results/plots/`):\n\n"
-        + _table(["metric", "value"], overall)
+        f"## Test metrics\n\nOn {scored_on} (`results/metrics/evaluate.json`, the plots' data "
+        "in `results/plots/`; `test_loss` unweighted, whatever the class weights; each example's "
+        "prediction in `results/predictions/test.csv`):\n\n" + _table(["metric", "value"], overall)
     )
     per_name = {"classification": "per_class.csv", "multilabel": "per_label.csv"}.get(kind)
     rows = evaluation.plots.get(per_name) if per_name else None
