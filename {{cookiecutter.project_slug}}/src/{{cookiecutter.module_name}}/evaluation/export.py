@@ -184,8 +184,7 @@ def tokenize_text(vectorizer: Any) -> str:
     """How a text becomes the `.tflite`'s token ids, in words, from the layer's settings."""
     cfg = vectorizer.get_config()
     standardize = {
-        "lower_and_strip_punctuation": "lower-case it (ASCII letters) and remove ASCII "
-        "punctuation",
+        "lower_and_strip_punctuation": "lower-case it (ASCII letters) and remove ASCII punctuation",
         "lower": "lower-case it (ASCII letters)",
         "strip_punctuation": "remove ASCII punctuation",
         None: "take it as it is",

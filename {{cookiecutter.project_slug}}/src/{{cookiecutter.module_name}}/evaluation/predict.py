@@ -127,4 +127,3 @@ def _read_image(path: Path, shape: list[int], fmt: str) -> np.ndarray:
     """Pixel values 0-255 at the training size and channels: what the pipeline decodes from what
     `prepare` stores for this file (`fmt`: the shards' encoding)."""
     return model_input(path.read_bytes(), shape, fmt, str(path))
-
