@@ -35,7 +35,7 @@ who uses its outputs and how (a threshold, a person who checks them); data it ha
 should not be trusted on (other sources, devices, populations, time periods); known failure
 cases; the metric that matters for the use, and the level that is good enough."""
 # Keys left out of "params that differ from the defaults": where a job ran, not what it trained.
-NOT_TRAINING = ("vertex",)
+NOT_TRAINING = ({% if cookiecutter.vertex_ai == "yes" %}"vertex",{% endif %})
 
 
 def card_path(project_dir: Path) -> Path:
