@@ -336,6 +336,8 @@ def test_make_notebooks_runs_every_notebook_and_writes_html_reports(tmp_path):
     figures = {p.name for p in (project / "results" / "figures").glob("*.png")}
     for name in ("01_class_counts", "01_examples", "03_confusion_matrix", "03_training_curves"):
         assert f"{name}.png" in figures
+    card = next(c for c in executed["03"].cells if "card_markdown(" in c.source).outputs[-1]
+    assert card.data["text/markdown"].startswith("# Model card: ")
     assert (project / "results" / "environment.json").is_file()
     (manifest,) = (project / "results" / "runs").glob("*-nb-*/manifest.json")
     assert json.loads(manifest.read_text())["params"]["train"]["epochs"] == 1

@@ -106,13 +106,25 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_export(args: argparse.Namespace, params: Params) -> int:
-    """Export results/models/model.keras as a TensorFlow SavedModel for serving."""
+    """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
     from .core.storage import results_root
-    from .evaluation.predict import export_saved_model
+    from .evaluation import export
 
-    results = results_root(Path(args.params).resolve().parent)
-    output = Path(args.output) if args.output else results / "models" / "saved_model"
-    export_saved_model(results / "models", output)
+    project_dir = Path(args.params).resolve().parent
+    results = results_root(project_dir)
+    if args.format == "litert":
+        output = Path(args.output) if args.output else results / export.LITERT_FILE
+        entry = export.export_litert(params, project_dir, output, args.quantize)
+        print(export.litert_summary(output, entry), flush=True)
+        return 0
+    if args.quantize:
+        raise ConfigError(
+            f"--quantize {args.quantize}: only a LiteRT model is quantised "
+            f"(example: --format litert --quantize {args.quantize})"
+        )
+    output = Path(args.output) if args.output else results / export.SAVED_MODEL_DIR
+    export.export_saved_model(results / "models", output)
+    export.record_saved_model(project_dir, output)
     print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
     return 0
 
@@ -264,8 +276,24 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("export", parents=[common], help="SavedModel for serving (TF Serving)")
-    p.add_argument("--output", default=None, help="folder (default: results/models/saved_model)")
+    p = sub.add_parser("export", parents=[common], help="SavedModel (serving) or LiteRT (devices)")
+    p.add_argument(
+        "--format",
+        choices=["saved_model", "litert"],
+        default="saved_model",
+        help="saved_model: a folder for TF Serving; litert: a .tflite (default: %(default)s)",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=["float16", "int8"],
+        default=None,
+        help="litert: float16 weights (half the size) or int8 dynamic range (a quarter)",
+    )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="default: results/models/saved_model, or results/models/model.tflite (litert)",
+    )
     p.set_defaults(func=cmd_export)
 {%- if cookiecutter.vertex_ai == "yes" %}
 

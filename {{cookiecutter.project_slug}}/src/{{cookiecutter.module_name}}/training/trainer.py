@@ -118,6 +118,8 @@ class Run:
     epoch_loss: float = 0.0
     epoch_steps: int = 0
     stopped_early: bool = False
+    resumes: int = 0  # how many times this run was resumed from a checkpoint (the model card)
+    started_at_step: int = 0  # this session's first step
 
 
 def train(
@@ -448,6 +450,7 @@ def _restore(run: Run, fresh: bool) -> None:
         )
         return
     run.last_saved = run.step
+    run.resumes, run.started_at_step = int(meta.get("resumes", 0)) + 1, run.step
     print(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
         f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
@@ -533,6 +536,7 @@ def _save(run: Run) -> None:
         "code": fingerprint.code_digest(),
         "epoch": run.step // run.plan.per_epoch,
         "early_stopping": run.early.state(),
+        "resumes": run.resumes,
     }
     if run.step != run.last_saved and run.store.try_save(run.checkpoint, run.step, meta):
         run.last_saved = run.step
@@ -672,6 +676,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "val_loss_weighted": bool(run.task.class_weights),
         "best_step": run.early.best_step,
         "stopped_early": run.stopped_early,
+        "resumes": run.resumes,
+        "started_at_step": run.started_at_step,
         "examples_per_sec": round(speed, 1),
         "wall_time_s": round(time.monotonic() - run_start, 2),
         "global_batch": plan.global_batch,
