@@ -12,7 +12,8 @@ on Colab) and the DVC remote:
 `restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring
 back what is missing and return one line that says what they did. Data comes from DVC's cache or
 remote when they hold every file, else `prepare` runs again: it is deterministic, and the line
-says whether its output is exactly the recorded data. Nothing on the VM is overwritten: data that is there stays.
+says whether its output is exactly the recorded data. Nothing on the VM is overwritten: data that
+is there stays.
 """
 
 from __future__ import annotations
