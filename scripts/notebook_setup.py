@@ -170,6 +170,8 @@ def render(path: Path) -> str:
     # every clone look edited once the filter is installed, and the setup then stops updating it.
     for number, cell in enumerate(cells):
         cell["id"] = str(number)
+        # Sources as lists of lines, as nbstripout writes them: a string would differ too.
+        cell["source"] = source_lines(text_of(cell))
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
