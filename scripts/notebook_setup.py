@@ -72,7 +72,8 @@ if IN_COLAB:
     drive.mount("/content/drive")
     # The code on the VM's own disk (fast; one clone per VM); what must outlive the VM goes to the
     # storage folder on Drive (checkpoints, TensorBoard logs, run records, the DVC remote).
-    PROJECT = Path(os.environ.get("PROJECT_CHECKOUT_DIR", "/content/{{{{ cookiecutter.project_slug }}}}"))
+    CHECKOUT = "/content/{{{{ cookiecutter.project_slug }}}}"
+    PROJECT = Path(os.environ.get("PROJECT_CHECKOUT_DIR", CHECKOUT))
     if not (PROJECT / ".git").is_dir():
         subprocess.run(["git", "clone", "-q", "-b", branch, REPO_URL, str(PROJECT)], check=True)
     else:  # this VM ran a notebook before: move to the branch's latest commit
@@ -169,6 +170,8 @@ def render(path: Path) -> str:
     # every clone look edited once the filter is installed, and the setup then stops updating it.
     for number, cell in enumerate(cells):
         cell["id"] = str(number)
+        # Sources as lists of lines, as nbstripout writes them: a string would differ too.
+        cell["source"] = source_lines(text_of(cell))
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -51,19 +51,9 @@ DEFAULT_STRINGS = {
     DEFAULTS["github_owner"],
 }
 # A file that still holds a default, with the reason; remove the entry once it is fixed.
-KNOWN_LEAKS = {
-    # TODO(issue-18 item 1): notebook 01's badge and REPO_URL are hard-coded to the default owner
-    # and slug; the notebooks' setup is being generated from one source that renders them.
-    "notebooks/01_setup_and_data.ipynb",
-}
+KNOWN_LEAKS: set[str] = set()
 # Files ruff may flag here, with the reason; remove the entry once it is fixed.
-KNOWN_LINT = {
-    # TODO(issue-18 item 1): the setup cell's `PROJECT = Path(os.environ.get(..., "/content/<slug>"))`
-    # is over 100 columns for a slug longer than 29 characters.
-    "notebooks/01_setup_and_data.ipynb",
-    "notebooks/02_train.ipynb",
-    "notebooks/03_evaluate.ipynb",
-}
+KNOWN_LINT: set[str] = set()
 # The project's tests that use the rendered names: badges and the notebooks' setup, the docs'
 # commands and links, params and the command line, the Drive folder, git hooks on the notebooks;
 # in one process (each TensorFlow import costs 10-90 s here), without the notebooks' slow runs.
@@ -71,11 +61,7 @@ TESTS = ["tests/test_config.py", "tests/test_docs.py", "tests/test_drive_mount.p
          "tests/test_hygiene.py"]
 SELECT = "not (test_notebooks and slow)"
 # Tests of the project that fail here, with the reason; remove the entry once it is fixed.
-KNOWN_FAILING = [
-    # TODO(issue-18 item 1): notebook 01's badge and REPO_URL (KNOWN_LEAKS).
-    "tests/test_notebooks.py::test_notebook_is_valid_clean_and_parameterised[01_setup_and_data.ipynb]",
-    "tests/test_notebooks.py::test_every_notebook_starts_with_the_same_setup",
-]
+KNOWN_FAILING: list[str] = []
 
 
 def test_every_question_has_a_non_default_answer() -> None:

@@ -3,6 +3,7 @@ and on an image folder."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -55,10 +56,10 @@ def is_injected(cell) -> bool:
     return "injected-parameters" in cell.metadata.get("tags", [])
 
 
-def test_numbered_setup_train_evaluate():
+def test_numbered_setup_train_evaluate_sweep():
     names = [nb.name for nb in NOTEBOOKS]
-    assert len(names) >= 3
-    assert names[0].startswith("01_") and names[1].startswith("02_") and names[2].startswith("03_")
+    assert len(names) >= 4
+    assert [name[:3] for name in names[:4]] == ["01_", "02_", "03_", "04_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -295,27 +296,31 @@ def copy_project(tmp_path: Path) -> Path:
     return project
 
 
-def make_notebooks(project: Path, storage: Path, *parameters: str) -> dict[str, Any]:
-    """Run what `make notebooks` runs, with `-p` parameters, in `project`; check that it passed,
-    that every notebook has its HTML report and no error output; return the executed notebooks
-    by number ("01", ...)."""
+def make_notebooks(
+    project: Path, storage: Path, *parameters: str, only: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Run what `make notebooks` runs, with `-p` parameters (and `--only` prefixes), in
+    `project`; check that it passed, that every notebook run has its HTML report and no error
+    output; return the executed notebooks by number ("01", ...)."""
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(project / "src"),
         "PROJECT_STORAGE_DIR": str(storage),
         "WANDB_MODE": "offline",
+        "PROJECT_SWEEP_SETTLE_S": "0.2",  # one session on a local folder: no sync lag
     }
     for name in ("COLAB_RELEASE_TAG", "PROJECT_RESULTS_DIR", "TF_CONFIG", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     command = [sys.executable, "-m", MODULE, "notebooks"]
     command += [part for item in parameters for part in ("-p", item)]
+    command += ["--only", *only] if only else []
     run = subprocess.run(
         command, cwd=project, env=env, capture_output=True, text=True, timeout=1500
     )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
     reports, executed = project / "results" / "reports", {}
-    for path in NOTEBOOKS:
+    for path in [p for p in NOTEBOOKS if p.name.startswith(only or ("",))]:
         html = reports / path.with_suffix(".html").name
         assert html.is_file() and html.stat().st_size > 10_000, html
         nb = executed[path.name[:2]] = nbformat.read(reports / path.name, as_version=4)
@@ -328,14 +333,19 @@ def make_notebooks(project: Path, storage: Path, *parameters: str) -> dict[str, 
 def test_make_notebooks_runs_every_notebook_and_writes_html_reports(tmp_path):
     project = copy_project(tmp_path)
     # What `make notebooks` runs, with tiny parameters.
-    executed = make_notebooks(project, tmp_path / "storage", "epochs=1", "run_name=nb")
+    executed = make_notebooks(
+        project, tmp_path / "storage", "epochs=1", "run_name=nb", "n_trials=1"
+    )
     for number, nb in executed.items():
         injected = "".join(c.source for c in nb.cells if is_injected(c))
-        # Each notebook gets only the parameters it declares: epochs and run_name go to 02.
-        assert ("epochs = 1" in injected) == (number == "02")
+        # Each notebook gets only the parameters it declares: epochs goes to 02 and 04.
+        assert ("epochs = 1" in injected) == (number in ("02", "04"))
+        assert ("run_name = " in injected) == (number == "02")
     figures = {p.name for p in (project / "results" / "figures").glob("*.png")}
     for name in ("01_class_counts", "01_examples", "03_confusion_matrix", "03_training_curves"):
         assert f"{name}.png" in figures
+    card = next(c for c in executed["03"].cells if "card_markdown(" in c.source).outputs[-1]
+    assert card.data["text/markdown"].startswith("# Model card: ")
     assert (project / "results" / "environment.json").is_file()
     (manifest,) = (project / "results" / "runs").glob("*-nb-*/manifest.json")
     assert json.loads(manifest.read_text())["params"]["train"]["epochs"] == 1
@@ -370,7 +380,9 @@ def test_make_notebooks_on_an_image_folder(tmp_path):
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
     started = time.monotonic()
-    executed = make_notebooks(project, tmp_path / "storage", "epochs=1", "batch_size=8")
+    executed = make_notebooks(
+        project, tmp_path / "storage", "epochs=1", "batch_size=8", "n_trials=1"
+    )
     print(f"make notebooks on an image folder: {time.monotonic() - started:.0f} s")
     outputs = [o for c in executed["01"].cells for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
@@ -407,7 +419,9 @@ def test_make_notebooks_on_text_files(tmp_path):
     params["model"].update(architecture="text", hidden_units=[8], embedding_dim=8)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
-    executed = make_notebooks(project, tmp_path / "storage", "epochs=1", "batch_size=8")
+    executed = make_notebooks(
+        project, tmp_path / "storage", "epochs=1", "batch_size=8", "n_trials=1"
+    )
     shown = [
         o.get("data", {}).get("text/markdown", "")
         for number in ("01", "03")
@@ -421,3 +435,28 @@ def test_make_notebooks_on_text_files(tmp_path):
     assert any("| id | text | target | prediction | loss |" in s for s in shown)
     figures = {p.stem for p in (project / "results" / "figures").glob("*.png")}
     assert "01_examples" not in figures and "01_class_counts" in figures
+
+
+@pytest.mark.slow
+def test_the_sweep_notebook_searches_shows_the_trials_and_promotes_the_best(tmp_path):
+    """04 on a new VM (no data): two trials of one epoch on the digits, the trials table and
+    figure shown, then `promote = True` makes the best trial the project's model and settings."""
+    project = copy_project(tmp_path)
+    tiny = ("n_trials=2", "epochs=1", "batch_size=32", "sweep_name=nb", "promote=True")
+    nb = make_notebooks(project, tmp_path / "storage", *tiny, only=("04",))["04"]
+    folder = project / "results" / "sweeps" / "nb"
+    with open(folder / "trials.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "COMPLETE")]
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    printed = "".join(o.get("text", "") for c in cells for o in c.outputs)
+    assert "Data: prepared on this VM" in printed and "Trial 1 of 2 (nb-1)" in printed
+    shown = next(c for c in cells if "trials.csv" in c.source).outputs
+    assert any("text/html" in o.get("data", {}) for o in shown), "the trials table"
+    assert any("image/png" in o.get("data", {}) for o in shown), "the trials figure"
+    assert "Promoted trial " in printed
+    promoted = load_params(project / "params.yaml")
+    assert promoted.run_name in ("nb-0", "nb-1")
+    record = json.loads((project / "results" / "metrics" / "train.json").read_text())
+    assert record["run_name"] == promoted.run_name
+    assert (project / "results" / "models" / "model.keras").is_file()

@@ -14,10 +14,8 @@ import tensorflow as tf
 from conftest import PROJECT, main_in_fresh_process, save_for_users
 
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig
-from {{ cookiecutter.module_name }}.evaluation.predict import (
-    export_saved_model,
-    predict,
-)
+from {{ cookiecutter.module_name }}.evaluation.export import export_saved_model
+from {{ cookiecutter.module_name }}.evaluation.predict import predict
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import task_class
@@ -80,10 +78,14 @@ def test_predict_in_a_fresh_process_for_each_task(tmp_path: Path) -> None:
     ]
     exported = tmp_path / "served"
     calls.append(["export", "--output", str(exported), "--params", calls[0][3]])
+    # LiteRT where no data is prepared: the interpreter runs it on one probe example.
+    calls.append(["export", "--format", "litert", "--params", calls[-1][-1]])
     proc = main_in_fresh_process(calls, tmp_path, tmp_path / "storage")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("Wrote ") == len(CASES) + 1
+    assert proc.stdout.count("Wrote ") == len(CASES) + 2
     assert (exported / "saved_model.pb").is_file()
+    assert "no prepared test split here, so run on one probe example" in proc.stdout
+    assert (projects["classification"][0] / "results" / "models" / "model.tflite").is_file()
     for name, (project, expected, _) in projects.items():
         with (project / "results" / "predictions.csv").open() as handle:
             rows = list(csv.DictReader(handle))

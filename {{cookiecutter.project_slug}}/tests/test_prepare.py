@@ -16,7 +16,11 @@ import pytest
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core import locations
 from {{ cookiecutter.module_name }}.data import manifest
-from {{ cookiecutter.module_name }}.data.pipeline import example_ids, load_prepared, read_split
+from {{ cookiecutter.module_name }}.data.pipeline import (
+    example_ids,
+    load_prepared,
+    read_split,
+)
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec

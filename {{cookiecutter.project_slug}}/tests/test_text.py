@@ -357,6 +357,20 @@ def test_speed_measures_text_on_token_ids(trained) -> None:
     assert figures["together_examples_per_sec"] > 0
 
 
+def test_litert_export_of_the_text_model_is_its_network_on_token_ids(trained) -> None:
+    from {{ cookiecutter.module_name }}.evaluation.export import export_litert
+
+    project, _, _ = trained["classification"]
+    overrides = json.loads((project / "overrides.json").read_text())
+    entry = export_litert(load_params(project / "params.yaml", overrides), project)
+    assert entry["inputs"].startswith("token ids, int32") and entry["same_class"] == 1.0
+    assert entry["max_abs_diff"] < 1e-4
+    assert entry["tokenize"].startswith("lower-case it (every alphabet) and remove punctuation")
+    written = (project / "results/models/vocabulary.txt").read_text("utf-8").split("\n")
+    prepared = (project / "data/processed/vocabulary.txt").read_text("utf-8").split("\n")
+    assert written[:2] == ["", "[UNK]"] and written[2:] == prepared  # line i = id i
+
+
 def test_unicode_is_lower_cased_and_the_vocabulary_capped() -> None:
     texts = tf.data.Dataset.from_tensor_slices(["Über CAFÉ, «Bonjour»!", "über café 42 €", "x"])
     assert learn_vocabulary(texts, 20) == ["über", "café", "x", "bonjour", "42"]

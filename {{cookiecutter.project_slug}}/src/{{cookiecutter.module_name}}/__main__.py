@@ -33,6 +33,15 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
     project_dir = Path(args.params).resolve().parent
+{%- if cookiecutter.vertex_ai == "yes" %}
+    if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
+        from .cloud.tuning import run_tuning_trial
+
+        params_file = Path(args.params).resolve()
+        return run_tuning_trial(
+            params, project_dir, args.sweep_trial, args.extra, args.overrides, params_file
+        )
+{%- endif %}
     result = train(
         params,
         project_dir,
@@ -53,6 +62,19 @@ def cmd_speed(args: argparse.Namespace, params: Params) -> int:
     command = shlex.join([*PROG.split(), *(args.argv or [])])
     speed(params, Path(args.params).resolve().parent, args.steps, command)
     return 0
+
+
+def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
+    """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
+    best trial."""
+    params_file = Path(args.params).resolve()
+    if args.best:
+        from .training.sweep_best import promote_best
+
+        return promote_best(params, params_file.parent, params_file)
+    from .training.sweep import run_sweep
+
+    return run_sweep(params, params_file.parent, params_file, args.overrides)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
@@ -84,13 +106,25 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_export(args: argparse.Namespace, params: Params) -> int:
-    """Export results/models/model.keras as a TensorFlow SavedModel for serving."""
+    """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
     from .core.storage import results_root
-    from .evaluation.predict import export_saved_model
+    from .evaluation import export
 
-    results = results_root(Path(args.params).resolve().parent)
-    output = Path(args.output) if args.output else results / "models" / "saved_model"
-    export_saved_model(results / "models", output)
+    project_dir = Path(args.params).resolve().parent
+    results = results_root(project_dir)
+    if args.format == "litert":
+        output = Path(args.output) if args.output else results / export.LITERT_FILE
+        entry = export.export_litert(params, project_dir, output, args.quantize)
+        print(export.litert_summary(output, entry), flush=True)
+        return 0
+    if args.quantize:
+        raise ConfigError(
+            f"--quantize {args.quantize}: only a LiteRT model is quantised "
+            f"(example: --format litert --quantize {args.quantize})"
+        )
+    output = Path(args.output) if args.output else results / export.SAVED_MODEL_DIR
+    export.export_saved_model(results / "models", output)
+    export.record_saved_model(project_dir, output)
     print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
     return 0
 
@@ -111,7 +145,13 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 
     params_file = Path(args.params).resolve()
     return run_vertex(
-        params, params_file.parent, args.dry_run, args.output, args.overrides, params_file
+        params,
+        params_file.parent,
+        args.dry_run,
+        args.output,
+        args.overrides,
+        params_file,
+        sweep=args.sweep,
     )
 {%- endif %}
 
@@ -188,7 +228,7 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, speed, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    """train, speed, sweep, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run named run_name)")
     p.add_argument(
         "--fresh",
@@ -206,11 +246,27 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         help="(the DVC stage) if run_name was trained with other settings, data or code, train "
         "a run of its own, <run_name>-<hash>, instead of refusing",
     )
+{%- if cookiecutter.vertex_ai == "yes" %}
+    p.add_argument(
+        "--sweep-trial",
+        default=None,
+        metavar="NAME",
+        help="run as a trial of a Vertex AI tuning job for sweep NAME (`vertex --sweep` sets it)",
+    )
+{%- endif %}
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("speed", parents=[common], help="input vs compute: which one limits train")
     p.add_argument("--steps", type=int, default=50, help="steps per measurement (default: 50)")
     p.set_defaults(func=cmd_speed)
+
+    p = sub.add_parser("sweep", parents=[common], help="hyperparameter search (resumes the study)")
+    p.add_argument(
+        "--best",
+        action="store_true",
+        help="promote the best trial: its model to results/models, its settings to params.yaml",
+    )
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)
@@ -220,13 +276,34 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("export", parents=[common], help="SavedModel for serving (TF Serving)")
-    p.add_argument("--output", default=None, help="folder (default: results/models/saved_model)")
+    p = sub.add_parser("export", parents=[common], help="SavedModel (serving) or LiteRT (devices)")
+    p.add_argument(
+        "--format",
+        choices=["saved_model", "litert"],
+        default="saved_model",
+        help="saved_model: a folder for TF Serving; litert: a .tflite (default: %(default)s)",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=["float16", "int8"],
+        default=None,
+        help="litert: float16 weights (half the size) or int8 dynamic range (a quarter)",
+    )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="default: results/models/saved_model, or results/models/model.tflite (litert)",
+    )
     p.set_defaults(func=cmd_export)
 {%- if cookiecutter.vertex_ai == "yes" %}
 
     p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
     p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
+    )
     p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
     p.set_defaults(func=cmd_vertex)
 {%- endif %}
@@ -258,8 +335,15 @@ def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
-    args.argv = argv
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+{%- if cookiecutter.vertex_ai == "yes" %}
+    if extra and not getattr(args, "sweep_trial", None):  # only a tuning trial takes more
+{%- else %}
+    if extra:
+{%- endif %}
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv, args.extra = argv, extra
     try:
         params = load_params(args.params, args.overrides)
         return args.func(args, params)
@@ -273,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras"):
+        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras", "optuna"):
             print(
                 f"error: {exc.name} is not installed. Run `pip install -r requirements.txt` "
                 "(Colab's TPU runtime ships no TensorFlow; a GPU runtime has it).",

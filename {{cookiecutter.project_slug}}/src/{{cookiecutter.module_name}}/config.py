@@ -10,6 +10,7 @@ and `asdict`). Add a setting by adding one field: `_key(default, example)` plus 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +36,10 @@ FEATURE_KINDS = ("vector", "image")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
 SPLIT_METHODS = ("random", "folders", "files", "column")  # data.split (data/split.py)
+SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("median", "none")
+# Keys a sweep cannot search: each trial sets its own run_name; the rest do not train a model.
+NOT_SEARCHABLE = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai == "yes" %}, "vertex"{% endif %})
 
 
 class ConfigError(ValueError):
@@ -202,7 +207,36 @@ class VertexConfig:
     bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")
     service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
     output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
+    parallel_trials: Int = _key(2, "4", ge=1)  # `vertex --sweep`: tuning trials run at once
 {%- endif %}
+
+
+@schema
+class SweepConfig:
+    """A hyperparameter search (`python -m <module> sweep`); `check_sweep` checks the space."""
+
+    name: Text = _key(
+        "lr-dropout",
+        "lr-dropout",
+        "letters, digits, '.', '_' or '-' (trials are runs named <name>-<number>)",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    )
+    n_trials: Int = _key(20, "20", ge=1)
+    sampler: Literal[SAMPLERS] = _key("tpe", "random")
+    pruner: Literal[PRUNERS] = _key("median", "none")
+    startup_trials: Int = _key(5, "5", ge=0)  # drawn at random, never pruned
+    warmup_epochs: Int = _key(2, "2", ge=0)  # a trial trains this many epochs before pruning
+    keep_best: Int = _key(3, "3", ge=1)  # finished trials whose checkpoints are kept
+    time_budget_minutes: Float = _key(0.0, "690", ge=0.0)  # 0 = no budget
+    space: dict[Text, dict[Text, Any]] = _key(
+        {
+            "train.learning_rate": {"low": 1.0e-4, "high": 1.0e-2, "log": True},
+            "model.dropout": {"low": 0.0, "high": 0.5},
+            "train.optimizer": {"choices": ["adam", "adamw"]},
+        },
+        "{train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}}",
+        "a mapping of dotted params keys to {low, high[, log]} or {choices: [...]}",
+    )
 
 
 @schema
@@ -220,6 +254,7 @@ class Params:
     train: TrainConfig = _section(TrainConfig)
     distribute: DistributeConfig = _section(DistributeConfig)
     repro: ReproConfig = _section(ReproConfig)
+    sweep: SweepConfig = _section(SweepConfig)
 {%- if cookiecutter.vertex_ai == "yes" %}
     vertex: VertexConfig = _section(VertexConfig)
 {%- endif %}
@@ -247,9 +282,11 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         key, value = parse_assignment(item, "--set", "train.epochs=5")
         _set_dotted(raw, key, value)
     try:
-        return _PARAMS.validate_python(raw)
+        params = _PARAMS.validate_python(raw)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc, raw)) from None
+    sweep_space(params)  # a bad search space stops every command, as any other bad key does
+    return params
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
@@ -321,3 +358,144 @@ def _expect(info: Any) -> str:
     if choices and all(isinstance(c, str) for c in choices):
         return "one of " + " / ".join(choices)
     return "text"
+
+
+# -- the search space of `sweep` ------------------------------------------------------------------
+SPACE_FIELDS = ("low", "high", "log", "choices")
+RANGE_EXAMPLE = "{low: 1.0e-4, high: 1.0e-2, log: true}"
+CHOICES_EXAMPLE = "{choices: [adam, adamw]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One searched key: a range of numbers (`low`..`high`, maybe on a log scale) or `choices`."""
+
+    key: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    integer: bool = False  # the key takes integers (a range of integers)
+
+    def override(self, value: Any) -> str:
+        """`key=value` for `--set`, the value in YAML flow style (lists and quoted text kept)."""
+        return f"{self.key}={yaml_text(value)}"
+
+
+def yaml_text(value: Any) -> str:
+    """`value` as one line of YAML that reads back as the same value: 0.001, adam, [64, 32]."""
+    return yaml.safe_dump([value], default_flow_style=True, width=1 << 20).strip()[1:-1]
+
+
+def sweep_space(params: Params) -> dict[str, Dimension]:
+    """`sweep.space` checked: each key a params key, each range or choice a value it takes. The
+    first problem is a ConfigError in one line naming `sweep.space.<key>` and a valid example."""
+    cfg = params.sweep
+    raw = params.to_dict()
+    dims = {key: _dimension(key, spec, raw) for key, spec in cfg.space.items()}
+    if cfg.sampler == "grid":
+        points = 1
+        for dim in dims.values():
+            if not dim.choices:
+                raise ConfigError(
+                    f"sweep.space.{dim.key}: the grid sampler needs choices "
+                    "(example: {choices: [1.0e-4, 1.0e-3, 1.0e-2]})"
+                )
+            points *= len(dim.choices)
+        if cfg.n_trials > points:
+            raise ConfigError(
+                f"sweep.n_trials: {cfg.n_trials}, but the grid has {points} points "
+                f"(example: --set sweep.n_trials={points})"
+            )
+    return dims
+
+
+def _dimension(key: str, spec: Any, raw: dict[str, Any]) -> Dimension:
+    """One entry of `sweep.space`, checked against the params schema."""
+    where = f"sweep.space.{key}"
+    info = _field_of(key)
+    if key.split(".")[0] in NOT_SEARCHABLE:
+        raise ConfigError(
+            f"{where}: {key.split('.')[0]} cannot be searched (each trial is its own run on this "
+            "machine) (example: train.learning_rate)"
+        )
+    if info is None or dataclasses.is_dataclass(info.annotation):
+        what = "a section" if info is not None else "not a params key"
+        raise ConfigError(f"{where}: {what} (example: train.learning_rate: {RANGE_EXAMPLE})")
+    unknown = [name for name in spec if name not in SPACE_FIELDS]
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field {unknown[0]!r} (known: {', '.join(SPACE_FIELDS)}) "
+            f"(example: {RANGE_EXAMPLE})"
+        )
+    if "choices" in spec:
+        return _choices(key, spec, raw)
+    return _range(key, spec, info, raw)
+
+
+def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> Dimension:
+    where = f"sweep.space.{key}"
+    choices = spec["choices"]
+    if set(spec) - {"choices"}:
+        raise ConfigError(
+            f"{where}: give either low and high or choices, not both (example: {CHOICES_EXAMPLE})"
+        )
+    if not isinstance(choices, list) or not choices:
+        raise ConfigError(f"{where}: choices must be a non-empty list (example: {CHOICES_EXAMPLE})")
+    texts = [yaml_text(c) for c in choices]
+    if len(set(texts)) != len(texts):
+        raise ConfigError(f"{where}: a choice is listed twice (example: {CHOICES_EXAMPLE})")
+    for value in choices:
+        _check_value(key, value, raw)
+    return Dimension(key, choices=tuple(choices), integer=_field_of(key).annotation is int)
+
+
+def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
+    where = f"sweep.space.{key}"
+    integer = info.annotation is int
+    if info.annotation not in (int, float):
+        raise ConfigError(
+            f"{where}: {key} is not a number, so give choices (example: {CHOICES_EXAMPLE})"
+        )
+    if "low" not in spec or "high" not in spec:
+        raise ConfigError(f"{where}: give low and high, or choices (example: {RANGE_EXAMPLE})")
+    low, high = _number_from_text(spec["low"]), _number_from_text(spec["high"])
+    log = spec.get("log", False)
+    example = "{low: 16, high: 256, log: true}" if integer else RANGE_EXAMPLE
+    kinds = (int,) if integer else (int, float)
+    if not all(isinstance(v, kinds) and not isinstance(v, bool) for v in (low, high)):
+        what = "integers" if integer else "numbers"
+        raise ConfigError(f"{where}: low and high must be {what} (example: {example})")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}: log must be true or false (example: {example})")
+    if not low < high:
+        raise ConfigError(f"{where}: low ({low}) must be below high ({high}) (example: {example})")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: a log range needs low > 0, got {low} (example: {example})")
+    for value in (low, high):
+        _check_value(key, value, raw)
+    return Dimension(key, low=low, high=high, log=log, integer=integer)
+
+
+def _check_value(key: str, value: Any, raw: dict[str, Any]) -> None:
+    """Refuse a value that `key` does not take, with the schema's own words."""
+    trial = copy.deepcopy(raw)
+    _set_dotted(trial, key, value)
+    try:
+        _PARAMS.validate_python(trial)
+    except ValidationError as exc:
+        problem = _one_line(exc, trial)
+        raise ConfigError(f"sweep.space.{key}: {yaml_text(value)} is refused: {problem}") from None
+
+
+def _field_of(key: str) -> Any:
+    """The schema field of a dotted key (None when there is none)."""
+    cls: Any = Params
+    info = None
+    for part in key.split("."):
+        fields = getattr(cls, "__pydantic_fields__", None)
+        if fields is None or part not in fields:
+            return None
+        info = fields[part]
+        cls = info.annotation
+    return info

@@ -263,12 +263,15 @@ def display_name(cfg: VertexConfig, run_name: str) -> str:
     return cfg.display_name or f"{PROJECT_SLUG}-{run_name}"
 
 
-def job_spec(params: Params, forwarded: list[str] | None = None) -> dict[str, Any]:
+def job_spec(
+    params: Params, forwarded: list[str] | None = None, command: list[str] | None = None
+) -> dict[str, Any]:
     """The CustomJobSpec for `params` (validate first). `forwarded` are `--set` overrides that
-    the job's `train` gets too, so `vertex --set train.epochs=50` trains 50 epochs there."""
+    the job's `train` gets too, so `vertex --set train.epochs=50` trains 50 epochs there.
+    `command`: the package's command and its options (default `train`)."""
     cfg = params.vertex
     bucket = cfg.bucket.rstrip("/")
-    args = ["train"]
+    args = list(command or ["train"])
     if not cfg.image_uri:
         # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket.
         args += ["--params", fuse_path(params_uri(cfg))]
@@ -361,12 +364,16 @@ def gcloud_command(cfg: VertexConfig, run_name: str, config_path: Path) -> list[
     return cmd
 
 
-def write_spec(spec: dict[str, Any], path: Path) -> None:
-    """Write `spec` as YAML, atomically (temp file + rename)."""
+def write_spec(spec: dict[str, Any], path: Path, what: str = "") -> None:
+    """Write `spec` as YAML, atomically (temp file + rename); `what` replaces the first line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (
-        "# Vertex AI CustomJobSpec written by `python -m "
-        f"{PACKAGE} vertex`; submit with `gcloud ai custom-jobs create --config=...`.\n"
+        (
+            what
+            or "# Vertex AI CustomJobSpec written by `python -m "
+            f"{PACKAGE} vertex`; submit with `gcloud ai custom-jobs create --config=...`."
+        )
+        + "\n"
         + yaml.safe_dump(spec, sort_keys=False, default_flow_style=False)
     )
     atomic_write(path, text)
@@ -384,16 +391,25 @@ def run_vertex(
     output: str | None = None,
     overrides: list[str] | None = None,
     params_file: Path | None = None,
+    sweep: bool = False,
 ) -> int:
-    """Validate, write the spec, then print (dry run) or run the gcloud commands."""
+    """Validate, write the spec, then print (dry run) or run the gcloud commands. `sweep`: a
+    hyperparameter tuning job for `sweep:` (tuning.py) instead of one custom job."""
     cfg = params.vertex
     validate(cfg, params.run_name)
-    path = Path(output or cfg.output)
-    if not path.is_absolute():
-        path = project_dir / path
-    spec = job_spec(params, forwarded_overrides(overrides or []))
-    write_spec(spec, path)
-    commands = [gcloud_command(cfg, params.run_name, path)]
+    forwarded = forwarded_overrides(overrides or [])
+    if sweep:
+        from .tuning import tuning_spec
+
+        path, job, commands = tuning_spec(params, project_dir, output, forwarded)
+        spec = job["trialJobSpec"]
+    else:
+        path = Path(output or cfg.output)
+        if not path.is_absolute():
+            path = project_dir / path
+        spec = job_spec(params, forwarded)
+        write_spec(spec, path)
+        commands = [gcloud_command(cfg, params.run_name, path)]
     if not cfg.image_uri:
         commands.insert(0, upload_command(cfg, params_file or project_dir / "params.yaml"))
     pools = spec["workerPoolSpecs"]
@@ -404,8 +420,14 @@ def run_vertex(
         else "no accelerator"
     )
     replicas = sum(p["replicaCount"] for p in pools)
+    trials = (
+        f"{params.sweep.n_trials} trials of '{params.sweep.name}', "
+        f"{cfg.parallel_trials} at once, each "
+        if sweep
+        else ""
+    )
     print(
-        f"Wrote {path}: {replicas} replica(s) of {cfg.machine_type} with {gear} "
+        f"Wrote {path}: {trials}{replicas} replica(s) of {cfg.machine_type} with {gear} "
         f"(1 chief + {cfg.worker_replicas} worker(s)); checkpoints and results in {cfg.bucket}",
         flush=True,
     )

@@ -5,7 +5,8 @@
 - `keep_state_on_storage`: on Colab the checkout is on the VM's disk, so what must outlive the VM
   goes to the storage folder on Drive: TensorBoard logs, a copy of each run record, the trained
   model (restore.py brings it back on a new VM), the DVC remote.
-- `stop_unless_trained`: 02's train cell ends with one line of advice for `train`'s exit code.
+- `stop_unless_trained`: 02's train cell ends with one line of advice for `train`'s exit code;
+  `stop_unless_swept` does the same for 04's `sweep`.
 - `push_stage`: record a stage that ran in `dvc.lock` and push it, with DVC's run cache, to the
   remote, so another machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
 - `run_notebooks` (`make notebooks`, `python -m <module> notebooks`) executes every numbered
@@ -139,6 +140,28 @@ def stop_unless_trained(exit_code: int, run_name: str) -> None:
     if exit_code:
         what = advice.get(exit_code, "see the message above")
         raise NotebookStop(f"Training stopped (exit code {exit_code}): {what}.")
+
+
+def stop_unless_swept(exit_code: int, sweep_name: str) -> None:
+    """Nothing when `sweep` finished (exit code 0); else stop the cell with one line: what the
+    exit code means for sweep `sweep_name` and what to do. Every stop keeps the study."""
+    advice = {
+        1: "the hardware or the storage failed (the error above says which); fix it, then run "
+        "this cell again: the study goes on where it stopped",
+        2: "a setting, the search space or the data is not valid (the error above names it); "
+        "fix it and run this cell again, or set sweep_name to start another study",
+        EXIT_BUDGET: f"sweep.time_budget_minutes ran out; sweep '{sweep_name}' keeps its "
+        "trials: run this cell again to go on",
+        EXIT_LEASE_HELD: "another session is training a trial of this sweep outside it (the "
+        "error above names the run); run this cell again once it has finished",
+        130: f"interrupted; the trial saved a checkpoint: run this cell again to resume sweep "
+        f"'{sweep_name}' at that trial",
+        143: f"stopped (SIGTERM); the trial saved a checkpoint: run this cell again to resume "
+        f"sweep '{sweep_name}'",
+    }
+    if exit_code:
+        what = advice.get(exit_code, "see the message above")
+        raise NotebookStop(f"Sweep stopped (exit code {exit_code}): {what}.")
 
 
 def sync_run_records(runs: Path, kept: Path) -> int:

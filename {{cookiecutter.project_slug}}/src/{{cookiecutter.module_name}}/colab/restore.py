@@ -9,10 +9,11 @@ on Colab) and the DVC remote:
 - the DVC remote: every data file under its MD5 (notebook 01's `push_stage`, or `dvc push`);
 - `<storage>/models/<run_name>/`: the trained model with `model.json` and `train.json`
   (`keep_model`, run by 02's last cell).
-`restore_for_training` (02) and `restore_for_evaluation` (03) bring back what is missing and
-return one line that says what they did. Data comes from DVC's cache or remote when they hold
-every file, else `prepare` runs again: it is deterministic, and the line says whether its output
-is exactly the recorded data. Nothing on the VM is overwritten: data that is there stays.
+`restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring
+back what is missing and return one line that says what they did. Data comes from DVC's cache or
+remote when they hold every file, else `prepare` runs again: it is deterministic, and the line
+says whether its output is exactly the recorded data. Nothing on the VM is overwritten: data that
+is there stays.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = N
     meta = newest_meta(storage / "checkpoints" / params.run_name) or {}
     data_hash = (meta.get("fingerprint") or {}).get("data")
     return restore_data(project_dir, params, storage, data_hash, f"run '{params.run_name}'")
+
+
+def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
+    """Before 04 searches: the data the sweep's trials were trained on (the newest checkpoint of
+    its runs `<sweep.name>-<n>`), or for a new sweep the data dvc.lock records; one line."""
+    project_dir = Path(project_dir)
+    params = load_run_params(project_dir, overrides)
+    storage = storage_root(project_dir)
+    name = params.sweep.name
+    metas = [newest_meta(run) or {} for run in (storage / "checkpoints").glob(f"{name}-*")]
+    hashes = [(m.get("fingerprint") or {}).get("data") for m in metas]
+    data_hash = next((h for h in hashes if h), None)
+    return restore_data(project_dir, params, storage, data_hash, f"sweep '{name}'")
 
 
 def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> str:

@@ -138,10 +138,13 @@ class RunPaths:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def run_paths(project_dir: Path, run_name: str, is_chief: bool = True) -> RunPaths:
+def run_paths(
+    project_dir: Path, run_name: str, is_chief: bool = True, results: Path | None = None
+) -> RunPaths:
     """Paths for `run_name`. Only the chief writes the real ones; other workers of a multi-worker
     run get a temporary folder: TensorFlow needs every worker to save (the saves are collective),
-    but two workers must never write the same files."""
+    but two workers must never write the same files. `results`: where the model and train.json
+    go instead of the results folder (a sweep's trial); TensorBoard logs stay with the others."""
     checkpoints = storage_root(project_dir) / "checkpoints" / run_name
     if not is_chief:
         scratch = Path(tempfile.mkdtemp(prefix=f"{PROJECT_SLUG}-worker-"))
@@ -153,11 +156,12 @@ def run_paths(project_dir: Path, run_name: str, is_chief: bool = True) -> RunPat
             metrics_file=scratch / "train.json",
             scratch=scratch,
         )
-    results = results_root(project_dir)
+    root = results_root(project_dir)
+    outputs = results or root
     return RunPaths(
         checkpoints=checkpoints,
         restore_from=checkpoints,
-        tensorboard=results / "tensorboard" / run_name,
-        model_file=results / MODEL_FILE,
-        metrics_file=results / TRAIN_METRICS,
+        tensorboard=root / "tensorboard" / run_name,
+        model_file=outputs / MODEL_FILE,
+        metrics_file=outputs / TRAIN_METRICS,
     )

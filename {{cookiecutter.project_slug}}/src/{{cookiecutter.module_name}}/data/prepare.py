@@ -271,6 +271,7 @@ def write_processed(
             "shards": shards,
             "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
+            "class_counts": class_counts(source, idx),
         },
         **stats,
     )
@@ -314,6 +315,18 @@ def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int
         )
     write_vocabulary(folder / VOCABULARY, tokens)
     return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
+
+
+def class_counts(source: Source, idx: dict[str, np.ndarray]) -> dict[str, list[int]] | None:
+    """Examples per class (classification) or positives per label (multilabel) in each split,
+    in the order of `source.names`; None for regression."""
+    if source.task == "regression":
+        return None
+    labels = np.asarray(source.labels)
+    if source.task == "multilabel":
+        return {s: labels[idx[s]].sum(axis=0).astype(int).tolist() for s in SPLITS}
+    size = len(source.names)
+    return {s: np.bincount(labels[idx[s]], minlength=size).tolist() for s in SPLITS}
 
 
 def _what(spec: DataSpec) -> str:

@@ -16,6 +16,8 @@ module writes
   CSV plus `target` (the truth), its `id` the example's source (a file relative to `data.path`, a
   CSV row as `predict` numbers rows, an index in a TFRecord file or a TFDS split), sorted by id:
   `predict` on those sources gives the same rows (notebook 03 shows the worst).
+- `results/reports/model_card.md` (model_card.py): the model, its data, training, test metrics
+  and exported files, and your section "Intended use and limits", which it keeps.
 
 The model: with `model.json` beside it (training/saved_model.py), its outputs are in the user's
 units (probabilities or values); without, they are logits, turned into outputs by the task.
@@ -41,6 +43,7 @@ from ..data.pipeline import Prepared, eval_dataset, example_ids, load_prepared
 from ..data.prepare import PROCESSED
 from ..data.split import describe
 from ..task import Evaluation, Task, make_task
+from .model_card import write_card
 from .predict import prediction_table
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
@@ -185,6 +188,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     written = write_evaluation(results, evaluation)
     written += write_other_plots(results, task)
     written.append(write_test_predictions(results, data, task, scored))
+    written.append(write_card(params, project_dir, data.spec, evaluation))
     shown = {k: v for k, v in evaluation.metrics.items() if k.startswith("test_")}
     print(
         f"Test ({task.kind}): "

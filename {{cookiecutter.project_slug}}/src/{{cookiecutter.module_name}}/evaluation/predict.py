@@ -2,16 +2,14 @@
 
 `predict` scores a CSV with the training feature columns (or the text column), an image file or a
 folder of images (every format `prepare` accepts, made into pixels by data/images.py as `prepare`
-stored the training images), a `.txt` file or a folder of them.
-`export_saved_model` writes a TensorFlow SavedModel for serving (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
+stored the training images), a `.txt` file or a folder of them. export.py writes the same model
+for other programs: a SavedModel, a LiteRT `.tflite`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,26 +161,3 @@ def _read_image(path: Path, shape: list[int], fmt: str) -> np.ndarray:
     """Pixel values 0-255 at the training size and channels: what the pipeline decodes from what
     `prepare` stores for this file (`fmt`: the shards' encoding)."""
     return model_input(path.read_bytes(), shape, fmt, str(path))
-
-
-def export_saved_model(models_dir: Path, destination: Path) -> Path:
-    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
-    model, info = load_for_users(models_dir)
-    if destination.exists() and not (destination / "saved_model.pb").is_file():
-        raise ConfigError(
-            f"{destination}: exists and is not a SavedModel; not overwriting it "
-            "(example: --output results/models/saved_model)"
-        )
-    partial = destination.with_name(destination.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # our own leftover from an interrupted export
-    options: dict[str, Any] = {}
-    if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
-        import tensorflow as tf
-
-        options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
-    model.export(str(partial), format="tf_saved_model", verbose=False, **options)
-    if destination.exists():
-        shutil.rmtree(destination)  # a SavedModel this command wrote before
-    os.replace(partial, destination)
-    return destination

@@ -17,6 +17,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .early_stopping import EarlyStopping
@@ -28,6 +31,19 @@ from .lease import EXIT_LEASE_LOST, Lease
 EXIT_BUDGET = 3
 
 
+@dataclass
+class RunHooks:
+    """What a caller that runs `train` as one part of a larger job (a sweep's trial) adds."""
+
+    results: Path | None = None  # the model and train.json go here instead of results/
+    # Called on every worker after each epoch's validation, before its checkpoint, with the
+    # epoch's row (`epoch`, `val_loss`, ..., and `last`: the run ends after it anyway): a reason
+    # to end the run as complete now (a pruned trial), or ''. Agreed across workers (the
+    # lockstep rule), so every worker calls it at the same epoch end.
+    on_epoch: Callable[[dict[str, Any]], str] | None = None
+    deadline: float | None = None  # time.monotonic() at which to stop cleanly (resumable)
+
+
 class Stopper:
     """Asks the loop to stop cleanly: at the time budget, or on SIGTERM / SIGINT.
 
@@ -35,10 +51,13 @@ class Stopper:
     cost at most the steps since the last chunk, not the run. A second SIGINT stops at once.
     """
 
-    def __init__(self, budget_minutes: float, lease: Lease | None = None) -> None:
+    def __init__(
+        self, budget_minutes: float, lease: Lease | None = None, deadline: float | None = None
+    ) -> None:
         self.lease = lease  # another session taking the run over also stops it
         self.start = time.monotonic()
         self.budget_s = budget_minutes * 60.0
+        self.deadline = deadline  # a larger job's budget (a sweep's), as time.monotonic()
         self.reason = ""
         self.exit_code = 0
         self._previous: dict[int, Any] = {}
@@ -66,6 +85,8 @@ class Stopper:
         if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
             self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
             self.exit_code = EXIT_BUDGET
+        if not self.reason and self.deadline is not None and time.monotonic() > self.deadline:
+            self.reason, self.exit_code = "the sweep's time budget reached", EXIT_BUDGET
         if not self.reason and self.lease is not None and self.lease.lost:
             self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
         return self.reason

@@ -43,7 +43,9 @@ from .lease import Lease
 from .policy import (
     EXIT_BUDGET,
     BestWeights,
+    RunHooks,
     Stopper,
+    agree,
     agree_early_stop,
     agree_to_stop,
     checkpoint_due,
@@ -53,7 +55,10 @@ from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
-__all__ = ["EXIT_BUDGET", "Stopper", "TrainResult", "choose_run", "fit", "train", "weights_digest"]
+__all__ = [
+    "EXIT_BUDGET", "RunHooks", "Stopper", "TrainResult", "choose_run", "fit", "train",
+    "weights_digest",
+]  # fmt: skip
 
 
 @dataclass
@@ -101,6 +106,7 @@ class Run:
     meta_expected: dict[str, Any]  # what checkpoints recorded before they had a fingerprint
     fingerprint: dict[str, Any]
     early: EarlyStopping = field(default_factory=EarlyStopping)
+    hooks: RunHooks = field(default_factory=RunHooks)
     step: int = 0
     last_saved: int = -1
     fine_tuning: bool = False
@@ -112,6 +118,8 @@ class Run:
     epoch_loss: float = 0.0
     epoch_steps: int = 0
     stopped_early: bool = False
+    resumes: int = 0  # how many times this run was resumed from a checkpoint (the model card)
+    started_at_step: int = 0  # this session's first step
 
 
 def train(
@@ -121,9 +129,10 @@ def train(
     resume_command: str = "",
     take_over: bool = False,
     new_run_if_changed: bool = False,
+    hooks: RunHooks | None = None,
 ) -> TrainResult:
     """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
-    `choose_run`), one writer per run (the lease), then `fit`."""
+    `choose_run`), one writer per run (the lease), then `fit` (`hooks`: a sweep's trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
@@ -140,7 +149,7 @@ def train(
         expected = fingerprint.of(params, data_hash(project_dir, prepared, data), info.replicas)
         if new_run_if_changed:
             params = choose_run(params, project_dir, expected, data.count("train"))
-        paths = run_paths(project_dir, params.run_name, info.is_chief)
+        paths = run_paths(project_dir, params.run_name, info.is_chief, hooks and hooks.results)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
         preflight.before_training(params, info, storage, data.spec if prepared else None)
@@ -163,6 +172,7 @@ def train(
                 resume_command=resume_command,
                 lease=lease,
                 expected=expected,
+                hooks=hooks,
             )
         finally:
             if lease is not None:
@@ -265,6 +275,7 @@ def fit(
     progress: bool = True,
     lease: Lease | None = None,
     expected: dict[str, Any] | None = None,
+    hooks: RunHooks | None = None,
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`.
     `expected`: the run's fingerprint (fingerprint.of); by default that of `data`'s shards."""
@@ -274,8 +285,9 @@ def fit(
     if expected is None:
         expected = fingerprint.of(params, fingerprint.folder_hash(data.folder), info.replicas)
     run = _build(params, strategy, info, data, paths, plan, expected)
+    run.hooks = hooks or RunHooks()
     _restore(run, fresh)
-    with Stopper(params.train.time_budget_minutes, lease) as stopper:
+    with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
         reason = _train_loop(run, stopper, progress, run_start)
     if reason:
         newest = max(run.last_saved, 0)
@@ -439,6 +451,7 @@ def _restore(run: Run, fresh: bool) -> None:
         )
         return
     run.last_saved = run.step
+    run.resumes, run.started_at_step = int(meta.get("resumes", 0)) + 1, run.step
     print(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
         f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
@@ -524,6 +537,7 @@ def _save(run: Run) -> None:
         "code": fingerprint.code_digest(),
         "epoch": run.step // run.plan.per_epoch,
         "early_stopping": run.early.state(),
+        "resumes": run.resumes,
     }
     if run.step != run.last_saved and run.store.try_save(run.checkpoint, run.step, meta):
         run.last_saved = run.step
@@ -624,6 +638,12 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
             else "another worker stopped early"
         )
         say(f"Early stopping: {why}; the best was at step {run.early.best_step}")
+    if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
+        last = run.stopped_early or run.step >= plan.total  # the run ends here anyway
+        wish = run.hooks.on_epoch({**record, "last": last})
+        if agree(run.strategy, bool(wish), run.info.workers) and not last:
+            run.stopped_early = True
+            say(f"Stopped early: {wish or 'another worker asked to'}")
 
 
 def _finish(run: Run, run_start: float) -> dict[str, Any]:
@@ -657,6 +677,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "val_loss_weighted": bool(run.task.class_weights),
         "best_step": run.early.best_step,
         "stopped_early": run.stopped_early,
+        "resumes": run.resumes,
+        "started_at_step": run.started_at_step,
         "examples_per_sec": round(speed, 1),
         "wall_time_s": round(time.monotonic() - run_start, 2),
         "global_batch": plan.global_batch,

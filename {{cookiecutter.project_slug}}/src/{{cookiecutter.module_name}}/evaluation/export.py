@@ -1,0 +1,438 @@
+"""`export`: the saved model (`results/models/model.keras`) in a format other programs run.
+
+- `--format saved_model` (the default): a TensorFlow SavedModel, endpoint `serve`, raw inputs in
+  and outputs in the user's units (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
+- `--format litert`: a LiteRT (TensorFlow Lite) `.tflite` file for phones and small devices,
+  taking the same inputs as the saved model (pixels 0-255 at `data.image_size`, or the feature
+  vector). TensorFlow's builtin ops only: neither LiteRT interpreter that TensorFlow 2.20 offers
+  runs the "Flex" (Select TensorFlow) ops, so a model that needs one is refused in one line naming
+  the op and the layer. `--quantize float16` stores the weights as float16 (half the size);
+  `int8` is dynamic-range quantisation (int8 weights, float activations, about a quarter).
+  A text model's string layers (TextVectorization) have no builtin ops: the `.tflite` is the
+  network on token ids, with `vocabulary.txt` beside it (line i = id i).
+
+Every LiteRT export is run at once by the LiteRT interpreter (`ai-edge-litert`) on the test split
+beside the Keras model: both sets of test metrics, the largest output difference and, for
+classification, how often the two pick the same class, go to `results/metrics/export.json`, the
+printed line and the model card.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import COMMAND, ConfigError, Params
+from ..core.files import atomic_write, file_sha256
+from ..core.storage import MODEL_FILE, results_root
+from ..data.pipeline import eval_dataset, load_prepared
+from ..data.prepare import PROCESSED
+from ..task import make_task
+from ..training.saved_model import load_for_users
+
+LITERT_FILE = "models/model.tflite"  # under the results root: the default --output
+SAVED_MODEL_DIR = "models/saved_model"
+EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
+VOCABULARY = "vocabulary.txt"  # text models: beside the .tflite
+QUANTIZE = ("float16", "int8")
+# The test metrics printed and shown in the card for each kind of task (all are in export.json).
+HEADLINE = {
+    "classification": ("accuracy", "macro_f1"),
+    "multilabel": ("binary_accuracy", "f1"),
+    "regression": ("mae", "r2"),
+}
+_TFLITE_MAGIC = b"TFL3"  # bytes 4-8 of every .tflite flatbuffer
+
+
+class LiteRTUnsupported(ConfigError):
+    """The model holds an op LiteRT's builtins lack; the message names the op and the layer."""
+
+
+def export_saved_model(models_dir: Path, destination: Path) -> Path:
+    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
+    model, info = load_for_users(models_dir)
+    if destination.exists() and not (destination / "saved_model.pb").is_file():
+        raise ConfigError(
+            f"{destination}: exists and is not a SavedModel; not overwriting it "
+            "(example: --output results/models/saved_model)"
+        )
+    partial = destination.with_name(destination.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)  # our own leftover from an interrupted export
+    options: dict[str, Any] = {}
+    if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
+        import tensorflow as tf
+
+        options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
+    model.export(str(partial), format="tf_saved_model", verbose=False, **options)
+    if destination.exists():
+        shutil.rmtree(destination)  # a SavedModel this command wrote before
+    os.replace(partial, destination)
+    return destination
+
+
+def to_litert(model: Any, quantize: str | None = None) -> bytes:
+    """A Keras model -> `.tflite` bytes with builtin ops only; `quantize`: None, float16, int8.
+
+    Through a SavedModel: quiet (Keras's own LiteRT exporter prints, and allows Flex ops unless
+    told otherwise). Raises LiteRTUnsupported naming each op the builtins lack and its layer."""
+    import tensorflow as tf
+    from tensorflow.lite.python.convert_phase import ConverterError
+
+    with tempfile.TemporaryDirectory(prefix="litert-") as folder:
+        model.export(folder, format="tf_saved_model", verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(folder)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize in QUANTIZE:
+            # No representative data set: int8 is dynamic range (int8 weights, float
+            # activations); inputs and outputs stay float32 either way.
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        try:
+            with _converter_output_dropped():
+                return converter.convert()
+        except ConverterError as exc:
+            ops = unsupported_ops(exc, model)
+            named = ", ".join(f"{op} (layer {layer!r})" for op, layer in sorted(ops.items()))
+            raise LiteRTUnsupported(
+                f"export --format litert: LiteRT's builtin ops cannot run {named or 'this model'}"
+                "; replace that layer in model.py, or keep this model as a SavedModel "
+                f"(`{COMMAND} export`)"
+            ) from None
+
+
+@contextlib.contextmanager
+def _converter_output_dropped() -> Iterator[None]:
+    """The converter's C++ code writes its log and, on failure, pages of MLIR straight to file
+    descriptor 2: dropped (the exception holds the same), so a refusal is one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# The converter names each failing op with the Keras layer's name scope in its location:
+# fused["ScaleAndTranslate:", "functional_1/resize_aa_1/resize/ScaleAndTranslate@__inference_..."]
+_LOCATION = re.compile(r'fused\["([A-Za-z0-9_]+):", "([^"@]+)@')
+
+
+def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
+    """{'tf.Op': 'layer name'} for the ops of a failed conversion. The locations are the
+    converter's wording, not an API: its structured errors are the fallback ('?' for the layer)."""
+    layers = layer_names(model)
+    found: dict[str, str] = {}
+    for op, scope in _LOCATION.findall(str(exc)):
+        if op == "StatefulPartitionedCall":
+            continue
+        parts = scope.split("/")
+        candidates = [c for p in parts for c in (p, re.sub(r"_\d+$", "", p))]
+        layer = next((c for c in candidates if c in layers), parts[1] if len(parts) > 1 else "?")
+        found.setdefault(f"tf.{op}", layer)
+    if not found:
+        for error in getattr(exc, "errors", []):
+            if error.operator.name:
+                found.setdefault(error.operator.name, "?")
+    return found
+
+
+def layer_names(model: Any) -> set[str]:
+    """The names of every layer of `model`, nested models' layers included."""
+    names, stack = set(), list(model.layers)
+    while stack:
+        layer = stack.pop()
+        names.add(layer.name)
+        stack.extend(getattr(layer, "layers", []))
+    return names
+
+
+def text_vectorizer(model: Any) -> Any:
+    """The model's TextVectorization layer (a text model), or None."""
+    import keras
+
+    stack = list(model.layers)
+    while stack:
+        layer = stack.pop(0)
+        if isinstance(layer, keras.layers.TextVectorization):
+            return layer
+        stack.extend(getattr(layer, "layers", []))
+    return None
+
+
+def on_token_ids(model: Any, vectorizer: Any) -> Any:
+    """The part of a text model after its TextVectorization layer, taking int32 token ids
+    (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
+    import keras
+
+    length = vectorizer.get_config()["output_sequence_length"]
+    ids = keras.Input((length,), dtype="int32", name="token_ids")
+    if hasattr(model, "network") and hasattr(model, "head"):  # text.TextModel: its parts
+        return keras.Model(ids, model.head(model.network(ids)), name="model")
+    after = keras.Model(vectorizer.output, model.output)
+    return keras.Model(ids, after(keras.ops.cast(ids, vectorizer.output.dtype)), name="model")
+
+
+def tokenize_text(vectorizer: Any) -> str:
+    """How a text becomes the `.tflite`'s token ids, in words, from the layer's settings."""
+    cfg = vectorizer.get_config()
+    if callable(cfg["standardize"]):  # a function: text.standardize, or one of yours
+        cfg["standardize"] = cfg["standardize"].__name__
+    standardize = {
+        "standardize": "lower-case it (every alphabet) and remove punctuation and symbols "
+        "(Unicode classes P and S)",
+        "lower_and_strip_punctuation": "lower-case it (ASCII letters) and remove ASCII punctuation",
+        "lower": "lower-case it (ASCII letters)",
+        "strip_punctuation": "remove ASCII punctuation",
+        None: "take it as it is",
+    }.get(cfg["standardize"], f"standardise it as `{cfg['standardize']}` does")
+    split = {
+        "whitespace": "split it on whitespace",
+        "character": "split it into characters",
+        None: "take it as one token",
+    }.get(cfg["split"], f"split it as `{cfg['split']}` does")
+    ngrams = f", add its {cfg['ngrams']}-grams" if cfg.get("ngrams") else ""
+    return (
+        f"{standardize}, {split}{ngrams}, replace each token by its line number in {VOCABULARY} "
+        f"(from 0; a token not there is 1, `[UNK]`), then cut or pad with 0 to "
+        f"{cfg['output_sequence_length']} ids."
+    )
+
+
+def write_vocabulary(vectorizer: Any, folder: Path) -> Path:
+    """`vocabulary.txt`: one token per line, line i (from 0) = id i ('' and [UNK] first)."""
+    tokens = [str(t) for t in vectorizer.get_vocabulary()]
+    return atomic_write(folder / VOCABULARY, "\n".join(tokens) + "\n")
+
+
+def interpreter(path: Path) -> tuple[Any, str]:
+    """A LiteRT interpreter for the `.tflite` at `path`, and its name and version:
+    ai-edge-litert's (requirements.txt), else TensorFlow's own (deprecated in 2.20, same API;
+    its dynamic-range int8 kernels differ slightly)."""
+    from importlib.metadata import version
+
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ModuleNotFoundError:
+        import warnings
+
+        import tensorflow as tf
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "tf.lite.Interpreter is deprecated"
+            return tf.lite.Interpreter(model_path=str(path)), f"tf.lite {tf.__version__}"
+    return Interpreter(model_path=str(path)), f"ai-edge-litert {version('ai-edge-litert')}"
+
+
+def litert_runner(path: Path) -> tuple[Any, str]:
+    """inputs (a batch of any size) -> outputs of the `.tflite` at `path`, through its one
+    signature (which resizes the batch); and the interpreter's name."""
+    found, name = interpreter(path)
+    signature, spec = next(iter(found.get_signature_list().items()))
+    (input_name,) = spec["inputs"]
+    runner = found.get_signature_runner(signature)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        (outputs,) = runner(**{input_name: x}).values()
+        return np.asarray(outputs)
+
+    return run, name
+
+
+def check_litert(
+    params: Params, project_dir: Path, model: Any, network: Any, tflite: Path
+) -> dict[str, Any]:
+    """Run the `.tflite` beside the Keras model: on the test split when the data is prepared
+    here (`compare_on_test`), else on one probe example (zeros; token ids of 1) that shows it
+    runs and gives the network's outputs."""
+    run, name = litert_runner(tflite)
+    dtype = np.dtype(network.inputs[0].dtype)
+    if not (project_dir / PROCESSED / "spec.json").is_file():
+        shape = (1, *network.inputs[0].shape[1:])
+        x = np.ones(shape, dtype) if dtype.kind == "i" else np.zeros(shape, dtype)
+        diff = np.abs(np.asarray(network(x, training=False)) - run(x))
+        return {"interpreter": name, "checked_on": "probe", "examples": 1,
+                "max_abs_diff": float(diff.max())}  # fmt: skip
+    return {"interpreter": name, **compare_on_test(params, project_dir, model, run, dtype)}
+
+
+def compare_on_test(
+    params: Params, project_dir: Path, model: Any, run: Any, dtype: np.dtype
+) -> dict[str, Any]:
+    """The Keras model and the `.tflite` (`run`) on the test split: both sets of test metrics,
+    the largest difference of their outputs and (classification) the share of examples where
+    they pick the same class. A text model's `.tflite` gets the model's own token ids."""
+    data = load_prepared(project_dir / PROCESSED)
+    task = make_task(params, data.spec)
+    vectorizer = text_vectorizer(model)
+    batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
+    ys, ref, got = [], [], []
+    for x, y in eval_dataset(data, "test", batch):
+        ref.append(np.asarray(model(x, training=False), np.float32))
+        inputs = vectorizer(x) if vectorizer is not None else x
+        got.append(run(np.asarray(inputs, dtype)).reshape(ref[-1].shape))
+        ys.append(y.numpy())
+    if not ys:
+        raise ConfigError("data.test_fraction: the test split is empty (example: 0.2)")
+    y_all, ref_all, got_all = np.concatenate(ys), np.concatenate(ref), np.concatenate(got)
+    scores = {}
+    for key, outputs in (("keras", ref_all), ("litert", got_all)):
+        with _tf_warnings_off():  # the metrics' fresh tf.functions: "retracing" warnings
+            metrics = task.evaluate([(y_all, outputs)]).metrics
+        scores[key] = {k[5:]: v for k, v in metrics.items() if k.startswith("test_")}
+    same = None
+    if task.kind == "classification":
+        same = float(np.mean(ref_all.argmax(1) == got_all.argmax(1)))
+    return {
+        "checked_on": "test split",
+        "examples": len(y_all),
+        "max_abs_diff": float(np.max(np.abs(ref_all - got_all))),
+        "same_class": same,
+        **scores,
+    }
+
+
+def export_litert(
+    params: Params, project_dir: Path, output: Path | None = None, quantize: str | None = None
+) -> dict[str, Any]:
+    """`model.keras` -> a checked `.tflite` at `output` (default results/models/model.tflite);
+    returns its entry in export.json (also written, with the model card's exports section)."""
+    results = results_root(project_dir)
+    output = Path(output) if output else results / LITERT_FILE
+    _check_litert_output(output)
+    model, info = load_for_users(results / "models")
+    vectorizer = text_vectorizer(model)
+    network = on_token_ids(model, vectorizer) if vectorizer is not None else model
+    atomic_write(output, to_litert(network, quantize))
+    vocabulary = write_vocabulary(vectorizer, output.parent) if vectorizer is not None else None
+    entry = {
+        "format": "litert",
+        "task": info["task"],
+        "quantize": quantize or "none",
+        "bytes": output.stat().st_size,
+        "sha256": file_sha256(output),
+        "model_sha256": file_sha256(results / MODEL_FILE),
+        "inputs": _inputs(network, vectorizer),
+        "vocabulary": _shown(vocabulary, results) if vocabulary else None,
+        "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
+        **check_litert(params, project_dir, model, network, output),
+    }
+    record_export(results, output, entry)
+    return entry
+
+
+def record_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
+    """export.json's entry for a SavedModel `export` wrote (and the card's exports section)."""
+    results = results_root(project_dir)
+    size = sum(p.stat().st_size for p in destination.rglob("*") if p.is_file())
+    entry = {
+        "format": "saved_model",
+        "bytes": size,
+        "model_sha256": file_sha256(results / MODEL_FILE),
+        "inputs": "as model.keras (endpoint `serve`)",
+    }
+    record_export(results, destination, entry)
+    return entry
+
+
+def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
+    """Add (or replace) `output`'s entry in export.json, then refresh the model card's exports
+    section (when there is a card: `evaluate` writes it)."""
+    from .model_card import update_exports
+
+    path = results / EXPORTS
+    exports = json.loads(path.read_text()) if path.is_file() else {}
+    exports[_shown(output, results)] = entry
+    atomic_write(path, json.dumps(exports, indent=2) + "\n")
+    update_exports(results)
+    return path
+
+
+def load_exports(results: Path) -> dict[str, dict[str, Any]]:
+    """export.json: {file (relative to the results root when inside it): entry}."""
+    path = results / EXPORTS
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def litert_summary(output: Path, entry: dict[str, Any]) -> str:
+    """The one line `export --format litert` prints: size, quantisation, and the test metrics
+    of the `.tflite` beside the Keras model's (or the probe's difference without data)."""
+    quantize = {"none": "float32", "int8": "int8 dynamic range"}.get(entry["quantize"])
+    line = (
+        f"Wrote {output} (LiteRT, {quantize or entry['quantize']}, {entry['bytes'] / 1024:.1f} "
+        f"KiB, builtin ops only; inputs: {entry['inputs']})"
+    )
+    if entry["checked_on"] == "probe":
+        return line + (
+            f"; no prepared test split here, so run on one probe example with "
+            f"{entry['interpreter']}: largest difference from Keras {entry['max_abs_diff']:.1e}"
+        )
+    shown = [m for m in HEADLINE.get(entry["task"], ()) if m in entry["litert"]]
+    metrics = ", ".join(
+        f"{m} {entry['litert'][m]:.4f} (Keras {entry['keras'][m]:.4f})" for m in shown
+    )
+    same = f", same class {entry['same_class']:.1%}" if entry.get("same_class") is not None else ""
+    return line + (
+        f"; on {entry['examples']} test examples with {entry['interpreter']}: {metrics}; "
+        f"largest output difference {entry['max_abs_diff']:.1e}{same}"
+    )
+
+
+def _inputs(network: Any, vectorizer: Any) -> str:
+    """What the `.tflite` takes, in words."""
+    shape = "x".join(str(d) for d in network.inputs[0].shape[1:])
+    if vectorizer is not None:
+        return f"token ids, int32 [batch, {shape}], with {VOCABULARY} beside it"
+    return f"float32 [batch, {shape}], as model.keras"
+
+
+def _shown(path: Path, results: Path) -> str:
+    """`path` relative to the results root when inside it (export.json's keys), else as is."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(results.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _check_litert_output(output: Path) -> None:
+    """--output: a `.tflite` file; an existing file is replaced only when it is one."""
+    example = "(example: --output results/models/model-int8.tflite)"
+    if output.suffix != ".tflite":
+        raise ConfigError(f"--output {output}: a LiteRT model is a .tflite file {example}")
+    if output.is_dir() or (output.exists() and _head(output)[4:8] != _TFLITE_MAGIC):
+        raise ConfigError(
+            f"--output {output}: exists and is not a LiteRT model; not overwriting it {example}"
+        )
+
+
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(8)
+
+
+@contextlib.contextmanager
+def _tf_warnings_off() -> Iterator[None]:
+    import tensorflow as tf
+
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -1,0 +1,233 @@
+"""`export --format litert`: for each task a trained model (prepare -> train in-process) exported as
+float32, float16 and int8; the `.tflite` loaded by the LiteRT interpreter (ai-edge-litert) gives the
+Keras model's outputs on the test split within the tolerances below; the quantised models' test
+metrics stand beside the float model's. Then the one-line refusal, a text model's token-id export
+and the command line.
+
+Tolerances (absolute, in the user's units; regression's scaled by the target's standard deviation):
+float32 1e-5 on probabilities and 1e-4 std on values; float16 2e-2 and 0.05 std (half-precision
+weights round at 2^-11 relative: the error grows with the logits, 8e-3 seen on a sigmoid here).
+Dynamic-range int8 is compared by its metrics (within 0.05 of the Keras model's; R2 too) and, for
+classification, the same class on at least 95% of the test examples.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PROJECT, save_for_users
+
+from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.data.pipeline import read_split
+from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
+from {{ cookiecutter.module_name }}.evaluation.export import (
+    EXPORTS,
+    LiteRTUnsupported,
+    export_litert,
+)
+from {{ cookiecutter.module_name }}.spec import DataSpec
+from {{ cookiecutter.module_name }}.task import task_class
+from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
+from {{ cookiecutter.module_name }}.training.trainer import train
+
+ROWS = 300
+VECTORS = ["train.epochs=10", "train.batch_size=16", "train.learning_rate=0.02",
+           "model.hidden_units=[64,64]", "model.dropout=0"]  # fmt: skip
+# The bundled digits as 8x8x1 pixels through a small conv net (conv, batch norm, pooling).
+IMAGES = ["model.architecture=cnn", "model.filters=[16,64]", "train.epochs=6",
+          "train.learning_rate=0.01", "model.dropout=0"]  # fmt: skip
+TOLERANCE = {None: (1e-5, 1e-4), "float16": (2e-2, 0.05)}  # probabilities, values / std
+METRIC = {"classification": "accuracy", "multilabel": "binary_accuracy", "regression": "r2"}
+
+
+def _csv(task: str) -> str:
+    """Two features around 100; labels `hot` (f1 > 100) and `wet` (f2 > 100), or a price."""
+    rng = np.random.default_rng(0)
+    f = 100 + rng.normal(0, 10, size=(ROWS, 2))
+    if task == "multilabel":
+        tags = ["|".join(n for n, on in (("hot", a > 100), ("wet", b > 100)) if on) for a, b in f]
+        rows = (f"{a:.2f},{b:.2f},{t}\n" for (a, b), t in zip(f, tags, strict=True))
+        return "f1,f2,tags\n" + "".join(rows)
+    price = 50 + 0.5 * (f[:, 0] - 100) - 0.3 * (f[:, 1] - 100) + rng.normal(0, 0.3, ROWS)
+    rows = (f"{a:.2f},{b:.2f},{p:.3f}\n" for (a, b), p in zip(f, price, strict=True))
+    return "f1,f2,price\n" + "".join(rows)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory):
+    """task -> (project, params): a project of that task, prepared and trained at first use."""
+    done: dict[str, tuple[Path, object]] = {}
+
+    def get(task: str) -> tuple[Path, object]:
+        if task not in done:
+            done[task] = _prepare_and_train(task, tmp_path_factory.mktemp(task))
+        return done[task]
+
+    return get
+
+
+def _prepare_and_train(task: str, project: Path) -> tuple[Path, object]:
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    if task == "classification":
+        overrides = IMAGES
+    else:
+        (project / "data.csv").write_text(_csv(task))
+        label = "tags" if task == "multilabel" else "price"
+        overrides = ["data.source=csv", f"data.path={project / 'data.csv'}",
+                     f"data.label={label}", f"task.type={task}", *VECTORS]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROJECT_STORAGE_DIR", str(project / "storage"))
+        params = load_params(project / "params.yaml", overrides)
+        prepare(params, project)
+        assert train(params, project).status == "completed"
+    return project, params
+
+
+def _interpreter_outputs(path: Path, x: np.ndarray) -> np.ndarray:
+    """The `.tflite` run as a user would: ai-edge-litert's interpreter, its one signature."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    (name,) = interpreter.get_signature_list()["serving_default"]["inputs"]
+    (outputs,) = interpreter.get_signature_runner()(**{name: x}).values()
+    return np.asarray(outputs)
+
+
+@pytest.mark.parametrize("task", ["classification", "multilabel", "regression"])
+def test_litert_gives_the_keras_outputs_and_metrics(trained, task: str) -> None:
+    project, params = trained(task)
+    x, _, _ = read_split(project / PROCESSED, "test")
+    model, _ = load_for_users(project / "results" / "models")
+    expected = np.asarray(model.predict(x, verbose=0))
+    std = _target_std(project)
+    sizes = {}
+    for quantize in (None, "float16", "int8"):
+        out = project / "results" / "models" / f"model-{quantize or 'float32'}.tflite"
+        entry = export_litert(params, project, out, quantize)
+        got = _interpreter_outputs(out, x.astype(np.float32)).reshape(expected.shape)
+        diff = float(np.abs(got - expected).max())
+        sizes[quantize] = out.stat().st_size
+        keras_metric, lite_metric = entry["keras"][METRIC[task]], entry["litert"][METRIC[task]]
+        print(f"LiteRT {task} {quantize or 'float32'}: {out.stat().st_size / 1024:.1f} KiB, "
+              f"max |diff| {diff:.2e}, {METRIC[task]} {lite_metric:.4f} (Keras {keras_metric:.4f})"
+              f", same class {entry['same_class']}")  # fmt: skip
+        assert entry["examples"] == len(x) and entry["checked_on"] == "test split"
+        assert entry["max_abs_diff"] == pytest.approx(diff, rel=1e-3, abs=1e-6)
+        if quantize in TOLERANCE:
+            probability, value = TOLERANCE[quantize]
+            assert diff <= (value * std if task == "regression" else probability)
+        assert abs(lite_metric - keras_metric) <= 0.05
+        if task == "classification":
+            assert entry["same_class"] >= 0.95
+    assert sizes["int8"] < sizes["float16"] < sizes[None]
+    exports = json.loads((project / "results" / EXPORTS).read_text())
+    assert {e["quantize"] for e in exports.values()} == {"none", "float16", "int8"}
+
+
+def _target_std(project: Path) -> float:
+    spec = json.loads((project / PROCESSED / "spec.json").read_text())
+    return spec.get("target_std") or 1.0
+
+
+def test_an_op_litert_lacks_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    """An antialiased resize (tf.ScaleAndTranslate: no builtin, not even a Flex op)."""
+    spec = DataSpec(kind="image", input_shape=(8, 8, 1), task="classification", names=["a", "b"])
+    inputs = keras.Input((8, 8, 1), name="inputs")
+    x = keras.layers.Resizing(16, 16, antialias=True, name="resize_aa")(inputs)
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(x))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    task = task_class("classification")(names=spec.names)
+    save_for_users(keras.Model(inputs, logits), task, spec, project / "results" / "models")
+    params = load_params(project / "params.yaml")
+    with pytest.raises(LiteRTUnsupported) as caught:
+        export_litert(params, project)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "tf.ScaleAndTranslate (layer 'resize_aa')" in message
+    assert not (project / "results" / "models" / "model.tflite").exists()
+    capsys.readouterr()
+    argv = ["export", "--format", "litert", "--params", str(project / "params.yaml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: export --format litert: LiteRT's")
+
+
+def test_the_command_line(trained, capsys) -> None:
+    project, _ = trained("classification")
+    at = ["--params", str(project / "params.yaml"), *(a for o in IMAGES for a in ("--set", o))]
+    models = project / "results" / "models"
+    capsys.readouterr()
+    assert main(["export", "--format", "litert", "--quantize", "int8", *at]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and (models / "model.tflite").is_file()
+    assert f"Wrote {models / 'model.tflite'} (LiteRT, int8 dynamic range, " in out
+    assert "test examples with ai-edge-litert" in out and "accuracy" in out and "(Keras " in out
+    refused = {
+        ("export", "--quantize", "int8"): "--quantize int8: only a LiteRT model is quantised",
+        ("export", "--format", "litert", "--output", str(project / "m.bin")): "is a .tflite file",
+        ("export", "--format", "litert", "--output", str(project / "params.yaml")): ".tflite",
+    }
+    (project / "mine.tflite").write_text("not a model")
+    refused[("export", "--format", "litert", "--output", str(project / "mine.tflite"))] = (
+        "exists and is not a LiteRT model; not overwriting it"
+    )
+    for argv, message in refused.items():
+        assert main([*argv, *at]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert (project / "mine.tflite").read_text() == "not a model"
+    with pytest.raises(SystemExit):
+        main(["export", "--format", "onnx", *at])
+
+
+def test_a_text_model_exports_its_network_on_token_ids(tmp_path: Path) -> None:
+    """Strings in the Keras model; token ids and vocabulary.txt for LiteRT, tokenised as the
+    card says (here in plain Python) giving the Keras model's outputs."""
+    rng = np.random.default_rng(0)
+    topics = [["goal", "match", "team", "score"], ["bake", "oven", "flour", "sugar"]]
+    filler = ["the", "a", "today", "we", "saw", "very", "good", "and"]
+    labels = rng.integers(0, 2, 200)
+    texts = [" ".join(rng.permutation([*rng.choice(topics[y], 2), *rng.choice(filler, 4)]))
+             for y in labels]  # fmt: skip
+    vectorize = keras.layers.TextVectorization(output_sequence_length=6, name="vectorize")
+    vectorize.adapt(tf.constant(texts))
+    text = keras.Input(shape=(), dtype="string", name="text")
+    x = keras.layers.Embedding(len(vectorize.get_vocabulary()), 8)(vectorize(text))
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.GlobalAveragePooling1D()(x))
+    logits_model = keras.Model(text, logits)
+    logits_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    data = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(32)
+    logits_model.fit(data, epochs=5, verbose=0)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    spec = DataSpec(kind="text", input_shape=(), task="classification", names=["sport", "food"])
+    task = task_class("classification")(names=spec.names)
+    save_for_users(logits_model, task, spec, project / "results" / "models")
+
+    entry = export_litert(load_params(project / "params.yaml"), project)
+    assert entry["inputs"].startswith("token ids, int32 [batch, 6]")
+    assert entry["checked_on"] == "probe" and entry["max_abs_diff"] < 1e-5
+    assert "lower-case it" in entry["tokenize"] and "pad with 0 to 6 ids" in entry["tokenize"]
+    models = project / "results" / "models"
+    vocabulary = (models / "vocabulary.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert vocabulary[:2] == ["", "[UNK]"]
+    new = ["The TEAM, today!", "flour sugar oven bake and a very good zebra cake", "goal"]
+    index = {token: i for i, token in enumerate(vocabulary)}
+    ids = np.zeros((len(new), 6), np.int32)
+    for row, sentence in enumerate(new):
+        words = "".join(c for c in sentence.lower() if c not in "!,.?").split()
+        for col, word in enumerate(words[:6]):
+            ids[row, col] = index.get(word, 1)
+    model, _ = load_for_users(models)
+    expected = np.asarray(model(tf.constant(new)))
+    got = _interpreter_outputs(models / "model.tflite", ids)
+    np.testing.assert_allclose(got, expected, atol=1e-5)

@@ -1,0 +1,123 @@
+"""The model card `evaluate` writes (results/reports/model_card.md): its content from the data,
+the run record, train.json and the test metrics; the user's section kept through `evaluate` and
+`export`; dvc.yaml keeps it between runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from conftest import PROJECT, TINY
+
+from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.files import file_sha256
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
+from {{ cookiecutter.module_name }}.evaluation.model_card import (
+    USER_BEGIN,
+    USER_END,
+    card_markdown,
+)
+from {{ cookiecutter.module_name }}.training.run_record import list_runs
+from {{ cookiecutter.module_name }}.training.trainer import train
+
+MINE = "Only for 8x8 scans of digits.\n\n| not for | why |\n| --- | --- |\n| letters | unseen |"
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled digits prepared, a run stopped by its time budget and resumed, evaluated."""
+    project = tmp_path_factory.mktemp("card")
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROJECT_STORAGE_DIR", str(project / "storage"))
+        params = load_params(project / "params.yaml", TINY)
+        prepare(params, project)
+        stopped = load_params(project / "params.yaml", [*TINY, "train.time_budget_minutes=0.00005"])
+        assert train(stopped, project).status == "stopped"
+        assert train(params, project).status == "completed"
+        evaluate(params, project)
+    return project, params
+
+
+def _sections(card: str) -> dict[str, str]:
+    parts = re.split(r"^## (.+)$", card, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
+    project, _ = evaluated
+    card = (project / "results/reports/model_card.md").read_text()
+    assert card == card_markdown(project)
+    sections = _sections(card)
+    assert list(sections) == ["Model", "Data", "Training", "Test metrics", "Exported files",
+                              "Intended use and limits"]  # fmt: skip
+    spec = json.loads((project / "data/processed/spec.json").read_text())
+    data = sections["Data"]
+    assert f"sha256 `{file_sha256(project / 'data/manifest.json')[:12]}`" in data
+    assert "| split | `data.split: random`; " in data
+    assert "test: a random 20 % of digits (seed 42, stratified by class)" in data
+    train, validation, test = (spec["counts"][s] for s in ("train", "validation", "test"))
+    assert f"train {train}, validation {validation}, test {test}" in data
+    balance = re.findall(r"^\| \d \| (\d+) \| \d+ \| \d+ \|$", data, flags=re.MULTILINE)
+    assert len(balance) == 10 and sum(map(int, balance)) == train
+
+    training = sections["Training"]
+    run = next(r for r in list_runs(project) if r["status"] == "completed")
+    assert f"`{run['run_id']}` (completed)" in training
+    assert "| resumes | 1 (this session started at step " in training
+    assert "| seed | 42 " in training and "| hardware | CPU, " in training
+    assert "| `train.epochs` | `2` | `20` |" in training
+    assert "| `model.hidden_units` | `[16]` | `[64, 64]` |" in training
+    assert "`seed`" not in training and "time_budget" not in training  # defaults, left out
+
+    metrics = json.loads((project / "results/metrics/evaluate.json").read_text())
+    tested = sections["Test metrics"]
+    assert f"| accuracy | {metrics['test_accuracy']:.4g} |" in tested
+    assert tested.startswith(f"\n\nOn {metrics['scored_on']} (")
+    assert "| class weights | none (unweighted loss) |" in training
+    assert tested.count("\n| ") >= 10 + 9  # every class: precision, recall, f1, support
+    assert "| `results/models/model.keras` | " in sections["Exported files"]
+
+
+def test_the_users_section_survives_evaluate_and_export(evaluated, capsys) -> None:
+    project, params = evaluated
+    path = project / "results/reports/model_card.md"
+    card = path.read_text()
+    start, end = card.index(USER_BEGIN) + len(USER_BEGIN), card.index(USER_END)
+    path.write_text(card[:start] + "\n" + MINE + "\n" + card[end:])
+    at = ["--params", str(project / "params.yaml"), *(a for o in TINY for a in ("--set", o))]
+
+    assert main(["export", "--format", "litert", "--quantize", "int8", *at]) == 0
+    exported = _sections(path.read_text())
+    assert "| `results/models/model.tflite` | " in exported["Exported files"]
+    assert "| int8 (dynamic range) | " in exported["Exported files"]  # beside the Keras model
+    assert MINE in exported["Intended use and limits"]
+
+    assert main(["evaluate", *at]) == 0
+    again = path.read_text()
+    assert MINE in _sections(again)["Intended use and limits"]
+    assert "| `results/models/model.tflite` | " in again  # export.json: exports are kept
+
+    path.write_text(again.replace(USER_END, ""))  # the closing marker deleted: all after is kept
+    assert main(["evaluate", *at]) == 0
+    assert MINE in _sections(path.read_text())["Intended use and limits"]
+    assert not (project / "results/reports/model_card.previous.md").exists()
+
+    path.write_text("# my own card\n" + MINE)  # no markers at all: the old card is kept beside
+    assert main(["evaluate", *at]) == 0
+    assert (project / "results/reports/model_card.previous.md").read_text().endswith(MINE)
+    assert "_Fill this in" in path.read_text()
+    capsys.readouterr()
+
+
+def test_dvc_keeps_the_card_between_runs_and_git_tracks_it() -> None:
+    """persist: DVC does not delete it before `evaluate` reads the user's section back;
+    cache: false: git versions it (and .gitignore lets it in)."""
+    stages = yaml.safe_load((PROJECT / "dvc.yaml").read_text())["stages"]
+    outs = {k: v for o in stages["evaluate"]["outs"] if isinstance(o, dict) for k, v in o.items()}
+    assert outs["results/reports/model_card.md"] == {"cache": False, "persist": True}
+    assert "!/results/reports/model_card.md" in (PROJECT / ".gitignore").read_text().splitlines()
