@@ -38,7 +38,9 @@ FREE_KEYS = (
     "run_name",
     "sweep.",
     "distribute.",
+{%- if cookiecutter.vertex_ai == "yes" %}
     "vertex.",
+{%- endif %}
     "train.time_budget_minutes",
     "train.profile_steps",
     "train.keep_checkpoints",

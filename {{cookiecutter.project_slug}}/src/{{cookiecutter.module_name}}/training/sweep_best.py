@@ -23,7 +23,7 @@ from .sweep import Sweep, best_trial, open_store, trial_params
 from .sweep_results import flat_params, write_trials
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
-NOT_PROMOTED = ("sweep.", "vertex.")  # how the trial was searched or submitted, not what it is
+NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% endif %})  # how the trial was searched or submitted, not what it is
 
 
 def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
