@@ -113,6 +113,7 @@ PACKAGE_FILES = {
     "sources.py",
     "spec.py",
     "task.py",
+    "text.py",
     "training/__init__.py",
     "training/checkpoints.py",
     "training/early_stopping.py",
@@ -173,6 +174,7 @@ TEST_FILES = {
     "test_strategy.py",
     "test_task.py",
     "test_tasks_end_to_end.py",
+    "test_text.py",
     "test_tracking.py",
 }
 NOTEBOOKS = {"01_setup_and_data.ipynb", "02_train.ipynb", "03_evaluate.ipynb", "04_sweep.ipynb"}

@@ -52,6 +52,32 @@ def _csv(rows: list[str]) -> Setup:
     return setup
 
 
+def _texts(overrides: list[str], command: str = "prepare") -> Setup:
+    """A CSV of texts (`review`) and labels; `train`: prepared first."""
+
+    def setup(project: Path) -> list[str]:
+        rows = [f"{i},{'good' if i % 2 else 'bad'} film number {i},{i % 2}" for i in range(20)]
+        (project / "data/external").mkdir(parents=True)
+        (project / "data/external/texts.csv").write_text("\n".join(["id,review,label", *rows]))
+        base = ["data.source=csv", "data.path=data/external/texts.csv", "data.text=review"]
+        if command == "train":
+            assert main(["prepare", *sets(base), "--params", str(project / "params.yaml")]) == 0
+        return [command, *sets([*base, *overrides])]
+
+    return setup
+
+
+def _text_files(project: Path) -> list[str]:
+    """Class folders of .txt files, one of them Latin-1."""
+    folder = project / "data/external/reviews"
+    for name in ("pos", "neg"):
+        (folder / name).mkdir(parents=True)
+        for i in range(3):
+            (folder / name / f"{i}.txt").write_text(f"{name} text {i}", "utf-8")
+    (folder / "neg/2.txt").write_bytes("un café noir".encode("latin-1"))
+    return ["prepare", *sets(["data.source=text", "data.path=data/external/reviews"])]
+
+
 def _other_model(project: Path) -> list[str]:
     """A checkpoint folder of the run written by a model with other layers."""
     run = [*TINY, "train.epochs=1", "run_name=other", "distribute.strategy=default"]
@@ -77,6 +103,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "train-unprepared-source": (lambda p: ["train", "--set", "data.source=csv"], "data.source"),
     "checkpoint-of-another-model": (_other_model, "checkpoint"),
+    "text-column-missing": (_texts(["data.text=body"]), "data.text"),
+    "text-column-is-the-label": (_texts(["data.text=label"]), "data.text"),
+    "text-source-on-a-csv": (_texts(["data.source=text"]), "data.path"),
+    "text-file-not-utf8": (_text_files, "2.txt: not UTF-8"),
+    "mlp-on-text": (_texts(["train.batch_size=4"], "train"), "model.architecture"),
 }
 
 

@@ -384,7 +384,8 @@ def test_make_notebooks_on_an_image_folder(tmp_path):
         project, tmp_path / "storage", "epochs=1", "batch_size=8", "n_trials=1"
     )
     print(f"make notebooks on an image folder: {time.monotonic() - started:.0f} s")
-    printed = "".join(o.get("text", "") for c in executed["01"].cells for o in c.get("outputs", []))
+    outputs = [o for c in executed["01"].cells for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs)
     assert "from images (images 16x16x3)" in printed and "inputs of shape (16, 16, 3)" in printed
     cells = [c for c in executed["03"].cells if c.cell_type == "code"]
     summary = next(c for c in cells if "evaluation_summary(" in c.source).outputs[-1]
@@ -399,6 +400,41 @@ def test_make_notebooks_on_an_image_folder(tmp_path):
     )
     figures = {p.stem for p in (project / "results" / "figures").glob("*.png")}
     assert {"01_examples", "01_mean_images", "03_confusion_matrix"} <= figures
+
+
+@pytest.mark.slow
+def test_make_notebooks_on_text_files(tmp_path):
+    """`make notebooks` with `data.source: text` (class folders of .txt files) and the `text`
+    model: notebook 01 shows texts as a table (no images to draw), 03 the worst texts."""
+    project = copy_project(tmp_path)
+    rng = np.random.default_rng(0)
+    words = {"sport": "goal match team coach", "food": "oven sugar bake sauce"}
+    for name, topic in words.items():
+        (project / "data/external/notes" / name).mkdir(parents=True)
+        for i in range(20):
+            text = " ".join(rng.choice((topic + " the a of and").split(), 8))
+            (project / "data/external/notes" / name / f"{i}.txt").write_text(text, "utf-8")
+    params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
+    params["data"].update(source="text", path="data/external/notes", sequence_length=8)
+    params["model"].update(architecture="text", hidden_units=[8], embedding_dim=8)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+    executed = make_notebooks(
+        project, tmp_path / "storage", "epochs=1", "batch_size=8", "n_trials=1"
+    )
+    shown = [
+        o.get("data", {}).get("text/markdown", "")
+        for number in ("01", "03")
+        for c in executed[number].cells
+        for o in c.get("outputs", [])
+    ]
+    outputs = [o for c in executed["01"].cells for o in c.get("outputs", [])]
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert "classification: 2 classes, labels or target; texts of 8 to 8 words" in printed
+    assert any(s.startswith("| target | text |\n|---|---|\n| food | ") for s in shown)
+    assert any("| id | text | target | prediction | loss |" in s for s in shown)
+    figures = {p.stem for p in (project / "results" / "figures").glob("*.png")}
+    assert "01_examples" not in figures and "01_class_counts" in figures
 
 
 @pytest.mark.slow

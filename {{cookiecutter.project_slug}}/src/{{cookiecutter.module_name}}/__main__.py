@@ -94,7 +94,7 @@ def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_predict(args: argparse.Namespace, params: Params) -> int:
-    """Score a CSV, an image or a folder of images with results/models/model.keras."""
+    """Score a CSV, images or .txt files with results/models/model.keras."""
     from .core.storage import results_root
     from .evaluation.predict import predict
 
@@ -272,7 +272,7 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", parents=[common], help="score new data with the saved model")
-    p.add_argument("input", help="a CSV with the training features, an image, or a folder")
+    p.add_argument("input", help="a CSV with the training columns, an image, a .txt, or a folder")
     p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
     p.set_defaults(func=cmd_predict)
 

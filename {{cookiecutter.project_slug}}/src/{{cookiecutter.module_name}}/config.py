@@ -102,6 +102,9 @@ class DataConfig:
     image_channels: Int = _key(1, "3", ge=1)
     augment: list[Text] = _key([], "[flip,rotation]", "a list of augmentation names (augment.py)")
     test_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
+    text: Text = _key("", "review")  # csv: the column holding the text ("" = numeric features)
+    max_tokens: Int = _key(20000, "50000", ge=3)  # text: vocabulary size, with padding and [UNK]
+    sequence_length: Int = _key(128, "256", ge=1)  # text: tokens per example (cut or padded)
     split: Literal[SPLIT_METHODS] = _key("random", "folders")
     split_column: Text = _key("split", "fold")  # data.split column: the CSV column naming the split
 
@@ -114,6 +117,7 @@ class ModelConfig:
     hidden_units: list[PosInt] = _key([64, 64], "[128,64]", "a list of integers >= 1")
     filters: list[PosInt] = _key([16, 32, 64, 128], "[32,64,128]", "a list of integers >= 1")
     dropout: Float = _key(0.1, "0.1", ge=0.0, lt=1.0)
+    embedding_dim: Int = _key(64, "128", ge=1)  # text: the size of each token's vector
 
 
 @schema

@@ -1,7 +1,8 @@
 """Your models: an architecture per `model.architecture`, registered under that name.
 
 An architecture is a function `(inputs, spec, cfg) -> features`: it gets the RAW inputs (pixel
-values 0-255, or unscaled features; `scaled` scales them), the data's spec (spec.py: input shape,
+values 0-255, or unscaled features: `scaled` scales them; for text, int32 token ids, 0 for
+padding: text.py makes them), the data's spec (spec.py: input shape,
 kind, feature statistics) and the `model:` section of params.yaml, and returns the features the
 head reads. `build_model` adds the head: dropout and a float32 Dense of logits (a bfloat16 or
 float16 softmax or loss loses too much precision). The task (task.py) turns logits into
@@ -36,7 +37,10 @@ def build_model(spec: DataSpec, num_outputs: int, cfg: ModelConfig) -> keras.Mod
     """Raw inputs of `spec.input_shape` -> `num_outputs` float32 logits: the architecture
     `model.architecture`, then dropout and the float32 head."""
     architecture = lookup("architecture", cfg.architecture)
-    inputs = keras.Input(shape=spec.input_shape, name="inputs")
+    if spec.kind == "text":  # the input pipeline turns text into token ids (text.py)
+        inputs = keras.Input(shape=spec.input_shape, dtype="int32", name="token_ids")
+    else:
+        inputs = keras.Input(shape=spec.input_shape, name="inputs")
     features = architecture(inputs, spec, cfg)
     if cfg.dropout > 0:
         features = keras.layers.Dropout(cfg.dropout, name="head_dropout")(features)
@@ -46,6 +50,11 @@ def build_model(spec: DataSpec, num_outputs: int, cfg: ModelConfig) -> keras.Mod
 
 def scaled(inputs: keras.KerasTensor, spec: DataSpec) -> keras.KerasTensor:
     """Images: pixels to [0, 1]. Vectors: standardised with the training split's statistics."""
+    if spec.kind == "text":
+        raise ConfigError(
+            "model.architecture: the data is text (token ids), which this architecture does not "
+            "take (example: --set model.architecture=text)"
+        )
     if spec.kind == "image":
         return keras.layers.Rescaling(1.0 / 255, name="scale_pixels")(inputs)
     if spec.feature_mean is None or spec.feature_var is None:
@@ -80,7 +89,7 @@ def cnn(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.Ke
     if spec.kind != "image":
         raise ConfigError(
             "model.architecture: cnn needs images (data.source images / tfrecord / tfds), got "
-            f"{spec.kind} inputs (example: --set model.architecture=mlp)"
+            f"{spec.kind} inputs (example: --set model.architecture={_FOR_KIND[spec.kind]})"
         )
     x = scaled(inputs, spec)
     block = 0
@@ -95,10 +104,44 @@ def cnn(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.Ke
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
 
 
+_FOR_KIND = {"vector": "mlp", "text": "text", "image": "cnn"}  # the built-in for each kind
+
+
+@register("architecture", "text")
+def text_network(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+    """Token ids -> a learned vector of `model.embedding_dim` per token -> their mean over the
+    text's tokens (padding left out) -> Dense layers of `model.hidden_units`, dropout before each.
+    Small and quick, and strong on topic-like labels; it ignores word order (docs/customise.md
+    has a 1-D convolution that does not)."""
+    if spec.kind != "text":
+        raise ConfigError(
+            f"model.architecture: text needs text (data.text or data.source text), got "
+            f"{spec.kind} inputs (example: --set model.architecture={_FOR_KIND[spec.kind]})"
+        )
+    x = keras.layers.Embedding(spec.vocabulary_size, cfg.embedding_dim, name="embedding")(inputs)
+    x = masked_mean(x, inputs)
+    for units in cfg.hidden_units:
+        if cfg.dropout > 0:
+            x = keras.layers.Dropout(cfg.dropout)(x)
+        x = keras.layers.Dense(units, activation="relu")(x)
+    return x
+
+
+def masked_mean(x: keras.KerasTensor, ids: keras.KerasTensor, pad: int = 0) -> keras.KerasTensor:
+    """The mean of `x` [batch, tokens, dim] over the tokens whose id is not `pad`; zeros for a
+    text without any (an empty one), not a division by zero."""
+    mask = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(ids, pad), x.dtype), -1)
+    count = keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)
+    return keras.ops.sum(x * mask, axis=1) / count
+
+
 @register("architecture", "backbone")
 def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
     """The keras.applications model `model.backbone` without its top, with its own input
-    preprocessing, weights `model.weights` (imagenet: downloaded on first use), then pooling."""
+    preprocessing, weights `model.weights` (imagenet: downloaded on first use), then pooling.
+    For text: the keras-hub preset `model.backbone` (`text_backbone`)."""
+    if spec.kind == "text":
+        return text_backbone(inputs, spec, cfg)
     constructor = _backbone_constructor(cfg.backbone)
     _check_backbone_input(spec, cfg)
     height, width, channels = spec.input_shape
@@ -140,7 +183,7 @@ def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
     """One line naming the key to change, before keras fails with a long message."""
     if spec.kind != "image" or len(spec.input_shape) != 3:
         raise ConfigError(
-            f"model.architecture: backbone needs images, got {spec.kind} inputs of shape "
+            f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
             f"{spec.input_shape} (example: --set model.architecture=mlp)"
         )
     height, width, channels = spec.input_shape
@@ -155,6 +198,43 @@ def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
             f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
             f"{channels} (example: --set data.image_channels=3)"
         )
+
+
+def text_backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
+    """The keras-hub backbone of the preset `model.backbone` (a name such as
+    `bert_tiny_en_uncased`, downloaded once; `kaggle://`, `hf://` or a local folder) on the
+    token ids of its own tokenizer (text.make_vectorizer), its weights unless `model.weights` is
+    null; its pooled output, else the mean of its token outputs."""
+    from .text import from_preset, keras_hub
+
+    hub = keras_hub()
+    encoder = from_preset(hub.models.Backbone, cfg.backbone, load_weights=cfg.weights is not None)
+    pad = getattr(from_preset(hub.tokenizers.Tokenizer, cfg.backbone), "pad_token_id", None) or 0
+    longest = getattr(encoder, "max_sequence_length", None)
+    if longest and spec.input_shape[0] > longest:
+        raise ConfigError(
+            f"data.sequence_length: {cfg.backbone} takes at most {longest} tokens, got "
+            f"{spec.input_shape[0]} (example: --set data.sequence_length={longest})"
+        )
+    # What the preset's preprocessor would give beside the ids, made from them.
+    given = {
+        "token_ids": inputs,
+        "padding_mask": keras.ops.cast(keras.ops.not_equal(inputs, pad), "int32"),
+        "segment_ids": keras.ops.zeros_like(inputs),
+    }
+    wanted = list(encoder.input) if isinstance(encoder.input, dict) else ["token_ids"]
+    if any(name not in given for name in wanted):
+        raise ConfigError(
+            f"model.backbone: {cfg.backbone} takes inputs {wanted}; a text backbone here gets "
+            f"{', '.join(given)} (example: --set model.backbone=bert_tiny_en_uncased)"
+        )
+    feeds = {name: given[name] for name in wanted}
+    outputs = encoder(feeds if isinstance(encoder.input, dict) else inputs)
+    if isinstance(outputs, dict):
+        if "pooled_output" in outputs:
+            return outputs["pooled_output"]
+        outputs = outputs["sequence_output"]
+    return masked_mean(outputs, inputs, pad)
 
 
 @keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")

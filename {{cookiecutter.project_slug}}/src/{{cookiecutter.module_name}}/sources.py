@@ -6,8 +6,10 @@ the big part (an image) one example at a time, so `prepare` streams images inste
 them all at once.
 - `digits`: scikit-learn's bundled 8x8 digits, as 8x8x1 images of pixel values 0-255;
 - `csv`: one row per example, a `data.label` column, every other column a number; the label is a
-  class (classification), labels joined by `|` (multilabel, `cat|dog`) or a number (regression);
+  class (classification), labels joined by `|` (multilabel, `cat|dog`) or a number (regression).
+  With `data.text` set, that column's text is the input instead and the other columns are unused;
 - `images`: a folder with one subfolder per class (`cats/001.png`, `dogs/002.jpg`, ...);
+- `text`: a folder with one subfolder per class of UTF-8 `.txt` files, one example per file;
 - `tfrecord`: your `tf.train.Example` records: `data.features` holds an encoded image
   (`data.feature_kind: image`) or a float vector (`vector`), `data.label` an integer or a string
   (classification), a number (regression), or label strings / a 0-1 vector (multilabel);
@@ -44,16 +46,18 @@ from .spec import SPLIT_NAMES, split_named
 from .task import encode
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+TEXT_SUFFIXES = (".txt",)
 
 
 @dataclass
 class Source:
     """What a reader found: one label per example and how to load each example's input."""
 
-    kind: str  # "image" or "vector"
+    kind: str  # "image", "vector" or "text"
     labels: np.ndarray  # targets: int32 class index, 0/1 float32 rows, or float32 values
     names: list[str]  # class names, label names (index order), or [the target column]
-    load: Callable[[int], Any]  # i -> encoded image bytes, a uint8 [h, w, c] array, or a vector
+    # i -> encoded image bytes, a uint8 [h, w, c] array, a vector, or a text (str)
+    load: Callable[[int], Any]
     where: Callable[[int], str]  # i -> where example i came from (for error messages)
     # i -> example i's id in its source, kept in the shards and named in evaluate's per-example
     # predictions: a file relative to data.path, a row number as `predict` numbers rows (the
@@ -61,7 +65,7 @@ class Source:
     ids: Callable[[int], str] | None = None
     input_shape: tuple[int, ...] = ()  # vectors: (features,); images: set by prepare
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
-    feature_names: list[str] = field(default_factory=list)
+    feature_names: list[str] = field(default_factory=list)  # vectors: columns; text: [column]
     # Given splits ({"train": indices, "test": ...}: tfds, a split column, split folders), else
     # prepare splits; a given split that is missing (validation, test) is carved out of train.
     splits: dict[str, np.ndarray] | None = None
@@ -125,7 +129,8 @@ def is_number(text: Any) -> bool:
 
 @source("csv")
 def read_csv(path: str, data: DataConfig, kind: str) -> Source:
-    """A CSV with a header row: `data.label` is the target column, every other a number."""
+    """A CSV with a header row: `data.label` is the target column, every other a number (or,
+    with `data.text`, that column's text is the input)."""
     import pandas as pd
 
     if locations.isdir(path):
@@ -155,6 +160,8 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
             )
         splits, split_from = given_splits(table[column].tolist(), f"column {column!r}")
         table = table.drop(columns=[column])
+    if data.text:
+        return _text_rows(path, table, data, kind, splits, split_from)
     features = table.drop(columns=[label])
     numbers = features.apply(pd.to_numeric, errors="coerce")
     missing_label = (table[label] == "") & (kind != "multilabel")  # "" = no labels (multilabel)
@@ -174,6 +181,34 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         "vector", y, classes, x.__getitem__, lambda i: f"{path}: row {i + 2}",
         lambda i: str(i + 1), x.shape[1:], feature_names=list(features.columns),
         splits=splits, split_from=split_from, task=kind,
+    )  # fmt: skip
+
+
+def _text_rows(
+    path: str, table: Any, data: DataConfig, kind: str, splits: Any, split_from: dict[str, str]
+) -> Source:
+    """A CSV of texts: the column `data.text` is the input, `data.label` the target; the other
+    columns (an id, a date) are not used, and `prepare` says which. `splits`: read_csv's split
+    column's, or None."""
+    text, label = data.text, data.label
+    if text not in table.columns or text == label:
+        what = "is data.label too" if text == label else f"not in the header of {path}"
+        raise ConfigError(
+            f"data.text: column {text!r} {what} (columns: {', '.join(list(table.columns)[:8])}) "
+            "(example: --set data.text=review)"
+        )
+    if kind != "multilabel" and (table[label] == "").any():  # "" = no labels (multilabel)
+        row = int(np.flatnonzero((table[label] == "").to_numpy())[0])
+        raise ConfigError(f"{path}: line {row + 2}, column {label!r}: a missing value")
+    unused = [str(c) for c in table.columns if c not in (text, label)]
+    if unused:
+        print(f"Note: data.text: the input is column {text!r}; not used: {', '.join(unused)}")
+    y, names = encode(kind, table[label].tolist(), label)
+    texts = table[text].tolist()
+    return Source(
+        "text", y, names, texts.__getitem__, lambda i: f"{path}: row {i + 2}",
+        lambda i: str(i + 1), feature_names=[text], splits=splits, split_from=split_from,
+        task=kind,
     )  # fmt: skip
 
 
@@ -199,36 +234,45 @@ def read_digits(path: str, data: DataConfig, kind: str) -> Source:
     )  # fmt: skip
 
 
-@source("images")
-def read_images(path: str, data: DataConfig, kind: str) -> Source:
-    """Images in class subfolders; decoded later, one at a time, by `prepare`."""
-    only_classes("images", kind)
-    folder = path
-    classes = sorted(
-        d for d in locations.list_dir(folder) if locations.isdir(locations.join(folder, d))
-    )
+def class_files(
+    path: str, data: DataConfig, suffixes: tuple[str, ...], what: str, example: str
+) -> tuple[list[str], list[str], np.ndarray]:
+    """(classes, files, labels) of a folder with one subfolder per class: every file whose name
+    ends with one of `suffixes` (`what`: "images"), anywhere below its class folder, sorted."""
+    entries = locations.list_dir(path)
+    classes = sorted(d for d in entries if locations.isdir(locations.join(path, d)))
     paths: list[str] = []
     labels: list[int] = []
     for label, name in enumerate(classes):
         found = sorted(
             p
-            for p in locations.walk_files(locations.join(folder, name))
-            if p.lower().endswith(IMAGE_SUFFIXES)
+            for p in locations.walk_files(locations.join(path, name))
+            if p.lower().endswith(suffixes)
         )
         if not found:
             raise ConfigError(
-                f"data.path: class folder {name!r} of {data.path} has no images "
-                f"({', '.join(IMAGE_SUFFIXES)}); remove it or add images (example: pets/cat/1.png)"
+                f"data.path: class folder {name!r} of {data.path} has no {what} "
+                f"({', '.join(suffixes)}); remove it or add {what} (example: {example})"
             )
         paths += found
         labels += [label] * len(found)
     if not paths:
-        loose = [p for p in locations.list_dir(folder) if p.lower().endswith(IMAGE_SUFFIXES)]
-        error = MissingLabels if loose else ConfigError  # images without class folders: no labels
+        loose = [p for p in entries if p.lower().endswith(suffixes)]
+        error = MissingLabels if loose else ConfigError  # files without class folders: no labels
         raise error(
-            f"data.path: no class subfolders with images in {data.path} "
-            "(example: data/external/pets with pets/cat/1.png, pets/dog/2.png)"
+            f"data.path: no class subfolders with {what} in {data.path} "
+            f"(example: data/external/{example.split('/')[0]} with {example})"
         )
+    return classes, paths, np.array(labels, dtype=np.int32)
+
+
+@source("images")
+def read_images(path: str, data: DataConfig, kind: str) -> Source:
+    """Images in class subfolders; decoded later, one at a time, by `prepare`."""
+    only_classes("images", kind)
+    classes, paths, labels = class_files(
+        path, data, IMAGE_SUFFIXES, "images", "pets/cat/1.png, pets/dog/2.png"
+    )
     jpegs = sum(p.lower().endswith((".jpg", ".jpeg")) for p in paths)
 
     def load(i: int) -> bytes:
@@ -236,10 +280,46 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
             return f.read()
 
     return Source(
-        "image", np.array(labels, dtype=np.int32), classes, load, paths.__getitem__,
-        lambda i: locations.relative(paths[i], folder),
+        "image", labels, classes, load, paths.__getitem__,
+        lambda i: locations.relative(paths[i], path),
         encoding="jpeg" if jpegs * 2 > len(paths) else "png",
     )  # fmt: skip
+
+
+@source("text")
+def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
+    """`.txt` files in class subfolders (`reviews/pos/1.txt`, `reviews/neg/2.txt`), UTF-8, one
+    example per file; read one at a time by `prepare`. A model trained on them reads a `text`
+    column in `predict`'s CSVs."""
+    only_classes("text", kind)
+    if not locations.isdir(path):
+        raise ConfigError(
+            f"data.path: {data.path} is not a folder; source text reads class subfolders of .txt "
+            "files (example: data/external/reviews; a CSV: --set data.source=csv --set "
+            "data.text=review)"
+        )
+    classes, paths, labels = class_files(
+        path, data, TEXT_SUFFIXES, "text files", "reviews/pos/1.txt, reviews/neg/2.txt"
+    )
+
+    def load(i: int) -> str:
+        with locations.open_binary(paths[i]) as f:
+            return decode_text(f.read(), paths[i])
+
+    return Source(
+        "text", labels, classes, load, paths.__getitem__,
+        lambda i: locations.relative(paths[i], path), feature_names=["text"],
+    )  # fmt: skip
+
+
+def decode_text(payload: bytes, where: str) -> str:
+    """UTF-8 bytes (a byte-order mark dropped) as text; anything else one line naming the file."""
+    try:
+        return payload.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
 
 
 @source("tfrecord", patterns=True)

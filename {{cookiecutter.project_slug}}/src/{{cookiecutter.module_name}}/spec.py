@@ -1,7 +1,8 @@
 """What `prepare` wrote, as the model and the trainer need to know it: `data/processed/spec.json`.
 
 `prepare` writes it beside the shards; `train`, `evaluate` and `predict` read it. The model is built
-from it (input shape, feature statistics for tabular inputs) and it names the classes or labels.
+from it (input shape, feature statistics for tabular inputs, the vocabulary for text) and it names
+the classes or labels.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ def split_named(text: str) -> str | None:
 class DataSpec:
     """The shape and meaning of the processed data."""
 
-    kind: str  # "image" (pixel values 0-255, shape [h, w, c]) or "vector" (raw features)
-    input_shape: tuple[int, ...]  # (height, width, channels) or (num_features,)
+    # "image" (pixel values 0-255, shape [h, w, c]), "vector" (raw features) or "text" (strings in
+    # the shards; the model takes token ids)
+    kind: str
+    input_shape: tuple[int, ...]  # (height, width, channels), (num_features,) or (sequence_length,)
     task: str = "classification"  # classification / multilabel / regression
     names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
     counts: dict[str, int] = field(default_factory=dict)  # examples per split
@@ -47,6 +50,8 @@ class DataSpec:
     feature_var: list[float] | None = None  # vectors: per-feature variance of the training split
     target_mean: float | None = None  # regression: mean of the training targets
     target_std: float | None = None  # regression: standard deviation of the training targets
+    vocabulary: str = ""  # text: the vocabulary file beside spec.json, one token per line
+    vocabulary_size: int = 0  # text: its tokens plus padding (id 0) and [UNK] (id 1)
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific details (shards, ...)
 
     def to_json(self) -> str:

@@ -1,12 +1,12 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
 `prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, or a float vector), `y` (the target of `spec.task`: the class index as an int64, the 0/1
-label vector or the regression value as floats) and `id` (bytes: where the example came from,
-its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split; training
-never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here holds
-the data set in memory: what the pipeline holds depends on the batch size and the prefetch depth
-only.
+JPEG, a float vector, or a UTF-8 text), `y` (the target of `spec.task`: the class index as an
+int64, the 0/1 label vector or the regression value as floats) and `id` (bytes: where the example
+came from, its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split;
+training never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here
+holds the data set in memory: what the pipeline holds depends on the batch size and the prefetch
+depth only.
 
 Exact resume. The order of an epoch is a pure function of (seed, epoch):
 1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);
@@ -22,6 +22,11 @@ Every worker builds the same global order; each keeps its slice of every global 
 one slice to each of its replicas. The examples of a step do not depend
 on the number of workers or replicas. One element of the dataset is one step of one replica.
 
+Text is parsed a batch at a time and turned into token ids right there, in tf.data (on the CPU:
+string ops never reach the accelerator), by the vectoriser `for_model` attaches (text.py); the
+network sees int32 ids. Without one (`evaluate`) the batches hold the raw strings, which the saved
+model takes.
+
 Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
 counted) is the exception: it is read once and held in memory, and an epoch's order is a stateless
 permutation of the example indices seeded by (seed, epoch) (`epoch_permutation`). Parsing records
@@ -31,13 +36,14 @@ replica holds, with no per-step iterator (feed.py); `train_dataset` serves it un
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..augment import augmenter
+from ..config import ModelConfig
 from ..spec import DataSpec, load_spec
 from .images import decode_stored
 
@@ -53,6 +59,7 @@ class Prepared:
 
     spec: DataSpec
     folder: Path
+    vectorize: Any = None  # text: strings -> token ids (`for_model`); None: the strings as they are
 
     def shards(self, split: str) -> list[str]:
         """The shard files of `split` (train / validation / test), in their written order."""
@@ -77,6 +84,16 @@ class Prepared:
 def load_prepared(processed_dir: Path) -> Prepared:
     """The spec and shards that `prepare` wrote into `processed_dir`."""
     return Prepared(load_spec(processed_dir), Path(processed_dir))
+
+
+def for_model(data: Prepared, cfg: ModelConfig) -> Prepared:
+    """`data` as the model `cfg` takes it: text with the vectoriser that model needs (prepare's
+    vocabulary, or a keras-hub preset's tokenizer), so batches hold token ids."""
+    if data.spec.kind != "text":
+        return data
+    from ..text import make_vectorizer
+
+    return replace(data, vectorize=make_vectorizer(data.spec, data.folder, cfg))
 
 
 def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
@@ -143,18 +160,23 @@ def decoder(spec: DataSpec):
     return decode
 
 
-def batch_decoder(spec: DataSpec):
-    """A batch of serialized vector records -> (float32 [batch, features], targets [batch, ...])."""
+def batch_decoder(spec: DataSpec, vectorize: Any = None):
+    """A batch of serialized vector or text records -> (inputs, targets [batch, ...]): float32
+    [batch, features], strings [batch], or with `vectorize` int32 token ids [batch, length]."""
     import tensorflow as tf
 
-    schema = {
-        X: tf.io.FixedLenFeature(list(spec.input_shape), tf.float32),
-        Y: target_feature(spec),
-    }
+    if spec.kind == "text":
+        x_feature = tf.io.FixedLenFeature([], tf.string)
+    else:
+        x_feature = tf.io.FixedLenFeature(list(spec.input_shape), tf.float32)
+    schema = {X: x_feature, Y: target_feature(spec)}
+    if vectorize is not None:
+        from ..text import token_ids
 
     def decode(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_example(records, schema)
-        return ex[X], _target(ex[Y])
+        x = ex[X] if vectorize is None else token_ids(vectorize(ex[X]))
+        return x, _target(ex[Y])
 
     return decode
 
@@ -251,8 +273,8 @@ def train_dataset(
     if data.spec.kind == "image":  # decode (and augment) example by example, in parallel
         ds = ds.unbatch().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.batch(at.per_replica, drop_remainder=True)
-    else:  # vectors: parse a whole batch at once
-        decode_batch = batch_decoder(data.spec)
+    else:  # vectors and text: parse (and vectorise) a whole batch at once
+        decode_batch = batch_decoder(data.spec, data.vectorize)
         ds = ds.rebatch(at.per_replica, drop_remainder=True).map(
             lambda epoch, pos, records: decode_batch(records),
             num_parallel_calls=tf.data.AUTOTUNE,
@@ -311,7 +333,8 @@ def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
         ds = ds.map(decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.batch(batch)
     else:
-        ds = ds.batch(batch).map(batch_decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE)
+        decode_batch = batch_decoder(data.spec, data.vectorize)
+        ds = ds.batch(batch).map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -327,15 +350,18 @@ def example_ids(data: Prepared, split: str) -> list[str]:
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Inputs, targets and names (classes, labels, or the target) of one split as arrays: for
-    notebooks and small data."""
+    """Inputs, targets and names (classes, labels, or the target) of one split as arrays (texts as
+    `str` objects): for notebooks and small data."""
     data = load_prepared(processed_dir)
     xs, ys = [], []
     for x, y in eval_dataset(data, split, 256).as_numpy_iterator():
         xs.append(x)
         ys.append(y)
-    shape = (0, *data.spec.input_shape)
-    x = np.concatenate(xs) if xs else np.zeros(shape, np.float32)
+    if data.spec.kind == "text":  # the texts as str
+        x = np.array([t.decode("utf-8") for t in np.concatenate(xs or [[]])], dtype=object)
+    else:
+        shape = (0, *data.spec.input_shape)
+        x = np.concatenate(xs) if xs else np.zeros(shape, np.float32)
     empty = {"multilabel": (0, len(data.spec.names)), "regression": (0,)}
     dtype = np.int32 if data.spec.task == "classification" else np.float32
     y = np.concatenate(ys) if ys else np.zeros(empty.get(data.spec.task, (0,)), dtype)

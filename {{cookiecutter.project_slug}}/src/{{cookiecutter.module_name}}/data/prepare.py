@@ -9,8 +9,9 @@ multilabel and regression (the task's kind; data/split.py). Each split is writte
 of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
 across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
 by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
-originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs). Each
-example also carries its source's id (pipeline.serialize: a file path, a row number).
+originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs); texts as
+UTF-8 strings with the vocabulary of the training split beside them (`vocabulary.txt`, text.py).
+Each example also carries its source's id (pipeline.serialize: a file path, a row number).
 `data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
 every file.
 """
@@ -173,7 +174,12 @@ def _holds_no_files(folder: Path) -> bool:
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
-    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk."""
+    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk;
+    texts as UTF-8 bytes."""
+    if source.kind == "text":
+        for i in order:
+            yield str(source.load(int(i))).encode("utf-8")
+        return
     if image is None:
         for i in order:
             yield np.asarray(source.load(int(i)), dtype=np.float32).reshape(-1)
@@ -239,36 +245,31 @@ def write_processed(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     shards: dict[str, list[str]] = {}
+    vocabulary: dict[str, Any] = {}
     try:
         for n, split in enumerate(SPLITS):
             # A seeded random order: classes mixed within and across shards.
             order = np.random.default_rng([params.seed, n]).permutation(idx[split])
             shards[split] = write_shards(source, order, tmp, split, image)
+        if source.kind == "text":  # from the training split only
+            vocabulary = write_text_vocabulary(tmp, shards["train"], cfg.max_tokens)
         for p in tmp.iterdir():
             p.replace(folder / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    stats: dict[str, Any] = {}
-    if source.kind == "vector":
-        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
-        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
-    if source.task == "regression":  # the loss standardises targets with the training split's
-        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
-        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
-    else:  # what train.class_weight and the preflight's imbalance note use
-        found = counts(source.labels[idx["train"]], source.task, len(source.names))
-        stats["train_counts"] = {n: int(c) for n, c in zip(source.names, found, strict=True)}
+    stats = {**_statistics(source, idx), **vocabulary}
+    shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
     spec = DataSpec(
         kind=source.kind,
         task=source.task,
-        input_shape=tuple(int(v) for v in (image or source.input_shape)),
+        input_shape=tuple(int(v) for v in shape),
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
         split=record or {},
         feature_names=list(source.feature_names),
         extra={
             "shards": shards,
-            "encoding": source.encoding if image else "float",
+            "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
             "class_counts": class_counts(source, idx),
         },
@@ -276,6 +277,44 @@ def write_processed(
     )
     atomic_write(folder / SPEC, spec.to_json())
     return spec
+
+
+def _statistics(source: Source, idx: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The training split's feature mean and variance (vectors: the model standardises with
+    them), target mean and standard deviation (regression: the loss standardises with them), or
+    examples per class / positives per label (train.class_weight, the preflight's note)."""
+    stats: dict[str, Any] = {}
+    if source.kind == "vector":
+        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
+    if source.task == "regression":
+        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
+        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
+    else:  # what train.class_weight and the preflight's imbalance note use
+        found = counts(source.labels[idx["train"]], source.task, len(source.names))
+        stats["train_counts"] = {n: int(c) for n, c in zip(source.names, found, strict=True)}
+    return stats
+
+
+def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
+    """`folder/vocabulary.txt` from the training shards' texts (streamed); returns the spec's
+    `vocabulary` (the file's name) and `vocabulary_size` (with padding and [UNK])."""
+    import tensorflow as tf
+
+    from ..text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
+    from .pipeline import X
+
+    schema = {X: tf.io.FixedLenFeature([], tf.string)}
+    records = tf.data.TFRecordDataset([str(folder / name) for name in train_shards])
+    texts = records.batch(1024).map(lambda r: tf.io.parse_example(r, schema)[X]).unbatch()
+    tokens = learn_vocabulary(texts, max_tokens)
+    if not tokens:
+        raise ConfigError(
+            "data.text: the training split has no words (every text is empty or punctuation); "
+            "check the column (example: --set data.text=review)"
+        )
+    write_vocabulary(folder / VOCABULARY, tokens)
+    return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
 
 
 def class_counts(source: Source, idx: dict[str, np.ndarray]) -> dict[str, list[int]] | None:
@@ -294,6 +333,15 @@ def _what(spec: DataSpec) -> str:
     if spec.task == "regression":
         return f"regression on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
     return f"{len(spec.names)} {'labels' if spec.task == 'multilabel' else 'classes'}"
+
+
+def _inputs(spec: DataSpec) -> str:
+    if spec.kind == "text":
+        return (
+            f"texts; {spec.vocabulary_size} tokens in {PROCESSED}/{spec.vocabulary}, "
+            f"{spec.input_shape[0]} per example"
+        )
+    return f"{spec.kind}s {'x'.join(map(str, spec.input_shape))}"
 
 
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
@@ -321,6 +369,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     spec = write_processed(source, idx, processed, params, split)
     written = {f"{PROCESSED}/{n}" for names in spec.extra["shards"].values() for n in names}
     written.add(f"{PROCESSED}/{SPEC}")
+    if spec.vocabulary:
+        written.add(f"{PROCESSED}/{spec.vocabulary}")
     # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"
@@ -347,7 +397,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
         f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "
-        f"({spec.kind}s {'x'.join(map(str, spec.input_shape))}): "
+        f"({_inputs(spec)}): "
         + summary(spec)
         + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
         f"{manifest.MANIFEST}",

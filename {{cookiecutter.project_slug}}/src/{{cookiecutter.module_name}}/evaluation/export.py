@@ -60,7 +60,7 @@ class LiteRTUnsupported(ConfigError):
 
 def export_saved_model(models_dir: Path, destination: Path) -> Path:
     """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
-    model, _ = load_for_users(models_dir)
+    model, info = load_for_users(models_dir)
     if destination.exists() and not (destination / "saved_model.pb").is_file():
         raise ConfigError(
             f"{destination}: exists and is not a SavedModel; not overwriting it "
@@ -69,7 +69,12 @@ def export_saved_model(models_dir: Path, destination: Path) -> Path:
     partial = destination.with_name(destination.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)  # our own leftover from an interrupted export
-    model.export(str(partial), format="tf_saved_model", verbose=False)
+    options: dict[str, Any] = {}
+    if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
+        import tensorflow as tf
+
+        options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
+    model.export(str(partial), format="tf_saved_model", verbose=False, **options)
     if destination.exists():
         shutil.rmtree(destination)  # a SavedModel this command wrote before
     os.replace(partial, destination)
@@ -174,16 +179,22 @@ def on_token_ids(model: Any, vectorizer: Any) -> Any:
     (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
     import keras
 
-    after = keras.Model(vectorizer.output, model.output)
     length = vectorizer.get_config()["output_sequence_length"]
     ids = keras.Input((length,), dtype="int32", name="token_ids")
+    if hasattr(model, "network") and hasattr(model, "head"):  # text.TextModel: its parts
+        return keras.Model(ids, model.head(model.network(ids)), name="model")
+    after = keras.Model(vectorizer.output, model.output)
     return keras.Model(ids, after(keras.ops.cast(ids, vectorizer.output.dtype)), name="model")
 
 
 def tokenize_text(vectorizer: Any) -> str:
     """How a text becomes the `.tflite`'s token ids, in words, from the layer's settings."""
     cfg = vectorizer.get_config()
+    if callable(cfg["standardize"]):  # a function: text.standardize, or one of yours
+        cfg["standardize"] = cfg["standardize"].__name__
     standardize = {
+        "standardize": "lower-case it (every alphabet) and remove punctuation and symbols "
+        "(Unicode classes P and S)",
         "lower_and_strip_punctuation": "lower-case it (ASCII letters) and remove ASCII punctuation",
         "lower": "lower-case it (ASCII letters)",
         "strip_punctuation": "remove ASCII punctuation",

@@ -1,9 +1,9 @@
 """Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
 
-`predict` scores a CSV with the training feature columns, an image file or a folder of images
-(every format `prepare` accepts, made into pixels by data/images.py as `prepare` stored the
-training images). export.py writes the same model for other programs: a SavedModel, a LiteRT
-`.tflite`.
+`predict` scores a CSV with the training feature columns (or the text column), an image file or a
+folder of images (every format `prepare` accepts, made into pixels by data/images.py as `prepare`
+stored the training images), a `.txt` file or a folder of them. export.py writes the same model
+for other programs: a SavedModel, a LiteRT `.tflite`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ CHUNK = 256  # examples per model call: bounds memory for a large folder
 
 
 def predict(source: Path, output: Path, models_dir: Path) -> int:
-    """Score `source` (a CSV, an image, or a folder of images); write the CSV `output`."""
+    """Score `source` (a CSV, an image or a folder of images; for text a CSV, a .txt file or a
+    folder of them); write the CSV `output`."""
     model, info = load_for_users(models_dir)
     ids, outputs = [], []
     for chunk_ids, inputs in _read_inputs(source, info):
@@ -76,10 +77,13 @@ def _target_text(info: dict[str, Any], target: Any) -> str:
     return "|".join(name for name, on in zip(names, np.ravel(target), strict=True) if on >= 0.5)
 
 
-def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images."""
+def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], Any]]:
+    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images, either for text."""
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder (example: predict data/new.csv)")
+    if info["input_kind"] == "text":
+        yield from _read_texts(source, info["feature_names"][0])
+        return
     if info["input_kind"] == "vector":
         if source.suffix.lower() != ".csv":
             raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
@@ -121,6 +125,36 @@ def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np
                 f"number, got {value!r}"
             )
         yield [str(i + 1) for i in table.index], numbers.to_numpy(dtype=np.float32)
+
+
+def _read_texts(source: Path, column: str) -> Iterator[tuple[list[str], Any]]:
+    """(row numbers or file paths, a string tensor) in chunks: the column `column` of a CSV, a
+    `.txt` file, or every `.txt` file under a folder (UTF-8). A tensor, not a NumPy array of
+    strings: Keras's `predict` refuses those."""
+    import pandas as pd
+    import tensorflow as tf
+
+    from ..sources import decode_text
+
+    if source.suffix.lower() == ".csv":
+        for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+            if column not in table.columns:
+                raise ConfigError(
+                    f"{source}: no column {column!r}, the text this model was trained on "
+                    f"(columns: {', '.join(list(table.columns)[:8])})"
+                )
+            yield [str(i + 1) for i in table.index], tf.constant(table[column].tolist())
+        return
+    files = [source] if source.is_file() else sorted(source.rglob("*.txt"))
+    if not files or files[0].suffix.lower() != ".txt":
+        raise ConfigError(
+            f"{source}: this model takes text: a CSV with a {column!r} column, a .txt file or a "
+            "folder of them (example: predict reviews.csv)"
+        )
+    for start in range(0, len(files), CHUNK):
+        chunk = files[start : start + CHUNK]
+        texts = [decode_text(p.read_bytes(), str(p)) for p in chunk]
+        yield [str(p) for p in chunk], tf.constant(texts)
 
 
 def _read_image(path: Path, shape: list[int], fmt: str) -> np.ndarray:

@@ -190,6 +190,38 @@ def plot_examples(
     return fig
 
 
+def text_examples(
+    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 3
+) -> str:
+    """Texts as the task has them, a Markdown table (notebook 01, for text): `per_class` of each
+    class (classification), else the first ones with their labels or values."""
+    y = np.asarray(y)
+    if y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
+        picks = [i for k in np.unique(y) for i in np.flatnonzero(y == k)[:per_class]]
+    else:
+        picks = list(range(min(len(y), 3 * per_class)))
+    rows = []
+    for i in picks:
+        if y.ndim == 2:  # multilabel: the names of the labels that are on
+            target = "\\|".join(n for n, on in zip(names or [], y[i], strict=False) if on >= 0.5)
+        elif np.issubdtype(y.dtype, np.integer):
+            target = names[y[i]] if names else str(y[i])
+        else:
+            target = f"{float(y[i]):.4g}"
+        rows.append(f"| {target} | {text_cell(str(x[i]))} |")
+    return "\n".join(["| target | text |", "|---|---|", *rows])
+
+
+TEXT_SHOWN = 120  # characters of a text in a table
+
+
+def text_cell(text: str) -> str:
+    """A text as one Markdown table cell: one line, its first `TEXT_SHOWN` characters."""
+    text = " ".join(text.split())
+    text = text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
+    return text.replace("|", "\\|")
+
+
 def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = None) -> Any:
     """The mean image of each class (classification): what the model can tell apart on
     average."""
@@ -446,16 +478,22 @@ def _example_loss(row: dict[str, str], kind: str) -> float:
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
     """Notebook 03: the `n` test examples the model gets most wrong (`worst_predictions`), as a
-    Markdown table of id, truth, prediction and loss; for images also a figure of them titled
-    with truth, prediction and loss, saved as results/figures/03_worst_examples.png. Image files
-    are shown from `data.path` as they are (upright, at their own size); other image sources
-    (and a file no longer there) from the test shards, as the model saw them."""
-    rows = worst_predictions(project_dir, params.task.type, n)
-    columns = ["id", "target", "prediction", "loss"]
-    table = rows_table([{k: row[k] for k in columns} for row in rows])
+    Markdown table of id, truth, prediction and loss (for text also the text, its first
+    `TEXT_SHOWN` characters); for images also a figure of them titled with truth, prediction and
+    loss, saved as results/figures/03_worst_examples.png. Image files are shown from `data.path`
+    as they are (upright, at their own size); other image sources (and a file no longer there)
+    from the test shards, as the model saw them."""
     from ..spec import load_spec
 
+    rows = worst_predictions(project_dir, params.task.type, n)
+    columns = ["id", "target", "prediction", "loss"]
     spec = load_spec(Path(project_dir) / "data" / "processed")
+    if spec.kind == "text" and rows:  # the text itself: a row number alone says nothing
+        texts = _test_texts(Path(project_dir), {row["id"] for row in rows})
+        for row in rows:
+            row["text"] = texts.get(row["id"], "")
+        columns.insert(1, "text")
+    table = rows_table([{k: row[k] for k in columns} for row in rows])
     if spec.kind == "image" and rows:
         pictures = _pictures(Path(project_dir), params.data, spec, [r["id"] for r in rows])
         save_figure(plot_worst(rows, pictures), project_dir, "03_worst_examples")
@@ -489,6 +527,20 @@ def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[s
             for image, example_id in zip(x, order, strict=False):
                 if example_id in wanted:
                     found[example_id] = image
+    return found
+
+
+def _test_texts(project_dir: Path, ids: set[str]) -> dict[str, str]:
+    """{id: the test example's text, shortened to one table cell} for the ids asked."""
+    from ..data.pipeline import eval_dataset, example_ids, load_prepared
+
+    prepared = load_prepared(project_dir / "data" / "processed")
+    order = iter(example_ids(prepared, "test"))
+    found: dict[str, str] = {}
+    for x, _ in eval_dataset(prepared, "test", 256).as_numpy_iterator():
+        for raw, example_id in zip(x, order, strict=False):
+            if example_id in ids:
+                found[example_id] = text_cell(raw.decode("utf-8"))
     return found
 
 

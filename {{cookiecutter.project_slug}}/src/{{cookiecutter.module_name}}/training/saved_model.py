@@ -2,8 +2,9 @@
 
 `train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
 `results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task,
-the class or label names, the input kind and shape, the feature names. `evaluate`, `predict` and
-`export` load the two back with `load_for_users`, and need nothing else.
+the class or label names, the input kind and shape, the feature names (for text: the text column).
+A text model also starts with its vectoriser (text.TextModel), so it takes raw strings.
+`evaluate`, `predict` and `export` load the two back with `load_for_users`, and need nothing else.
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ MODEL = Path(MODEL_FILE).name
 SIDECAR = Path(SIDECAR_FILE).name
 
 
-def wrap_for_users(logits_model: Any, task: Task) -> Any:
-    """Raw inputs -> outputs in the user's units (probabilities, or the value)."""
+def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any:
+    """Raw inputs -> outputs in the user's units (probabilities, or the value). Text: strings,
+    through `vectorizer` (the input pipeline's) to the logits model's token ids."""
     import keras
 
+    if vectorizer is not None:
+        from ..text import TextModel
+
+        return TextModel(vectorizer, logits_model, task.output_layer(), name="model")
     outputs = task.output_layer()(logits_model.outputs[0])
     # One input tensor, not a list: the exported `serve` signature then takes a plain array.
     return keras.Model(logits_model.inputs[0], outputs, name="model")
 
 
-def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
-    """What `model.json` holds beside the model: the task, class names and the inputs."""
+def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str, Any]:
+    """What `model.json` holds beside the model: the task, class names and the inputs (for text,
+    whose tokenizer: prepare's vocabulary or a keras-hub preset's)."""
+    tokenizer = type(vectorizer).__module__.split(".")[0] if vectorizer is not None else None
     return {
         "task": task.kind,
         "names": task.names,
@@ -41,17 +49,23 @@ def user_sidecar(task: Task, spec: DataSpec) -> dict[str, Any]:
         "threshold": 0.5,
         # Images: how the shards store them (png / jpeg); `predict` makes the same pixels.
         "image_encoding": spec.extra.get("encoding") if spec.kind == "image" else None,
+        **({"tokenizer": tokenizer} if tokenizer else {}),
     }
 
 
 def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """The saved model and its sidecar; model.py is imported so its custom layers load."""
+    """The saved model and its sidecar; model.py and text.py are imported so their custom layers
+    load (and keras_hub, for a model on a keras-hub preset)."""
     import keras
 
     from .. import model as _custom_layers  # noqa: F401 - registers BackbonePreprocessing
+    from .. import text as _text_layers  # noqa: F401 - registers TextModel, standardize
 
     target, sidecar = models_dir / MODEL, models_dir / SIDECAR
     for path in (target, sidecar):
         if not path.is_file():
             raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")
-    return keras.models.load_model(target, compile=False), json.loads(sidecar.read_text())
+    info = json.loads(sidecar.read_text())
+    if info.get("tokenizer") == "keras_hub":
+        _text_layers.keras_hub()
+    return keras.models.load_model(target, compile=False), info

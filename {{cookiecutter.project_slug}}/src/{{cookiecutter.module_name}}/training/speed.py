@@ -25,7 +25,7 @@ from ..config import COMMAND, Params
 from ..core.environment import utc_now
 from ..core.storage import results_root
 from ..data.feed import make_feed, on_replicas
-from ..data.pipeline import Prepared
+from ..data.pipeline import Prepared, for_model
 from ..loop import make_chunk_function
 from .run_record import build_record, list_runs, new_run_id, write_run_record
 from .seeding import seed_everything
@@ -43,7 +43,8 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
     seed_everything(params.seed, params.repro.deterministic)
     started = utc_now()
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
-        data = open_data(params, project_dir, prepared, Path(tmp))
+        # Text: token ids in the input path, as `train` has them.
+        data = for_model(open_data(params, project_dir, prepared, Path(tmp)), params.model)
         rates = measure(params, strategy, info, data, steps)
     slower = min(rates["input"], rates["compute"])
     bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
@@ -144,8 +145,14 @@ def synthetic_batch(strategy: Any, data: Prepared, batch: int, seed: int) -> Any
     import tensorflow as tf
 
     spec, key = data.spec, tf.constant([seed, 1], tf.int64)
-    high = 255.0 if spec.kind == "image" else 1.0
-    x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=high)
+    if spec.kind == "text":  # token ids, as the vectoriser gives them
+        from ..text import vocabulary_size
+
+        top = vocabulary_size(data.vectorize)
+        x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=top, dtype=tf.int32)
+    else:
+        high = 255.0 if spec.kind == "image" else 1.0
+        x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=high)
     if spec.task == "classification":
         y = tf.random.stateless_uniform([batch], key, maxval=len(spec.names), dtype=tf.int32)
     elif spec.task == "multilabel":

@@ -30,7 +30,7 @@ from ..core.environment import utc_now
 from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest
 from ..data.feed import make_feed, resident_bytes
-from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, load_prepared
+from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, for_model, load_prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
@@ -280,6 +280,7 @@ def fit(
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`.
     `expected`: the run's fingerprint (fingerprint.of); by default that of `data`'s shards."""
     run_start = time.monotonic()
+    data = for_model(data, params.model)  # text: token ids in the input pipeline
     plan = make_plan(params, info, data)
     if expected is None:
         expected = fingerprint.of(params, fingerprint.folder_hash(data.folder), info.replicas)
@@ -695,8 +696,8 @@ def _finish(run: Run, run_start: float) -> dict[str, Any]:
         "history": run.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
-    users = wrap_for_users(model, run.task)
-    sidecar = user_sidecar(run.task, run.data.spec)
+    users = wrap_for_users(model, run.task, run.data.vectorize)
+    sidecar = user_sidecar(run.task, run.data.spec, run.data.vectorize)
     write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)

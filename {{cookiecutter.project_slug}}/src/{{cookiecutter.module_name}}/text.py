@@ -1,0 +1,148 @@
+"""Your text: how a string becomes token ids (`data.text`, `data.source: text`).
+
+`prepare` learns the vocabulary from the training split only (`learn_vocabulary`) and writes it
+beside the shards, `data/processed/vocabulary.txt`: one token per line, most frequent first, the
+line's number (from 2) its id. The manifest hashes it, so a run resumed on another machine finds
+the same embedding row for every word. The shards hold the raw text; `train` turns it into token
+ids in the input pipeline (`make_vectorizer`, string ops on the CPU, never on the accelerator) and
+the network learns on ids. The model users get (`TextModel`) puts the same vectoriser in front of
+the network, so it takes raw strings.
+
+The vectoriser: `standardize` (lower case, punctuation and symbols dropped), split on whitespace,
+each word to its id (1: a word not in the vocabulary), cut or padded with 0 to
+`data.sequence_length`. With `model.architecture: backbone` the keras-hub preset's own tokenizer
+takes its place (its vocabulary comes with the preset). Tokenise differently by editing
+`standardize`, then run `prepare` again: the vocabulary depends on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from .config import ConfigError, ModelConfig
+from .spec import DataSpec
+
+VOCABULARY = "vocabulary.txt"  # in data/processed, beside spec.json
+RESERVED = 2  # id 0: padding; id 1: a word that is not in the vocabulary ([UNK])
+PRESET_EXAMPLE = "bert_tiny_en_uncased"
+
+
+@keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
+def standardize(text: Any) -> Any:
+    """Lower case in every alphabet (Keras's default lowers ASCII only: `Über` would stay), then
+    drop punctuation and symbols (Unicode classes P and S: `«»`, `—`, `€`, emoji too)."""
+    import tensorflow as tf
+
+    text = tf.strings.lower(text, encoding="utf-8")
+    return tf.strings.regex_replace(text, r"[\p{P}\p{S}]", "")
+
+
+def learn_vocabulary(texts: Any, max_tokens: int) -> list[str]:
+    """The words of `texts` (a tf.data.Dataset of strings), most frequent first (ties by the word,
+    Keras's order), at most `max_tokens` with padding and [UNK], which are not in the list."""
+    layer = keras.layers.TextVectorization(
+        max_tokens=max_tokens, standardize=standardize, output_mode="int"
+    )
+    layer.adapt(texts.batch(1024))
+    return [str(token) for token in layer.get_vocabulary()[RESERVED:]]
+
+
+def write_vocabulary(path: Path, tokens: list[str]) -> None:
+    """One token per line, UTF-8, `\\n` endings (what TextVectorization reads back)."""
+    Path(path).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
+
+
+def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
+    """A layer from strings [batch] to token ids [batch, sequence_length]: the keras-hub preset's
+    preprocessor for `model.architecture: backbone`, else TextVectorization over the vocabulary
+    that `prepare` wrote into `folder`."""
+    length = int(spec.input_shape[0])
+    if cfg.architecture == "backbone":
+        hub = keras_hub()
+        preprocessor = hub.models.TextClassifierPreprocessor
+        return from_preset(preprocessor, cfg.backbone, sequence_length=length)
+    return keras.layers.TextVectorization(
+        standardize=standardize,
+        output_mode="int",
+        output_sequence_length=length,
+        vocabulary=str(Path(folder) / spec.vocabulary),
+        name="vectorize",
+    )
+
+
+def vocabulary_size(vectorizer: Any) -> int:
+    """How many ids `make_vectorizer`'s layer gives (padding and [UNK] included)."""
+    return int(getattr(vectorizer, "tokenizer", vectorizer).vocabulary_size())
+
+
+def token_ids(vectorized: Any) -> Any:
+    """The vectoriser's output as int32 ids (a keras-hub preprocessor gives a dict: its
+    `token_ids`; the backbone's padding mask is made again from them)."""
+    if isinstance(vectorized, dict):
+        vectorized = vectorized["token_ids"]
+    return keras.ops.cast(vectorized, "int32")
+
+
+@keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
+class TextModel(keras.Model):
+    """Raw strings [batch] -> the vectoriser -> the network (token ids to logits) -> the task's
+    output layer (probabilities or values). The three parts stay apart: `network` alone takes
+    token ids (what a converter for phones takes, with the vocabulary beside it)."""
+
+    def __init__(self, vectorizer: Any, network: Any, head: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vectorizer, self.network, self.head = vectorizer, network, head
+        # The parts are built already; Keras cannot build this by tracing a string input with
+        # its float stand-ins.
+        self.built = True
+
+    def call(self, text: Any, training: bool = False) -> Any:
+        return self.head(self.network(token_ids(self.vectorizer(text)), training=training))
+
+    def build(self, input_shape: Any = None) -> None:
+        self.built = True
+
+    def get_config(self) -> dict[str, Any]:
+        parts = {name: getattr(self, name) for name in ("vectorizer", "network", "head")}
+        config = {k: keras.saving.serialize_keras_object(v) for k, v in parts.items()}
+        return {**super().get_config(), **config}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> TextModel:
+        for name in ("vectorizer", "network", "head"):
+            config[name] = keras.saving.deserialize_keras_object(config[name])
+        return cls(**config)
+
+
+def keras_hub() -> Any:
+    """The keras_hub module, or a one-line error naming the package. It is no requirement of the
+    project (only a preset needs it; Colab preinstalls it): its tokenizers need tensorflow-text,
+    which must match TensorFlow's version, else pip replaces TensorFlow."""
+    try:
+        import keras_hub as hub
+    except ImportError as exc:
+        import tensorflow as tf
+
+        major_minor = ".".join(tf.__version__.split(".")[:2])
+        raise ConfigError(
+            f"model.backbone: a text preset needs the package keras-hub ({exc}): "
+            f"pip install keras-hub 'tensorflow-text~={major_minor}.0' "
+            f"(example: --set model.backbone={PRESET_EXAMPLE})"
+        ) from None
+    return hub
+
+
+def from_preset(cls: Any, preset: str, **kwargs: Any) -> Any:
+    """`cls.from_preset(preset, ...)`: a built-in name (downloaded once), `kaggle://`, `hf://` or a
+    local folder made by `save_to_preset`; a preset it cannot load is one line naming the key."""
+    try:
+        return cls.from_preset(preset, **kwargs)
+    except (ValueError, OSError, ImportError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ConfigError(
+            f"model.backbone: {preset!r} is not a keras-hub text preset this can load ({first}) "
+            f"(example: --set model.backbone={PRESET_EXAMPLE})"
+        ) from None
