@@ -258,4 +258,8 @@ def test_small_tabular_data_resumes_bit_identical_under_two_replicas(
     # (the budget also ends the call that reaches the last step; the next one writes results)
     assert [c.step for c in calls] == [7, per_epoch, per_epoch + 7, 2 * per_epoch, 2 * per_epoch]
     assert calls[-1].metrics["weights_sha256"] == ref.metrics["weights_sha256"]
+    # train.json's history holds every epoch, also those trained before the last resume
+    epochs = [(h["epoch"], h["val_loss"]) for h in calls[-1].metrics["history"]]
+    assert epochs == [(h["epoch"], h["val_loss"]) for h in ref.metrics["history"]]
+    assert len(epochs) == 2
     assert len(feeds) == 1 + len(calls) and all(isinstance(f, Resident) for f in feeds)

@@ -452,6 +452,7 @@ def _restore(run: Run, fresh: bool) -> None:
         return
     run.last_saved = run.step
     run.resumes, run.started_at_step = int(meta.get("resumes", 0)) + 1, run.step
+    run.history = list(meta.get("history", []))
     print(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
         f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
@@ -538,6 +539,7 @@ def _save(run: Run) -> None:
         "epoch": run.step // run.plan.per_epoch,
         "early_stopping": run.early.state(),
         "resumes": run.resumes,
+        "history": run.history,  # the epochs so far: a resumed run's train.json keeps them all
     }
     if run.step != run.last_saved and run.store.try_save(run.checkpoint, run.step, meta):
         run.last_saved = run.step
