@@ -21,8 +21,8 @@ $(STAMP): requirements-dev.txt
 demo: $(STAMP)  ## bake the default project into demo/, install it and run its main job
 	$(BIN)/python scripts/demo.py demo
 
-test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake)
-	$(BIN)/python -m pytest tests
+test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake), a file per core
+	$(BIN)/python -m pytest -n auto --dist loadfile tests
 
 bench: $(STAMP)  ## bake time, then the baked trainer against plain Keras (about 25 min; ARGS="--pairs 3")
 	$(BIN)/python scripts/bench.py $(ARGS)

@@ -127,7 +127,7 @@ class Project:
         self.folder, self.python, self.module = folder, python, module
         self.sets = sets  # --set overrides of every command in this workload
         self.env = {**os.environ, "PROJECT_STORAGE_DIR": str(folder / "storage"),
-                    "TF_CPP_MIN_LOG_LEVEL": "2"}  # fmt: skip
+                    "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(folder / "src")}  # fmt: skip
         self.env.pop("PROJECT_RESULTS_DIR", None)
 
     def run(self, command: str, *args: str, **sets: Any) -> float:
@@ -473,7 +473,9 @@ def main(argv: list[str] | None = None) -> None:
         work.mkdir(parents=True, exist_ok=True)
         with quiet_stdout():  # the post-generation hook's "next steps"
             baked = project_env.bake(work / "baked")
-        python = project_env.project_python(baked)
+        # The locked environment, the package from each copy's src/ (PYTHONPATH): an editable
+        # install here would swap the package under a test suite using the same environment.
+        python = project_env.locked_python(baked)
         module = next(p.name for p in (baked / "src").iterdir() if (p / "__main__.py").exists())
         if "mlp" in args.only:
             print(timed(mlp, work, baked, python, module, args), flush=True)

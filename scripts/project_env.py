@@ -7,11 +7,15 @@ kept in `.venv-project/` and rebuilt only when the baked lock files change, so a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +50,33 @@ def uv() -> str:
     return str(Path(sys.executable).parent / "uv")
 
 
+@contextlib.contextmanager
+def exclusive(lock_file: Path) -> Iterator[None]:
+    """One process at a time in the block (the template's tests run on several pytest-xdist workers)."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def project_python(project: Path) -> Path:
-    """An interpreter with the project's locked requirements and the project installed (editable)."""
+    """An interpreter with the project's locked requirements and the project installed (editable).
+
+    The same folder with the same pyproject.toml is not installed again: a reinstall would briefly
+    take the package away from a test suite that another worker runs in this environment."""
     python = locked_python(project)
-    subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "-e", str(project)],
-                   check=True, env=UV_ENV)
+    stamp = python.parent.parent / "editable.json"
+    pyproject = hashlib.sha256((project / "pyproject.toml").read_bytes()).hexdigest()
+    wanted = {"project": str(project), "pyproject": pyproject}
+    with exclusive(python.parent.parent / "editable.lock"):
+        if stamp.exists() and json.loads(stamp.read_text()) == wanted:
+            return python
+        subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "-e", str(project)],
+                       check=True, env=UV_ENV)
+        stamp.write_text(json.dumps(wanted))
     return python
 
 
@@ -61,11 +87,12 @@ def locked_python(project: Path) -> Path:
     venv = PROJECT_VENVS / digest[:16]
     python = venv / "bin" / "python"
     stamp = venv / "locks.sha256"
-    if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
-        subprocess.run([uv(), "venv", "--quiet", "--clear", "--python", sys.executable, str(venv)],
-                       check=True, env=UV_ENV)
-        args = [arg for name in LOCKS for arg in ("-r", str(project / name))]
-        subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), *args],
-                       check=True, env=UV_ENV)
-        stamp.write_text(digest)
+    with exclusive(PROJECT_VENVS / f"{digest[:16]}.lock"):
+        if not (python.exists() and stamp.exists() and stamp.read_text() == digest):
+            subprocess.run([uv(), "venv", "--quiet", "--clear", "--python", sys.executable, str(venv)],
+                           check=True, env=UV_ENV)
+            args = [arg for name in LOCKS for arg in ("-r", str(project / name))]
+            subprocess.run([uv(), "pip", "install", "--quiet", "--python", str(python), *args],
+                           check=True, env=UV_ENV)
+            stamp.write_text(digest)
     return python

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,8 +16,18 @@ import project_env  # noqa: E402
 
 @pytest.fixture(scope="session")
 def default_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project baked with every default answer."""
-    return project_env.bake(tmp_path_factory.mktemp("default"))
+    """A project baked with every default answer, once for all of this run's pytest-xdist workers
+    (their base folders share a parent), so they share one editable install of it too."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / "default"
+    with project_env.exclusive(shared / "default.lock"):
+        if not folder.exists():
+            partial = shared / "default.partial"
+            shutil.rmtree(partial, ignore_errors=True)  # a bake this run started and did not finish
+            project_env.bake(partial)
+            partial.rename(folder)
+    return next(p for p in folder.iterdir() if p.is_dir())
 
 
 @pytest.fixture(scope="session")
