@@ -38,3 +38,14 @@ def project_python(default_project: Path) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bench: runs `make bench` at tiny sizes (minutes)")
+
+
+# `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder).
+# The default project's own suite (about 12 min) takes one worker, with one quick file queued
+# behind it; the other worker runs the benchmark, the Colab box and the rest meanwhile.
+FIRST = ("test_baked_project.py", "test_bench.py", "test_lock.py", "test_colab_box.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: the rest as collected
