@@ -81,19 +81,35 @@ def test_metric_names_per_task() -> None:
     ]  # fmt: skip
     assert names["multilabel"] == ["binary_accuracy", "auc", "precision", "recall", "f1"]
     assert names["regression"] == ["mae", "rmse", "r2"]
-    # Training steps: the first (cheap) one, and task.metrics.
-    extra = ["mean_squared_error"]
+    # Training steps: the first standard metric by `train_metric`, task.metrics as objects.
+    extra = ["mean_squared_error", "accuracy"]
     training = {kind: [m.name for m in task_for(kind, extra_metrics=extra).make_metrics(True)]
                 for kind in ("classification", "multilabel", "regression")}  # fmt: skip
     assert training == {
-        "classification": ["accuracy", *extra],
-        "multilabel": ["binary_accuracy", *extra],
-        "regression": ["mae", *extra],
+        "classification": ["mean_squared_error"],  # accuracy is the train metric already
+        "multilabel": extra,
+        "regression": extra,
     }
+    assert {kind: task_for(kind).train_metric_name for kind in training} == {
+        "classification": "accuracy", "multilabel": "binary_accuracy", "regression": "mae"
+    }  # fmt: skip
     small = dataclasses.replace(task_for("classification"), names=["a", "b", "c"])
     assert "top5_accuracy" not in [m.name for m in small.make_metrics()]
     with pytest.raises(ConfigError, match=r"^task\.metrics: 'accurcy' is not a keras metric"):
         dataclasses.replace(small, extra_metrics=["accurcy"]).make_metrics()
+
+
+@pytest.mark.parametrize("kind", ["classification", "multilabel", "regression"])
+def test_train_metric_is_the_first_standard_metric(kind: str) -> None:
+    """The mean of `train_metric` over examples is the keras metric the history names."""
+    task = task_for(kind)
+    y, logits = batch(kind, n=64)
+    first = task.standard_metrics()[0]
+    assert first.name == task.train_metric_name
+    task.update_metrics([first], y, logits)
+    values = keras.ops.convert_to_numpy(task.train_metric(y, logits))
+    assert values.shape == (64,)
+    assert float(values.mean()) == pytest.approx(float(first.result()), rel=1e-6)
 
 
 def test_losses_are_per_example_from_logits() -> None:

@@ -20,14 +20,16 @@ class StepParts:
     model: Any
     optimizer: Any
     task: Task
-    metrics: list[Any]  # task.make_metrics(training=True), made in strategy.scope()
-    loss_sum: Any  # an ON_READ SUM variable: the chunk's loss, added up across replicas
+    metrics: list[Any]  # task.make_metrics(training=True) (task.metrics), in strategy.scope()
+    # An ON_READ SUM variable [loss, train metric]: the chunk's sums, added up across replicas.
+    sums: Any
     step_var: Any
     global_batch: int
 
 
 def make_chunk_function(parts: StepParts, cfg: TrainConfig, next_batch: Any) -> Any:
-    """A `tf.function(feed, n)` running `n` steps and returning the chunk's summed loss;
+    """A `tf.function(feed, n)` running `n` steps and returning the chunk's sums [loss, train
+    metric] (the loss per step, the metric per example: `task.train_metric`);
     `next_batch(feed, i)` (data/feed.py) gives step i's batch, one per replica: `next()` on a
     distributed iterator, or small data gathered on each replica's device. Build it again after
     the trainable variables change (the fine-tune phase change): a trace captures the variables
@@ -60,17 +62,21 @@ def make_chunk_function(parts: StepParts, cfg: TrainConfig, next_batch: Any) -> 
         scale = optimizer.dynamic_scale if scale_loss else 1.0
         grads = clip_gradients(grads, cfg.clip_norm, scale)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        parts.loss_sum.assign_add(loss)
-        task.update_metrics(parts.metrics, y, tf.cast(logits, tf.float32))
+        logits = tf.cast(logits, tf.float32)
+        # One update of one variable per step: per-step state updates are what a small model's
+        # step time is made of.
+        parts.sums.assign_add(tf.stack([loss, tf.reduce_sum(task.train_metric(y, logits))]))
+        if parts.metrics:
+            task.update_metrics(parts.metrics, y, logits)
 
     @tf.function
     def run_chunk(feed: Any, n: tf.Tensor) -> tf.Tensor:
         # `n` steps per call: the Python round trip is paid once per chunk, not once per step.
-        parts.loss_sum.assign(0.0)
+        parts.sums.assign(tf.zeros([2]))
         for i in tf.range(n):
             parts.strategy.run(train_step, args=next_batch(feed, i))
         parts.step_var.assign_add(n)
-        return parts.loss_sum.read_value()  # summed over replicas
+        return parts.sums.read_value()  # summed over replicas
 
     return run_chunk
 

@@ -131,7 +131,7 @@ def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> floa
         nonlocal step
         while count > 0:
             n = min(per_call, per_epoch - step % per_epoch, count)
-            float(fn(args(step), tf.constant(n, tf.int64)))  # waits for the chunk
+            fn(args(step), tf.constant(n, tf.int64)).numpy()  # waits for the chunk
             step, count = step + n, count - n
 
     run(min(per_call, steps))

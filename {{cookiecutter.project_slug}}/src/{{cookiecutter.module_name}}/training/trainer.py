@@ -116,6 +116,7 @@ class Run:
     trained_steps: int = 0
     train_time: float = 0.0
     epoch_loss: float = 0.0
+    epoch_metric: float = 0.0  # the sum of task.train_metric over this epoch's examples
     epoch_steps: int = 0
     stopped_early: bool = False
     resumes: int = 0  # how many times this run was resumed from a checkpoint (the model card)
@@ -373,17 +374,16 @@ def build_parts(
         tuned = fine_tune_variables(model, unfreeze) if plan.phase_step else None
         optimizer.build(tuned if tuned is not None else model.trainable_variables)
         step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # The chunk's loss: per-replica sums, added up across replicas only when read.
-        loss_sum = tf.Variable(
-            0.0,
+        # The chunk's [loss, train metric]: per-replica sums, added up across replicas only
+        # when read.
+        sums = tf.Variable(
+            tf.zeros([2]),
             synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.SUM,
             trainable=False,
         )
         metrics = task.make_metrics(training=True)
-    return StepParts(
-        strategy, model, optimizer, task, metrics, loss_sum, step_var, plan.global_batch
-    )
+    return StepParts(strategy, model, optimizer, task, metrics, sums, step_var, plan.global_batch)
 
 
 def _build(
@@ -580,13 +580,15 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             started = time.perf_counter()
             feed = run.feed.args(run.step)
             with profiler.marker(run.step):
-                loss = float(run.chunk_fn(feed, tf.constant(n, tf.int64)))  # waits for it
+                sums = run.chunk_fn(feed, tf.constant(n, tf.int64)).numpy()  # waits for it
             elapsed = time.perf_counter() - started
             run.step += n
             profiler.after(run.step)
             run.trained_steps += n
             run.train_time += elapsed
+            loss = float(sums[0])
             run.epoch_loss += loss
+            run.epoch_metric += float(sums[1])
             run.epoch_steps += n
             _log_chunk(tf, run.step, n, loss, elapsed, plan.global_batch, info.device)
             bar.update(n)
@@ -615,13 +617,14 @@ def _end_epoch(run: Run, say: Any, run_start: float) -> None:
         "epoch": run.step // plan.per_epoch,
         "step": run.step,
         "loss": run.epoch_loss / max(run.epoch_steps, 1),
+        run.task.train_metric_name: run.epoch_metric / max(run.epoch_steps * plan.global_batch, 1),
         **metric_values(run.parts.metrics),
         **val,
         "seconds": round(time.monotonic() - run_start, 3),  # since `fit` started
     }
     for metric in run.parts.metrics:
         metric.reset_state()
-    run.epoch_loss, run.epoch_steps = 0.0, 0
+    run.epoch_loss, run.epoch_metric, run.epoch_steps = 0.0, 0.0, 0
     run.history.append(record)
     for name, value in val.items():
         tf.summary.scalar(f"val/{name.removeprefix('val_')}", value, step=run.step)
