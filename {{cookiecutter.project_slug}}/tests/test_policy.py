@@ -69,9 +69,22 @@ def test_profile_trace_and_a_model_that_stands_alone(tiny_project: Path, capsys)
     assert probabilities.shape == (4, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)
 
 
+def chunk_ends(epochs: int, per_chunk: int) -> list[tuple[int, int]]:
+    """(step, n) at each chunk end, chunks cut from each epoch's start as the trainer cuts them."""
+    ends = []
+    for epoch in range(epochs):
+        start = epoch * PER_EPOCH
+        ends += [(min(s + per_chunk, PER_EPOCH) + start, min(per_chunk, PER_EPOCH - s))
+                 for s in range(0, PER_EPOCH, per_chunk)]  # fmt: skip
+    return ends
+
+
 def test_checkpoints_fall_on_steps_every_worker_shares() -> None:
-    # Chunks of 5 steps, every 10 steps: the first chunk end at or after each multiple, and at
-    # the epoch end; a function of the step alone, so every worker saves at the same step.
-    due = [s for s in range(5, PER_EPOCH + 1, 5) if checkpoint_due(s, 5, 10, s == PER_EPOCH)]
-    assert due == [10, 20, 30, 40]
-    assert checkpoint_due(44, 4, 10, True)
+    # Chunks of 5 steps, every 10 steps: the first chunk end at or after each multiple of 10
+    # from the epoch's start, and the epoch end; a function of the step alone, so every worker
+    # saves at the same step.
+    assert PER_EPOCH == 44
+    due = [s for s, n in chunk_ends(2, 5) if checkpoint_due(s, n, 10, PER_EPOCH)]
+    assert due == [10, 20, 30, 40, 44, 54, 64, 74, 84, 88]
+    # Epochs shorter than `every`: a save at each epoch end only, not one a few steps later.
+    assert [s for s, n in chunk_ends(3, 5) if checkpoint_due(s, n, 50, PER_EPOCH)] == [44, 88, 132]

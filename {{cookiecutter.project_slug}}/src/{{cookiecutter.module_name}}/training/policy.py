@@ -113,11 +113,15 @@ def agree_to_stop(strategy: Any, stopper: Stopper, workers: int) -> str:
     return stopper.reason
 
 
-def checkpoint_due(step: int, n: int, every: int, epoch_end: bool) -> bool:
-    """Save at the first chunk end at or after each multiple of `every`, and at epoch ends.
+def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
+    """Save at epoch ends, and within an epoch at the first chunk end at or after each multiple
+    of `every` steps from its start: at most `every` steps between saves, and no save a few
+    steps after an epoch end's (epochs of 468 steps with `every` 500 save once per epoch).
 
-    A function of the step only, so every worker saves at the same step."""
-    return step // every > (step - n) // every or epoch_end
+    Chunks never cross an epoch end. A function of the step only, so every worker saves at the
+    same step."""
+    within = step % per_epoch  # 0: this chunk ended the epoch
+    return within == 0 or within // every > (within - n) // every
 
 
 def agree_early_stop(strategy: Any, early: EarlyStopping, workers: int) -> bool:

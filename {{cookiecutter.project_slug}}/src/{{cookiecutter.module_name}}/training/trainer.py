@@ -596,7 +596,7 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             epoch_end = run.step % plan.per_epoch == 0
             if epoch_end:  # validate first, so the checkpoint holds this epoch's best
                 _end_epoch(run, say, run_start)
-            if checkpoint_due(run.step, n, cfg.checkpoint_every_steps, epoch_end):
+            if checkpoint_due(run.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
                 _save(run)
             reason = agree_to_stop(run.strategy, stopper, info.workers)
         if reason:
