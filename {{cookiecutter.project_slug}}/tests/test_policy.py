@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 import numpy as np
+import tensorflow as tf
 from conftest import TINY
 
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.storage import results_root
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import checkpoint_due
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
@@ -43,6 +45,16 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     assert "Early stopping: val_accuracy has not improved for 1 epochs" in out
     assert {"val_loss", "val_accuracy", "val_auc", "val_f1"} <= set(metrics)
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics["history"][-1])
+    # TensorBoard: the loss and accuracy of every chunk, validation per epoch (docs/training.md).
+    events = (results_root(tiny_project) / "tensorboard" / "early").glob("events.out.tfevents.*")
+    scalars: dict[str, list[float]] = {}
+    for event in (e for f in events for e in tf.compat.v1.train.summary_iterator(str(f))):
+        for value in event.summary.value:
+            array = tf.make_ndarray(value.tensor)
+            if array.shape == () and array.dtype.kind == "f":  # scalars, not the params text
+                scalars.setdefault(value.tag, []).append(float(array))
+    assert {"train/loss", "train/accuracy", "perf/examples_per_sec", "val/accuracy"} <= set(scalars)
+    assert all(0.0 <= a <= 1.0 for a in scalars["train/accuracy"]), scalars["train/accuracy"]
     # The checkpoint remembers the verdict: the same command trains no further.
     storage = Path(os.environ["PROJECT_STORAGE_DIR"])
     newest = list_checkpoints(storage / "checkpoints" / "early")[-1][1]

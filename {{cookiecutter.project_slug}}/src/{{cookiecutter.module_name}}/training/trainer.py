@@ -590,7 +590,8 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             run.epoch_loss += loss
             run.epoch_metric += float(sums[1])
             run.epoch_steps += n
-            _log_chunk(tf, run.step, n, loss, elapsed, plan.global_batch, info.device)
+            metric = (run.task.train_metric_name, float(sums[1]) / (n * plan.global_batch))
+            _log_chunk(tf, run.step, n, loss, metric, elapsed, plan.global_batch, info.device)
             bar.update(n)
             bar.set_postfix(loss=f"{loss / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
             epoch_end = run.step % plan.per_epoch == 0
@@ -780,10 +781,18 @@ def weights_digest(model: Any) -> str:
 
 
 def _log_chunk(
-    tf: Any, step: int, n: int, loss: float, elapsed: float, batch: int, device: str
+    tf: Any,
+    step: int,
+    n: int,
+    loss: float,
+    metric: tuple[str, float],
+    elapsed: float,
+    batch: int,
+    device: str,
 ) -> None:
-    """Step time, throughput, loss (and GPU memory) to TensorBoard."""
+    """Step time, throughput, loss and the training metric (and GPU memory) to TensorBoard."""
     tf.summary.scalar("train/loss", loss / n, step=step)
+    tf.summary.scalar(f"train/{metric[0]}", metric[1], step=step)
     tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=step)
     tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=step)
     if device == "GPU":
