@@ -586,12 +586,11 @@ def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) ->
             profiler.after(run.step)
             run.trained_steps += n
             run.train_time += elapsed
-            loss = float(sums[0])
+            loss, metric_sum = float(sums[0]), float(sums[1])
             run.epoch_loss += loss
-            run.epoch_metric += float(sums[1])
+            run.epoch_metric += metric_sum
             run.epoch_steps += n
-            metric = (run.task.train_metric_name, float(sums[1]) / (n * plan.global_batch))
-            _log_chunk(tf, run.step, n, loss, metric, elapsed, plan.global_batch, info.device)
+            _log_chunk(tf, run, n, loss, metric_sum, elapsed)
             bar.update(n)
             bar.set_postfix(loss=f"{loss / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
             epoch_end = run.step % plan.per_epoch == 0
@@ -780,22 +779,15 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _log_chunk(
-    tf: Any,
-    step: int,
-    n: int,
-    loss: float,
-    metric: tuple[str, float],
-    elapsed: float,
-    batch: int,
-    device: str,
-) -> None:
-    """Step time, throughput, loss and the training metric (and GPU memory) to TensorBoard."""
+def _log_chunk(tf: Any, run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
+    """The chunk of `n` steps just run (its summed loss and training metric): step time,
+    throughput, loss and the training metric (and GPU memory) to TensorBoard."""
+    step, batch = run.step, run.plan.global_batch
     tf.summary.scalar("train/loss", loss / n, step=step)
-    tf.summary.scalar(f"train/{metric[0]}", metric[1], step=step)
+    tf.summary.scalar(f"train/{run.task.train_metric_name}", metric_sum / (n * batch), step=step)
     tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=step)
     tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=step)
-    if device == "GPU":
+    if run.info.device == "GPU":
         mem = tf.config.experimental.get_memory_info("GPU:0")
         tf.summary.scalar("perf/gpu_memory_mb", mem["current"] / 2**20, step=step)
         tf.summary.scalar("perf/gpu_peak_memory_mb", mem["peak"] / 2**20, step=step)
