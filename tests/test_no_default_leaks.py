@@ -95,6 +95,18 @@ def test_no_default_answer_leaks_into_a_file(project: Path) -> None:
     assert {name: found for name, found in leaks.items() if name not in KNOWN_LEAKS} == {}
 
 
+def test_no_default_answer_in_what_the_bake_prints(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    """The next steps the post-generation hook prints: these answers' names, no default, and no
+    Vertex AI line (`make image`, `make vertex`) for vertex_ai=no."""
+    project_env.bake(tmp_path, **ANSWERS)
+    printed = capfd.readouterr().out
+    assert f"git@github.com:{ANSWERS['github_owner']}/{ANSWERS['project_slug']}.git" in printed
+    assert sorted(s for s in DEFAULT_STRINGS if s in printed) == []
+    assert "Vertex" not in printed and "make image" not in printed, printed
+
+
 def test_the_answers_are_where_they_belong(project: Path) -> None:
     assert project.name == ANSWERS["project_slug"]
     assert (project / "src" / ANSWERS["module_name"] / "__main__.py").is_file()
