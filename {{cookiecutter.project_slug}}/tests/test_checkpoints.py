@@ -34,6 +34,8 @@ def test_save_restore_and_keep_newest(tmp_path: Path) -> None:
     meta = store.restore(ckpt)
     assert meta["step"] == 30 and var.numpy().tolist() == [30.0, 30.0]
     assert not list(tmp_path.glob(".tmp-*"))
+    # The write is traced once and reads the variables when it runs (not when it was traced).
+    assert store._traced is not None and store._traced[1].experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "no_meta", "no_index"])

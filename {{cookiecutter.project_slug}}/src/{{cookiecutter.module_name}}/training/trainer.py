@@ -414,6 +414,7 @@ def _build(
         best=best.variables,
     )
     store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
+    store.prepare(checkpoint)  # its write traced at start-up, not at the first save
     # Small tabular data: every replica's copy of the training split, and the validation split
     # read once; else what the streaming pipeline holds.
     resident = resident_bytes(strategy, data)
