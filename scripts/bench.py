@@ -430,7 +430,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--image-epochs", type=int, default=3, help="images: epochs per run (>= 2)")
     p.add_argument("--image-batch", type=int, default=32, help="images, backbone: batch size")
     p.add_argument("--backbone-images", type=int, default=1500, help="backbone: JPEGs")
-    p.add_argument("--backbone-epochs", type=int, default=3, help="backbone: epochs per run")
+    p.add_argument("--backbone-epochs", type=int, default=4, help="backbone: epochs per run")
     p.add_argument("--cnn-per-class", type=int, default=300, help="cnn: images per shape")
     p.add_argument("--cnn-epochs", type=int, default=20, help="cnn: epochs per seed")
     p.add_argument("--cnn-seeds", type=int, default=3, help="cnn: seeds (runs)")
