@@ -16,11 +16,13 @@ from {{ cookiecutter.module_name }}.data.feed import Resident, make_feed
 from {{ cookiecutter.module_name }}.data.pipeline import (
     Prepared,
     epoch_windows,
+    eval_dataset,
     load_prepared,
     train_dataset,
 )
 from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
+from {{ cookiecutter.module_name }}.training.trainer import validation_batches
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
@@ -93,6 +95,15 @@ def test_a_steps_examples_do_not_depend_on_replicas_and_resume_is_exact(
     assert len(set(sum(one[:52], []))) == 52 * 48  # no example twice within an epoch
     assert steps(shards, replicas=1, start=37, count=23) == one[37:]  # mid-epoch resume
     assert steps(shards, replicas=2, start=52, count=8) == one[52:]  # from an epoch start
+
+
+def test_every_validation_pass_is_the_whole_split_in_its_order(shards: Prepared) -> None:
+    """One iterator serves the run's validation passes: each pass is the split, once, in order."""
+    written = [example_ids(x) for x, _ in eval_dataset(shards, "validation", 4)]
+    assert [len(b) for b in written] == [4, 4, 2] and sorted(sum(written, [])) == list(range(10))
+    passes = validation_batches(shards, 4)
+    for _ in range(3):
+        assert [example_ids(x) for x, _ in passes] == written
 
 
 def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) -> None:

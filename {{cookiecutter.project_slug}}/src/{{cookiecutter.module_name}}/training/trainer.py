@@ -30,7 +30,14 @@ from ..core.environment import utc_now
 from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest
 from ..data.feed import make_feed, resident_bytes
-from ..data.pipeline import SHUFFLE_WINDOW, Prepared, eval_dataset, for_model, load_prepared
+from ..data.pipeline import (
+    SHUFFLE_WINDOW,
+    Passes,
+    Prepared,
+    eval_dataset,
+    for_model,
+    load_prepared,
+)
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
@@ -721,13 +728,16 @@ _NOT_METRICS = ("epoch", "step", "seconds")
 
 
 def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
-    """The validation split, streamed, or read once and held (`in_memory`: small tabular data,
-    whose records would cost a small model's epoch a tenth of its time to parse every epoch).
-    Vectors: big batches, few Python round trips. Images: the training batch, because a conv
-    net's activations, not the inputs, set the memory (600 96x96 images in one batch: +700 MB)."""
+    """The validation split, streamed (`Passes`: one iterator for the run), or read once and held
+    (`in_memory`: small tabular data, whose records would cost a small model's epoch a tenth of
+    its time to parse every epoch). Vectors: big batches, few Python round trips. Images: the
+    training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
+    images in one batch: +700 MB)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
     batches = eval_dataset(data, "validation", batch)
-    return list(batches) if in_memory else batches
+    if in_memory:
+        return list(batches)
+    return Passes(batches, -(-data.count("validation") // batch))  # the last batch is smaller
 
 
 class Profiler:
