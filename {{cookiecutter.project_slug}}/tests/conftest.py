@@ -46,6 +46,16 @@ OUTPUTS = (".git", ".venv", "results", "data", "wandb", "checkpoints")
 CACHES = shutil.ignore_patterns("__pycache__", "*.egg-info")
 
 
+def tensorboard_values(folder: Path) -> dict[str, list]:
+    """Every value the TensorBoard event files in `folder` hold, as arrays, by tag, in order."""
+    values: dict[str, list] = {}
+    for file in sorted(folder.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(file)):
+            for value in event.summary.value:
+                values.setdefault(value.tag, []).append(tf.make_ndarray(value.tensor))
+    return values
+
+
 def copy_checkout(dest: Path) -> Path:
     """This project's files without outputs, environments or caches (src/<module>/data stays)."""
 

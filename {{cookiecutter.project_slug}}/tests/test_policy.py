@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
-from conftest import TINY
+from conftest import TINY, tensorboard_values
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.storage import results_root
@@ -46,13 +45,12 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     assert {"val_loss", "val_accuracy", "val_auc", "val_f1"} <= set(metrics)
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics["history"][-1])
     # TensorBoard: the loss and accuracy of every chunk, validation per epoch (docs/training.md).
-    events = (results_root(tiny_project) / "tensorboard" / "early").glob("events.out.tfevents.*")
-    scalars: dict[str, list[float]] = {}
-    for event in (e for f in events for e in tf.compat.v1.train.summary_iterator(str(f))):
-        for value in event.summary.value:
-            array = tf.make_ndarray(value.tensor)
-            if array.shape == () and array.dtype.kind == "f":  # scalars, not the params text
-                scalars.setdefault(value.tag, []).append(float(array))
+    values = tensorboard_values(results_root(tiny_project) / "tensorboard" / "early")
+    scalars = {  # the float scalars, not the params text
+        tag: [float(a) for a in arrays]
+        for tag, arrays in values.items()
+        if all(a.shape == () and a.dtype.kind == "f" for a in arrays)
+    }
     assert {"train/loss", "train/accuracy", "perf/examples_per_sec", "val/accuracy"} <= set(scalars)
     assert all(0.0 <= a <= 1.0 for a in scalars["train/accuracy"]), scalars["train/accuracy"]
     # The checkpoint remembers the verdict: the same command trains no further.

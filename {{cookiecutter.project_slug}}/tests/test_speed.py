@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sets
+from conftest import sets, tensorboard_values
 from PIL import Image
 
 from {{ cookiecutter.module_name }}.__main__ import main
@@ -84,20 +84,10 @@ def test_speed_names_the_bottleneck_and_records_it(
     assert figures == {"input": rates[0], "compute": rates[1]}
     assert record["metrics"]["bottleneck"] == slower
     assert record["reproduce"][-1].endswith(" speed")
-    events = list((tiny_project / "results/tensorboard/baseline/speed").glob("events.out.*"))
-    assert len(events) == 1 and _scalars(events[0]) == {
+    folder = tiny_project / "results/tensorboard/baseline/speed"
+    assert len(list(folder.glob("events.out.*"))) == 1 and set(tensorboard_values(folder)) == {
         f"speed/{k}_examples_per_sec" for k in ("input", "compute", "together")
     }
     storage = Path(os.environ["PROJECT_STORAGE_DIR"])
     assert not (storage / "checkpoints").exists()
     assert not (tiny_project / "results/models/model.keras").exists()
-
-
-def _scalars(event_file: Path) -> set[str]:
-    """The scalar tags of a TensorBoard event file."""
-    import tensorflow as tf
-
-    tags = set()
-    for event in tf.compat.v1.train.summary_iterator(str(event_file)):
-        tags |= {value.tag for value in event.summary.value}
-    return tags
