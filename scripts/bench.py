@@ -24,9 +24,10 @@ one server process per strategy so TensorFlow starts once). Workloads:
 Every side but the MLP's seed (a notebook's bare `model.fit(x, y)`) validates each epoch, and all
 run the same deterministic-ops and XLA settings. Speed is the examples trained per second in the
 median epoch after the first (TensorFlow's start-up and the tracing epoch are left out on every
-side; the MLP's default 5 epochs leave 4, so one slow epoch does not set it). The sides alternate
-(trainer first, then last) for `--pairs` pairs; each figure is the median of the pairwise ratios,
-followed by their spread `[min-max]`; a spread that straddles the figure's goal says so.
+side; the MLP's default 5 epochs leave 4 and the backbone's 4 leave 3, so one slow epoch does not
+set them). The sides alternate (trainer first, then last) for `--pairs` pairs; each figure is the
+median of the pairwise ratios, followed by their spread `[min-max]`; a spread that straddles the
+figure's goal says so.
 """
 
 from __future__ import annotations
