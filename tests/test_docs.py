@@ -39,6 +39,8 @@ def test_template_readme_is_for_a_person_choosing_a_template() -> None:
     pictures = PICTURE.findall(text)
     assert pictures and text[: text.index(pictures[0])].count("\n") < 25, "no picture near the top"
     assert "| `tracking` | tensorboard |" in text  # the questions table
+    what_you_get = text.split("\n## What you get\n")[1].split("\n## ")[0]
+    assert len(what_you_get.strip().splitlines()) <= 15
     develop = text.split("\n## Develop the template\n")[1].split("\n## ")[0]
     assert "make demo" in develop and "make test" in develop
     assert "make test" in (ROOT / ".ci" / "run").read_text()
@@ -46,6 +48,8 @@ def test_template_readme_is_for_a_person_choosing_a_template() -> None:
 
 def test_readme_and_site_links_resolve_and_pictures_name_their_command() -> None:
     pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    shown = {(page.parent / picture).resolve() for page in pages for picture in PICTURE.findall(page.read_text())}
+    assert set((ROOT / "docs").rglob("*.png")) <= shown, "a picture in docs/ that no page shows"
     for page in pages:
         text = page.read_text(encoding="utf-8")
         for target in re.findall(r"\]\((?![a-z]+:|#)([^)#\s]+)", text):
