@@ -11,7 +11,7 @@ training and evaluation reports. Writes, under docs/images/:
 - notebooks.png: both side by side in one window (the README's picture).
 
 Needs Debian's Chromium (`apt-get install -y chromium`; run as root here, hence --no-sandbox) and
-takes about 5 minutes on 2 cores. Not part of `make docs` or CI: rerun it when the notebooks'
+takes about 2 minutes on 2 cores. Not part of `make docs` or CI: rerun it when the notebooks'
 output changes and commit the PNGs. `--reports DIR` reuses the HTML reports of an earlier run
 (`--keep` keeps the project; its reports are in DIR/colab-project/results/reports).
 """
@@ -86,7 +86,8 @@ def run_notebooks(folder: Path) -> Path:
     module = next(p.name for p in (project / "src").iterdir() if (p / "__main__.py").is_file())
     command = [str(python), "-m", module, "notebooks", "--only", *NOTEBOOKS]
     print("screenshots: $ " + " ".join(command[1:]), flush=True)
-    subprocess.run(command, cwd=project, env=env, check=True)
+    if subprocess.run(command, cwd=project, env=env).returncode != 0:
+        sys.exit(f"screenshots: the notebooks failed (the message above; reports in {project}/results/reports)")
     return project / "results" / "reports"
 
 
