@@ -79,9 +79,9 @@ def run_notebooks(folder: Path) -> Path:
     project = project_env.bake(folder)
     python = project_env.project_python(project)
     print(f"screenshots: baked {project}, lock installed in {python.parent.parent}", flush=True)
-    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
-           "PROJECT_STORAGE_DIR": str(folder / "storage")}  # fmt: skip
-    for name in ("COLAB_RELEASE_TAG", "PROJECT_RESULTS_DIR", "TF_CONFIG", "MLFLOW_TRACKING_URI"):
+    # As a user runs it on their machine: the project's tools first on PATH, storage in the project.
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("PROJECT_STORAGE_DIR", "COLAB_RELEASE_TAG", "PROJECT_RESULTS_DIR", "TF_CONFIG", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     module = next(p.name for p in (project / "src").iterdir() if (p / "__main__.py").is_file())
     command = [str(python), "-m", module, "notebooks", "--only", *NOTEBOOKS]
@@ -124,8 +124,8 @@ def main() -> None:
         if args.reports:
             reports = args.reports.resolve()
         else:
-            folder = args.keep.resolve() if args.keep else work / "bake"
-            if folder.exists() and any(folder.iterdir()):
+            folder = args.keep.resolve() if args.keep else work
+            if args.keep and folder.exists() and any(folder.iterdir()):
                 sys.exit(f"screenshots: --keep {folder}: the folder is not empty; name a new one")
             reports = run_notebooks(folder)
         take(reports, work)
