@@ -322,8 +322,10 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
-    """The first problem pydantic found, as `key: expected ..., got ... (example: --set ...)`."""
-    error = exc.errors()[0]
+    """The first problem pydantic found, as `key: expected ..., got ... (example: --set ...)`; a
+    misspelt key before the key it leaves missing."""
+    errors = exc.errors()
+    error = next((e for e in errors if e["type"] != "missing"), errors[0])
     cls: Any = Params
     node: Any = raw
     info: Any = None

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import COMMAND, Params, flat
+from ..config import COMMAND, Params, flat, load_params
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import MODEL_FILE, PROJECT_SLUG, SIDECAR_FILE, TRAIN_METRICS, results_root
 from ..data import manifest
@@ -75,7 +75,7 @@ def write_card(
         'the section "Intended use and limits": the rest is rewritten each time. -->',
         model_section(_read_json(results / SIDECAR_FILE), task, model_sha, run, params),
         data_section(project_dir, spec, task, run),
-        training_section(run, _read_json(results / TRAIN_METRICS), task, params),
+        training_section(run, _read_json(results / TRAIN_METRICS), task, params, project_dir),
         metrics_section(evaluation, scored_on),
         "## Exported files\n\n"
         + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results, exports)),
@@ -185,9 +185,15 @@ def find_run(results: Path, model_sha: str) -> dict[str, Any] | None:
     return None
 
 
-def training_section(run: dict[str, Any], train: dict[str, Any], task: Task, params: Params) -> str:
+def training_section(
+    run: dict[str, Any], train: dict[str, Any], task: Task, params: Params, project_dir: Path
+) -> str:
     """How the model was trained: the run record (its `facts`, commit, hardware, time), the
-    numbers of train.json, the class weights, and the params that differ from params.yaml."""
+    numbers of train.json, the class weights, and the params that differ from params.yaml (the
+    file: the run's `--set` overrides, a notebook's parameters, or edits since)."""
+    file = project_dir / "params.yaml"
+    params = load_params(file) if file.is_file() else params
+    ran = {**flat(params.to_dict()), **flat(run.get("params", {}))}  # the run's, else the file's
     facts = run.get("facts") or {}
 
     def fact(name: str, default: Any = "?") -> Any:  # a run record without facts: train.json's
@@ -199,6 +205,9 @@ def training_section(run: dict[str, Any], train: dict[str, Any], task: Task, par
         commit += " (**uncommitted changes**: the commit alone does not reproduce it)"
     tf, python, machine = env.get("tensorflow", {}), env.get("python", {}), env.get("platform", {})
     weights = zip(task.names, task.class_weights, strict=False)  # none: unweighted
+    resumed = str(train.get("resumes", "not recorded"))
+    if train.get("resumes"):
+        resumed += f" (this session started at step {train.get('started_at_step', '?')})"
     run_row = "no run record in results/runs/ holds this model.keras (sha256)"
     if run:
         status = fact("status", run.get("status"))
@@ -211,14 +220,14 @@ def training_section(run: dict[str, Any], train: dict[str, Any], task: Task, par
          f"TensorFlow {tf.get('version', '?')}, Keras {tf.get('keras_version', '?')}, Python "
          f"{python.get('version', '?')}"],
         ["time", f"{timing.get('started_at', '?')} to {timing.get('finished_at', '?')}"],
-        ["seed", f"{params.seed} (deterministic ops: {params.repro.deterministic})"],
+        ["seed", f"{ran['seed']} (deterministic ops: {ran['repro.deterministic']})"],
         ["steps", f"{train.get('steps', '?')} (global batch {train.get('global_batch', '?')}, "
          f"{train.get('replicas', '?')} replica(s), {fact('strategy')}); best at step "
-         f"{train.get('best_step', '?')} by {fact('monitor', params.train.monitor)}"],
+         f"{train.get('best_step', '?')} by {fact('monitor', ran['train.monitor'])}"],
         ["speed", f"{train.get('examples_per_sec', '?')} examples/s, precision "
          f"{fact('precision')}"],
-        ["resumes", str(train.get("resumes", "not recorded"))],
-        ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none"],
+        ["resumes", resumed],
+        ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted loss)"],
         ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items()
                                  if k.startswith("val_") and _is_number(v))],
     ]  # fmt: skip
@@ -229,8 +238,7 @@ def training_section(run: dict[str, Any], train: dict[str, Any], task: Task, par
 
 
 def param_changes(run_params: dict[str, Any], params: Params) -> list[list[Any]]:
-    """[key, the run's value, params.yaml's] for each training key the run set otherwise (its
-    `--set` overrides, a notebook's parameters, or params.yaml edited since)."""
+    """[key, the run's value, params.yaml's] for each training key the run set otherwise."""
     now = flat(params.to_dict())
     return [
         [f"`{key}`", f"`{json.dumps(value)}`", f"`{json.dumps(now.get(key))}`"]

@@ -41,9 +41,15 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
 
 
 def markdown(table: pd.DataFrame) -> str:
-    """A DataFrame as a Markdown table, numbers to 3 decimals, `|` in a cell escaped."""
-    table = table.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)
-    return table.to_markdown(index=False, floatfmt=".3f")
+    """A DataFrame as a Markdown table: floats to 3 decimals, text as it is (an id `007` stays),
+    `|` in a cell escaped."""
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, float):
+            return f"{value:.3f}"
+        return value.replace("|", "\\|") if isinstance(value, str) else value
+
+    return table.map(cell).to_markdown(index=False, disable_numparse=True)
 
 
 def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:

@@ -34,7 +34,10 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     if data.split == "column":  # the split column says each row's split; it is no feature
         column = _column(table, data.split_column, "data.split_column", path, "fold")
         splits, split_from = given_splits(table.pop(column).tolist(), f"column {column!r}")
-    y, names = encode(kind, table[label].tolist(), f"{path}: column {label!r}")
+    try:  # the task's kind reads the labels (a missing one may be none: multilabel)
+        y, names = encode(kind, table[label].tolist(), label)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     rows = dict(where=lambda i: f"{path}: line {i + 2}", ids=lambda i: str(i + 1), splits=splits)
     if data.text:
         text = _column(table, data.text, "data.text", path, "review")

@@ -38,11 +38,11 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     for file in files:
         for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
             feature = tf.train.Example.FromString(raw).features.feature
-            inputs.append(_input(feature, data, f"{path}: record {len(ids)}"))
+            inputs.append(_input(feature, data, f"record {len(ids)} in {path}"))
             labels.append(_values(feature[data.label]))
             ids.append(named(file, k))
     single = all(len(v) == 1 for v in labels)
-    y, names = encode(kind, [v[0] for v in labels] if single else labels, f"data.label in {path}")
+    y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
         return Source("image", kind, y, names, inputs.__getitem__, where, ids.__getitem__)
