@@ -13,8 +13,8 @@ import tensorflow as tf
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.feed import Resident, make_feed
 from {{ cookiecutter.module_name }}.data.pipeline import (
-    augmenter,
     Prepared,
+    augmenter,
     epoch_windows,
     eval_dataset,
     load_prepared,

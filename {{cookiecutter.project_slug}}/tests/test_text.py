@@ -12,8 +12,8 @@ random (so about 0.97 is the best accuracy there is).
 
 from __future__ import annotations
 
-import dataclasses
 import csv
+import dataclasses
 import json
 import random
 import re
@@ -37,11 +37,11 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
     train_dataset,
 )
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.data.text import learn_vocabulary
 from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
-from {{ cookiecutter.module_name }}.data.text import learn_vocabulary
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -340,16 +340,13 @@ def test_text_keeps_the_splits_the_data_gives(tmp_path: Path) -> None:
 def test_notebook_01_shows_texts_as_a_table() -> None:
     x = np.array(["good | fine\nfilm", "bad film", "great", "x" * 200], dtype=object)
     table = report.text_examples(x, np.array([1, 0, 1, 0], np.int32), ["neg", "pos"], 1)
-    cells = [line.split() for line in table.splitlines()]
-    assert cells[0] == ["|", "target", "|", "text", "|"] and len(cells) == 4
-    assert (
-        cells[2] == "| neg | bad film |".split()
-        and cells[3] == "| pos | good \\| fine film |".split()
-    )
+    squeezed = [" ".join(line.split()) for line in table.splitlines()]  # tabulate pads cells
+    assert squeezed[0] == "| target | text |" and len(squeezed) == 4
+    assert squeezed[2:] == ["| neg | bad film |", "| pos | good \\| fine film |"]
     tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), ["a", "b"])
-    assert tags.splitlines()[2].split()[:3] == ["|", "a\\|b", "|"]
+    assert " ".join(tags.splitlines()[2].split()).startswith("| a\\|b | good")
     long = report.text_examples(x[3:], np.array([2.5], np.float32))
-    assert long.splitlines()[2].split() == ["|", "2.5", "|", f"{'x' * 119}…", "|"]
+    assert " ".join(long.splitlines()[2].split()) == f"| 2.5 | {'x' * 119}… |"
 
 
 def test_speed_measures_text_on_token_ids(trained) -> None:

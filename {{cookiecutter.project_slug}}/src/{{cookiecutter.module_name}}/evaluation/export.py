@@ -28,12 +28,14 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
 from ..core.files import atomic_write, file_sha256
@@ -129,14 +131,14 @@ _LOCATION = re.compile(r'fused\["([A-Za-z0-9_]+):", "([^"@]+)@')
 def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
     """{'tf.Op': 'layer name'} for the ops of a failed conversion. The locations are the
     converter's wording, not an API: its structured errors are the fallback ('?' for the layer)."""
-    layers = layer_names(model)
+    names = {layer.name for layer in layers(model)}
     found: dict[str, str] = {}
     for op, scope in _LOCATION.findall(str(exc)):
         if op == "StatefulPartitionedCall":
             continue
         parts = scope.split("/")
         candidates = [c for p in parts for c in (p, re.sub(r"_\d+$", "", p))]
-        layer = next((c for c in candidates if c in layers), parts[1] if len(parts) > 1 else "?")
+        layer = next((c for c in candidates if c in names), parts[1] if len(parts) > 1 else "?")
         found.setdefault(f"tf.{op}", layer)
     if not found:
         for error in getattr(exc, "errors", []):
@@ -145,25 +147,20 @@ def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
     return found
 
 
-def layer_names(model: Any) -> set[str]:
-    """The names of every layer of `model`, nested models' layers included."""
-    names, stack = set(), list(model.layers)
+def layers(model: Any) -> list[Any]:
+    """Every layer of `model`, nested models' layers included, outer ones first."""
+    found, stack = [], list(model.layers)
     while stack:
-        layer = stack.pop()
-        names.add(layer.name)
+        layer = stack.pop(0)
+        found.append(layer)
         stack.extend(getattr(layer, "layers", []))
-    return names
+    return found
 
 
 def text_vectorizer(model: Any) -> Any:
     """The model's TextVectorization layer (a text model), or None."""
-    stack = list(model.layers)
-    while stack:
-        layer = stack.pop(0)
-        if isinstance(layer, keras.layers.TextVectorization):
-            return layer
-        stack.extend(getattr(layer, "layers", []))
-    return None
+    found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
+    return next(found, None)
 
 
 def on_token_ids(model: Any, vectorizer: Any) -> Any:
@@ -209,27 +206,11 @@ def write_vocabulary(vectorizer: Any, folder: Path) -> Path:
     return atomic_write(folder / VOCABULARY, "\n".join(tokens) + "\n")
 
 
-def interpreter(path: Path) -> tuple[Any, str]:
-    """A LiteRT interpreter for the `.tflite` at `path`, and its name and version:
-    ai-edge-litert's (requirements.txt), else TensorFlow's own (deprecated in 2.20, same API;
-    its dynamic-range int8 kernels differ slightly)."""
-    from importlib.metadata import version
-
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-    except ModuleNotFoundError:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "tf.lite.Interpreter is deprecated"
-            return tf.lite.Interpreter(model_path=str(path)), f"tf.lite {tf.__version__}"
-    return Interpreter(model_path=str(path)), f"ai-edge-litert {version('ai-edge-litert')}"
-
-
 def litert_runner(path: Path) -> tuple[Any, str]:
     """inputs (a batch of any size) -> outputs of the `.tflite` at `path`, through its one
     signature (which resizes the batch); and the interpreter's name."""
-    found, name = interpreter(path)
+    found = Interpreter(model_path=str(path))
+    name = f"ai-edge-litert {version('ai-edge-litert')}"
     signature, spec = next(iter(found.get_signature_list().items()))
     (input_name,) = spec["inputs"]
     runner = found.get_signature_runner(signature)

@@ -227,7 +227,7 @@ def training_section(
         ["speed", f"{train.get('examples_per_sec', '?')} examples/s, precision "
          f"{fact('precision')}"],
         ["resumes", resumed],
-        ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted loss)"],
+        ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted)"],
         ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items()
                                  if k.startswith("val_") and _is_number(v))],
     ]  # fmt: skip

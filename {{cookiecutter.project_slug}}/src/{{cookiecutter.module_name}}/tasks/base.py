@@ -70,31 +70,28 @@ class Task:
 
     # --- what each kind defines ------------------------------------------------------------
 
+    # loss, output_layer, logits_from_outputs, standard_metrics, train_metric: task.py's contract
+
     def loss(self, y_true: Any, logits: Any) -> Any:
-        """Per-example loss (shape [batch]) from logits, weighted by `class_weights`."""
         raise NotImplementedError
 
     def output_layer(self) -> keras.layers.Layer:
-        """Logits -> what users get, as a Keras layer: the saved model ends with it."""
         raise NotImplementedError
 
     def logits_from_outputs(self, outputs: np.ndarray) -> np.ndarray:
-        """The inverse of `output_layer`: `evaluate` scores the saved model with `loss`."""
         raise NotImplementedError
 
     def standard_metrics(self) -> list[keras.metrics.Metric]:
-        """keras.metrics for validation and test; the first is `train_metric_name`."""
         raise NotImplementedError
 
     def train_metric(self, y_true: Any, logits: Any) -> Any:
-        """`train_metric_name` per example (shape [batch]): the train step sums these."""
         raise NotImplementedError
 
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
     ) -> Evaluation:
-        """`evaluate`'s metrics, plot tables and per-name table from every test target and
-        output (`scores`: the keras metrics' results, `test_loss`, `test_examples`)."""
+        """`evaluate`'s Evaluation from every test target and output and `scores` (the keras
+        metrics' results, `test_loss`, `test_examples`)."""
         raise NotImplementedError
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
@@ -174,10 +171,9 @@ class Task:
         return self.output_layer()(logits)
 
     def make_metrics(self, training: bool = False) -> list[keras.metrics.Metric]:
-        """keras.metrics objects for validation and test, then `task.metrics` by name; built and
-        reset. `training=True`: `task.metrics` only, for the training steps (which track
-        `train_metric` besides: the whole set cost 40 % of a small model's step). Create them
-        inside `strategy.scope()`: their `result()` is then the whole global batch's."""
+        """keras.metrics for validation and test, then `task.metrics`, built and reset (create
+        them inside `strategy.scope()`). `training=True`: `task.metrics` only (the whole set cost
+        40 % of a small model's step; the step tracks `train_metric` besides)."""
         standard = [] if training else self.standard_metrics()
         taken = {self.train_metric_name} if training else {m.name for m in standard}
         metrics = [*standard, *self._named_metrics(taken)]
@@ -203,9 +199,8 @@ class Task:
         return keras.ops.convert_to_numpy(losses).astype(np.float64)
 
     def evaluate(self, batches: Iterable[tuple[Any, Any]]) -> Evaluation:
-        """Test metrics, plot tables and per-name table from (targets, outputs) batches of the
-        saved model. `test_loss` is the training loss of the outputs turned back into logits:
-        the same number `val_loss` is in training."""
+        """`report` of the (targets, outputs) batches of the saved model; `test_loss` is the
+        training loss of the outputs turned back into logits, as `val_loss` is in training."""
         metrics = self.make_metrics()
 
         # One graph for every batch: eagerly, AUC(multi_label=True) builds a new tf.function
@@ -245,8 +240,7 @@ class Task:
         return metrics
 
     def _build(self, metric: keras.metrics.Metric) -> None:
-        """Create a metric's variables now, with a zero-weight batch, so that none is created
-        inside a replica step."""
+        """Create a metric's variables with a zero-weight batch: none inside a replica step."""
         outputs = keras.ops.zeros((1, len(self.names)))
         targets = keras.ops.zeros((1, *self.target_shape()), self.target_dtype)
         metric.update_state(
@@ -279,7 +273,7 @@ def kinds() -> list[type[Task]]:
 
 
 def for_spec(spec: DataSpec) -> Task:
-    """A task of the prepared data's kind, knowing only its names: what the data path needs."""
+    """A task of the prepared data's kind and names (the data path's targets)."""
     return task_class(spec.task)(names=list(spec.names))
 
 

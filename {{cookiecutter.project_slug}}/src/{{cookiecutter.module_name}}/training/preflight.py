@@ -21,6 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import psutil
+
 from ..config import ConfigError, Params
 from ..core.files import free_bytes
 from ..core.storage import COLAB_DRIVE, DRIVE_ROOT
@@ -70,8 +73,6 @@ def variable_bytes(variables: Iterable[Any]) -> int:
 
 
 def _dtype_size(dtype: Any) -> int:
-    import numpy as np
-
     name = getattr(dtype, "name", dtype)
     try:
         return np.dtype(str(name)).itemsize
@@ -89,10 +90,8 @@ def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 10
 def available_memory() -> int | None:
     """Memory available to a new allocation (psutil's `available`), or None when unknown."""
     try:
-        import psutil
-
         return int(psutil.virtual_memory().available)
-    except (ImportError, OSError):
+    except OSError:
         return None
 
 
