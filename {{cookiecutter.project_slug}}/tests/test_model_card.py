@@ -80,7 +80,7 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     assert f"| accuracy | {metrics['test_accuracy']:.4g} |" in tested
     assert "scored_on" not in metrics  # a fact, in the card: what was scored
     assert tested.startswith("\n\nOn a random 20 % of digits (seed 42, stratified by class), ")
-    assert "| class weights | none (unweighted loss) |" in training
+    assert "| class weights | none (unweighted) |" in training
     assert tested.count("\n| ") >= 10 + 9  # every class: precision, recall, f1, support
     assert "| `results/models/model.keras` | " in sections["Exported files"]
 

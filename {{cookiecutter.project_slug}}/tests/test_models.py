@@ -25,6 +25,7 @@ from {{ cookiecutter.module_name }}.model import (
 from {{ cookiecutter.module_name }}.optim import clip_gradients
 from {{ cookiecutter.module_name }}.registry import check, register
 from {{ cookiecutter.module_name }}.spec import DataSpec
+from {{ cookiecutter.module_name }}.training import fingerprint
 
 IMAGES = DataSpec(
     kind="image", input_shape=(32, 32, 3), task="classification", names=["a", "b", "c"]
@@ -64,6 +65,7 @@ def test_an_architecture_takes_its_own_arguments_from_model_args() -> None:
     )
     check(params)  # what every command runs before it writes anything
     assert params.model.args == {"width": 24}
+    assert fingerprint.settings(params)["model.args.width"] == 24  # a resume checks it
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,12 @@ registered with `@source("<name>")`. It receives `path`, where `data.path` is to
 local copy that `prepare` staged under data/raw, or a `gs://` URL; "" for a source registered
 with `reads_path=False`), `data`, the `data:` section of params.yaml, and `kind`, the task's
 kind (task.py); then its own keyword arguments, from `data.args` (checked against their
-annotations before anything runs). It returns a `Source`: one target per example (
-`encode(kind, raw_labels, column)` makes them and the names for any kind) and a way to load
-example i, so that `prepare` streams big inputs (images) instead of holding them all. A reader
-that finds no labels where a split needs them (a competition's unlabelled test.csv) raises
-`MissingLabels`; any other problem is a `ConfigError` of one line naming the key or the file.
+annotations before anything runs). It returns a `Source`: one target per example
+(`encode(kind, raw_labels, column)`, importable from here, makes them and the names as the
+task's kind reads labels) and a way to load example i, so that `prepare` streams big inputs
+(images) instead of holding them all. A reader that finds no labels where a split needs them
+(a competition's unlabelled test.csv) raises `MissingLabels`; any other problem is a
+`ConfigError` of one line naming the key or the file.
 
 `data.split` says where train / validation / test come from (data/split.py): `random` splits
 what one call returns; `folders` and `files` call the reader once per split folder or file;

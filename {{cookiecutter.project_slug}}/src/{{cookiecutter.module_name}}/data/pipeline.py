@@ -1,37 +1,23 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-`prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, a float vector, or a UTF-8 text), `y` (the target of `spec.task`: the class index as an
-int64, the 0/1 label vector or the regression value as floats) and `id` (bytes: where the example
-came from, its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split;
-training never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here
-holds the data set in memory: what the pipeline holds depends on the batch size and the prefetch
-depth only.
+The shards hold `tf.train.Example`s: `x` (an encoded image, floats, or a UTF-8 text), `y` (the
+target as the task's kind stores it: `target_shape`, `target_dtype`) and `id` (where the example
+came from: evaluate names each test prediction by it). Nothing here holds the data set in
+memory, but small tabular data (below).
 
-Exact resume. The order of an epoch is a pure function of (seed, epoch):
-1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);
-2. read by a deterministic interleave (`cycle_length` shards at a time, a fixed order);
-3. shuffled in consecutive windows of `SHUFFLE_WINDOW` records, each window by a stateless
-   shuffle seeded with (seed, epoch, window): unlike `Dataset.shuffle`, no buffer state that a
-   checkpoint would have to hold;
-4. numbered (the example's position in the epoch, which seeds its augmentation), cut into
-   GLOBAL batches, and `skip(steps_done)` of them while they are still SERIALIZED records, before
-   any decoding, so a resumed run starts at the very next example for the price of reading the
-   skipped bytes.
-Every worker builds the same global order; each keeps its slice of every global batch and hands
-one slice to each of its replicas. The examples of a step do not depend
-on the number of workers or replicas. One element of the dataset is one step of one replica.
+Exact resume. The order of an epoch is a pure function of (seed, epoch): the shards permuted by a
+stateless shuffle, read by a deterministic interleave, shuffled in windows of `SHUFFLE_WINDOW`
+records by stateless shuffles (no buffer state for a checkpoint to hold), numbered (the position
+seeds the example's augmentation), cut into GLOBAL batches, and `skip(steps_done)` of them while
+still serialized, so a resumed run starts at the very next example for the price of reading the
+skipped bytes. Every worker builds the same global order and keeps its slice of each global
+batch: a step's examples do not depend on the number of workers or replicas.
 
-Text is parsed a batch at a time and turned into token ids right there, in tf.data (on the CPU:
-string ops never reach the accelerator), by the vectoriser `for_model` attaches (text.py); the
-network sees int32 ids. Without one (`evaluate`) the batches hold the raw strings, which the saved
-model takes. `y` is parsed as the task's kind stores its targets (tasks/: `target_shape`).
-
-Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
-counted) is the exception: it is read once and held in memory, and an epoch's order is a stateless
-permutation of the example indices seeded by (seed, epoch) (`epoch_permutation`). Parsing records
-costs a small model more than its step does. The trainer then feeds the steps from the copy each
-replica holds, with no per-step iterator (feed.py); `train_dataset` serves it under TPUStrategy.
+Text is turned into token ids here, a batch at a time, on the CPU, by the vectoriser `for_model`
+attaches (data/text.py); without one (`evaluate`) the batches hold the strings the saved model
+takes. Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
+counted) is read once and held in memory, an epoch's order a stateless permutation of its indices
+(`epoch_permutation`); the trainer feeds it from each replica's copy (feed.py).
 """
 
 from __future__ import annotations

@@ -119,13 +119,8 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
 
 
 def written_before(project_dir: Path) -> set[str]:
-    """The files an earlier `prepare` wrote, from `data/manifest.json`: its `written` list, or in
-    a manifest from before that list existed, the entries whose source prepare named itself (a
-    file prepare only found there got the source "prepare")."""
-    doc = manifest.load(project_dir) or {}
-    if "written" in doc:
-        return set(doc["written"])
-    return {e["path"] for e in doc.get("files", []) if e.get("source", "prepare") != "prepare"}
+    """The files an earlier `prepare` wrote: `data/manifest.json`'s `written` list."""
+    return set((manifest.load(project_dir) or {}).get("written", []))
 
 
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:

@@ -379,8 +379,6 @@ def origin(spec: DataSpec, split: str) -> str:
     """Where a split's examples came from, in words: `the published test split: test.csv`, `a
     random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`."""
     record = spec.split
-    if not record:  # prepared before splits were recorded
-        return f"the {split} split"
     came_from = record["from"].get(split, "?")
     if split in record["carved"]:
         share = f"{100 * record['carved'][split]:g} %"
