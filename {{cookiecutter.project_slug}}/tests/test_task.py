@@ -267,7 +267,8 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
     shown = {}
     for kind, (y, outputs) in cases.items():
         task = task_for(kind)
-        spec = DataSpec("vector", (4,), kind, task.names, {"test": len(y)})
+        record = {"method": "files", "from": {"test": "test.csv"}, "carved": {}}
+        spec = DataSpec("vector", (4,), kind, task.names, {"test": len(y)}, split=record)
         (tmp_path / kind / "data" / "processed").mkdir(parents=True)
         (tmp_path / kind / "data" / "processed" / "spec.json").write_text(spec.to_json())
         write_evaluation(tmp_path / kind / "results", task.evaluate([(y, outputs)]))
@@ -275,7 +276,8 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
         shown[kind] = report.evaluation_summary(tmp_path / kind, kind).splitlines(), fig, name
 
     lines, fig, name = shown["classification"]  # per-class metrics, the confusion matrix
-    assert lines[0].startswith("Test split (classification, the test split, 4 examples): accuracy")
+    scored_on = "the published test split: test.csv, 4 examples"
+    assert lines[0].startswith(f"Test split (classification, {scored_on}): accuracy")
     assert cells(lines[2]) == ["class", "precision", "recall", "f1", "support"]
     assert ["c1", "0.500", "1.000", "0.667", "1"] in [cells(line) for line in lines]
     assert name == "03_confusion_matrix" and fig.axes[0].get_title().startswith("Confusion")

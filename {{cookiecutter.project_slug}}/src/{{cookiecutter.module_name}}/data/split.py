@@ -375,18 +375,21 @@ def origin_of(data: DataConfig, path: str) -> str:
     return name + ("/" if locations.isdir(path) else "")
 
 
-def origin(spec: DataSpec, split: str) -> str:
+def origin(spec: DataSpec, split: str, short: bool = False) -> str:
     """Where a split's examples came from, in words: `the published test split: test.csv`, `a
-    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`."""
+    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`; `short`: as
+    `summary` says it (`test.csv`, `20 % of pets/, seed 42`)."""
     record = spec.split
     came_from = record["from"].get(split, "?")
     if split in record["carved"]:
         share = f"{100 * record['carved'][split]:g} %"
+        if short:
+            return f"{share} of {came_from}, seed {record['seed']}"
         how = "stratified by class" if record["stratified"] else "not stratified"
         return f"a random {share} of {came_from} (seed {record['seed']}, {how})"
     if split == "train" and came_from in {record["from"].get(s) for s in record["carved"]}:
         return f"the rest of {came_from}"
-    return f"the published {split} split: {came_from}"
+    return came_from if short else f"the published {split} split: {came_from}"
 
 
 def describe(spec: DataSpec, split: str) -> str:
@@ -398,17 +401,8 @@ def describe(spec: DataSpec, split: str) -> str:
 def summary(spec: DataSpec) -> str:
     """The splits on one line: `train 540 (train/), validation 135 (20 % of train/, seed 42),
     test 120 (test/)`."""
-    record, parts = spec.split, []
-    for split in SPLITS:
-        n = spec.counts.get(split, 0)
-        came_from = record.get("from", {}).get(split) if record else None
-        if came_from is None:
-            parts.append(f"{split} {n}")
-        elif split in record["carved"]:
-            share = f"{100 * record['carved'][split]:g} %"
-            parts.append(f"{split} {n} ({share} of {came_from}, seed {record['seed']})")
-        elif origin(spec, split).startswith("the rest"):
-            parts.append(f"{split} {n} (the rest of {came_from})")
-        else:
-            parts.append(f"{split} {n} ({came_from})")
-    return ", ".join(parts)
+    return ", ".join(
+        f"{split} {spec.counts.get(split, 0)} ({origin(spec, split, short=True)})"
+        if split in spec.split["from"] else f"{split} {spec.counts.get(split, 0)}"
+        for split in SPLITS
+    )  # fmt: skip

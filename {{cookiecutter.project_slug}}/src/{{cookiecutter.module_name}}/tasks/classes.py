@@ -76,10 +76,8 @@ class Classes(Task):
         return Evaluation(scores, {"confusion_matrix.csv": pairs, "per_class.csv": table}, table)
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
-        columns = {"prediction": [self.names[i] for i in np.argmax(outputs, axis=1)]}
-        for k, name in enumerate(self.names):
-            columns[f"prob_{name}"] = [f"{p:.6g}" for p in outputs[:, k]]
-        return columns
+        chosen = [self.names[i] for i in np.argmax(outputs, axis=1)]
+        return {"prediction": chosen, **probabilities(self.names, outputs)}
 
     def target_text(self, targets: np.ndarray) -> list[str]:
         return [self.names[int(t)] for t in np.ravel(targets)]
@@ -96,6 +94,11 @@ class Classes(Task):
         )  # fmt: skip
         shown.ax_.set(title="Confusion matrix (test split)", xlabel="predicted", ylabel="actual")
         return shown.figure_, "03_confusion_matrix"
+
+
+def probabilities(names: list[str], outputs: np.ndarray) -> dict[str, list[str]]:
+    """A `prob_<name>` column per class or label."""
+    return {f"prob_{name}": [f"{p:.6g}" for p in outputs[:, k]] for k, name in enumerate(names)}
 
 
 def listed(names: list[str], most: int = 12) -> str:

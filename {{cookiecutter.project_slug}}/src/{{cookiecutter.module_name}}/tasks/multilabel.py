@@ -19,7 +19,7 @@ import pandas as pd
 from ..config import ConfigError
 from ..registry import register
 from .base import EPSILON, Evaluation, Task, per_name_table
-from .classes import listed
+from .classes import listed, probabilities
 
 LABEL_SEPARATOR = "|"  # a CSV cell: "cat|dog"
 THRESHOLD = 0.5  # a label is predicted when its probability reaches this
@@ -133,19 +133,18 @@ class Multilabel(Task):
         return tuple(float((examples - p) / p) if p else 1.0 for p in found)
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
-        chosen = [
-            LABEL_SEPARATOR.join(n for n, p in zip(self.names, row, strict=True) if p >= THRESHOLD)
-            for row in outputs
-        ]
-        columns = {"prediction": chosen}
-        for k, name in enumerate(self.names):
-            columns[f"prob_{name}"] = [f"{p:.6g}" for p in outputs[:, k]]
-        return columns
+        chosen = self._joined(outputs, THRESHOLD)
+        return {"prediction": chosen, **probabilities(self.names, outputs)}
 
     def target_text(self, targets: np.ndarray) -> list[str]:
-        rows = np.asarray(targets).reshape(-1, len(self.names))
-        return [LABEL_SEPARATOR.join(n for n, t in zip(self.names, row, strict=True) if t >= 0.5)
-                for row in rows]  # fmt: skip
+        return self._joined(np.asarray(targets).reshape(-1, len(self.names)), 0.5)
+
+    def _joined(self, rows: np.ndarray, threshold: float) -> list[str]:
+        """`cat|dog` for each row: the names whose value reaches `threshold`."""
+        named = (
+            [n for n, v in zip(self.names, row, strict=True) if v >= threshold] for row in rows
+        )
+        return [LABEL_SEPARATOR.join(names) for names in named]
 
     def outputs_text(self) -> str:
         return (
