@@ -21,6 +21,7 @@ from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.split import describe, split_examples
+from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.sources import Source
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.task import make_task
@@ -144,6 +145,13 @@ def test_csv_files_are_the_splits_and_evaluate_names_its_test_split(project: Pat
         "train": "train.csv", "validation": "valid.csv", "test": "test.csv"
     }  # fmt: skip
     assert spec.feature_names == ["x1", "x2"]
+    # Notebook 01's tables: each split and where it came from; the training split's balance.
+    shown = " ".join(report.split_table(project).split())
+    assert "| test | 20 | the published test split: test.csv |" in shown
+    params = load_params(project / "params.yaml", data)
+    balance = " ".join(report.class_balance(project, params).split())
+    assert balance.startswith("Training split, train.class_weight: none")
+    assert "| class | examples | share | weight |" in balance
     x, _, _ = read_split(project / "data/processed", "test")
     np.testing.assert_array_equal(x[:, 1], 10 * x[:, 0])  # test.csv's columns in train's order
     assert sorted(x[:, 0].astype(int)) == list(range(200, 220))

@@ -132,24 +132,13 @@ def _target(y: Any) -> Any:
 
 
 def decoder(spec: DataSpec):
-    """serialized record -> (float32 input of `spec.input_shape`, target: int32 class, or
-    float32 label vector / value, by `spec.task`).
-
-    Vectors are also decoded a whole batch at a time (`batch_decoder`): one `parse_example` per
-    batch instead of one op per example, which is most of a small model's input cost."""
-    shape = list(spec.input_shape)
-    if spec.kind == "image":
-        schema = {X: tf.io.FixedLenFeature([], tf.string)}
-    else:
-        schema = {X: tf.io.FixedLenFeature(shape, tf.float32)}
-    schema[Y] = target_feature(spec)
+    """A serialized image record -> (float32 pixels 0-255 of `spec.input_shape`, as `predict`
+    gets them; the target). Vectors and texts are parsed a batch at a time (`batch_decoder`)."""
+    schema = {X: tf.io.FixedLenFeature([], tf.string), Y: target_feature(spec)}
 
     def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_single_example(record, schema)
-        x = ex[X]
-        if spec.kind == "image":
-            x = decode_stored(x, shape)  # pixel values 0-255, as `predict` gets them
-        return x, _target(ex[Y])
+        return decode_stored(ex[X], list(spec.input_shape)), _target(ex[Y])
 
     return decode
 

@@ -256,7 +256,7 @@ def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
         "prediction in `results/predictions/test.csv`):\n\n" + table(overall, ["metric", "value"])
     )
     if evaluation.table is not None:
-        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + table(evaluation.table.round(4))
+        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + table(evaluation.table)
     return text
 
 
@@ -317,12 +317,17 @@ def _export_text(entry: dict[str, Any]) -> str:
     return text
 
 
-def table(rows: Any, header: list[str] | tuple[str, ...] = ("", "")) -> str:
-    """A Markdown table (pandas and tabulate) of rows or a DataFrame; `|` in a cell escaped.
-    Without a header, a table of [name, value] rows with an empty header line."""
+def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str = ".4g") -> str:
+    """A Markdown table (pandas and tabulate) of rows or a DataFrame (without a header: [name,
+    value] rows): floats to `digits`, text as it is (an id `007` stays), `|` escaped."""
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header)
-    frame = frame.map(lambda v: str(v).replace("|", "\\|") if isinstance(v, str) else v)
-    return frame.to_markdown(index=False)
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, float):
+            return f"{value:{digits}}"
+        return value.replace("|", "\\|") if isinstance(value, str) else value
+
+    return frame.map(cell).to_markdown(index=False, disable_numparse=True)
 
 
 def _shown(name: str) -> str:

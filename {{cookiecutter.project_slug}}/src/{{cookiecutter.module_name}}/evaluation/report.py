@@ -27,6 +27,7 @@ from ..spec import SPLITS, load_spec
 from ..tasks.base import make_task, task_class
 from ..training.preflight import class_balance_finding
 from .evaluate import PLOTS, TEST_PREDICTIONS
+from .model_card import table as markdown
 
 FIGURES = Path("results") / "figures"
 TEXT_SHOWN = 120  # characters of a text in a table
@@ -38,18 +39,6 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     print(f"Saved {FIGURES / path.name}")
-
-
-def markdown(table: pd.DataFrame) -> str:
-    """A DataFrame as a Markdown table: floats to 3 decimals, text as it is (an id `007` stays),
-    `|` in a cell escaped."""
-
-    def cell(value: Any) -> Any:
-        if isinstance(value, float):
-            return f"{value:.3f}"
-        return value.replace("|", "\\|") if isinstance(value, str) else value
-
-    return table.map(cell).to_markdown(index=False, disable_numparse=True)
 
 
 def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
@@ -251,7 +240,7 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
                        if k != "test_examples")  # fmt: skip
     task = task_class(task_type)(names=[])
     per_name = [n for n, cols in task.plot_columns.items() if cols[0] == task.name_word]
-    detail = markdown(_plots(project_dir, task)[per_name[0]]) if per_name else ""
+    detail = markdown(_plots(project_dir, task)[per_name[0]], digits=".3f") if per_name else ""
     return f"Test split ({task_type}, {scored_on}): {scores}\n\n{detail}".rstrip()
 
 

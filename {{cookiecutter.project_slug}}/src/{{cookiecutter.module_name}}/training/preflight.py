@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
+import tensorflow as tf
 
 from ..config import ConfigError, Params
 from ..core.files import free_bytes
@@ -63,21 +63,7 @@ def check_accelerator(params: Params, info: StrategyInfo) -> str:
 
 def variable_bytes(variables: Iterable[Any]) -> int:
     """Bytes of a list of TensorFlow/Keras variables: about the size of their checkpoint."""
-    total = 0
-    for v in variables:
-        count = 1
-        for dim in v.shape:
-            count *= int(dim)
-        total += count * _dtype_size(v.dtype)
-    return total
-
-
-def _dtype_size(dtype: Any) -> int:
-    name = getattr(dtype, "name", dtype)
-    try:
-        return np.dtype(str(name)).itemsize
-    except TypeError:  # bfloat16 and other types NumPy does not know
-        return 2 if "16" in str(name) else 4
+    return sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables)
 
 
 def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 1024) -> int:
