@@ -9,7 +9,7 @@
   `data.path` (images: class folders in each).
 - `files`: `train.csv`, `validation.csv`, `test.csv` in the folder `data.path`; a source that reads
   several files (TFRecord) takes every `train*` file for train (`train-00000-of-00004.tfrecord`).
-- `column`: the CSV column `data.split_column` names each row's split (sources.given_splits).
+- `column`: the CSV column `data.split_column` names each row's split (readers/csv_rows.py).
 Split folders, files and column values may also be called `val`, `valid`, `dev`, `training`,
 `testing` (spec.SPLIT_NAMES). What the data gives is kept as it is; a missing validation or test
 split is carved out of train by the `random` rule applied to train alone. Every class of the

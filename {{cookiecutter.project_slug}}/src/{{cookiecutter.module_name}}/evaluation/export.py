@@ -168,7 +168,7 @@ def on_token_ids(model: Any, vectorizer: Any) -> Any:
     (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
     length = vectorizer.get_config()["output_sequence_length"]
     ids = keras.Input((length,), dtype="int32", name="token_ids")
-    if hasattr(model, "network") and hasattr(model, "head"):  # text.TextModel: its parts
+    if hasattr(model, "network") and hasattr(model, "head"):  # data/text.py's TextModel: its parts
         return keras.Model(ids, model.head(model.network(ids)), name="model")
     after = keras.Model(vectorizer.output, model.output)
     return keras.Model(ids, after(keras.ops.cast(ids, vectorizer.output.dtype)), name="model")
