@@ -10,7 +10,7 @@ of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mi
 across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
 by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
 originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs); texts as
-UTF-8 strings with the vocabulary of the training split beside them (`vocabulary.txt`, data/text.py).
+UTF-8 strings with the training split's vocabulary beside them (`vocabulary.txt`, data/text.py).
 Each example also carries its source's id (pipeline.serialize: a file path, a row number).
 `data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
 every file.
