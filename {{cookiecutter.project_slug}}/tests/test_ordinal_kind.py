@@ -134,7 +134,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ])  # fmt: skip
         prepare(params, root)
         assert train(params, root).status == "completed"
-        evaluate(params, root)
+        metrics = evaluate(params, root)
+        print("ordinal kind, test split:", {k: round(v, 4) for k, v in metrics.items()})
         export_litert(params, root)
         predict(root / "ratings.csv", root / "predicted.csv", root / "results" / "models")
         yield root
