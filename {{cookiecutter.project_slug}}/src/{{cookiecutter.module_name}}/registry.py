@@ -108,36 +108,43 @@ def arguments(kind: str, name: str, args: dict[str, Any], key: str) -> dict[str,
                 f"{key}.{arg}: {kind} {name!r} has no argument {arg!r} (its arguments: {known}) "
                 f"(example: {_example(key, arg, declared)})"
             )
-        checked[arg] = _typed(f"{key}.{arg}", declared[arg], value)
+        checked[arg] = _typed(key, declared[arg], value)
     missing = [p for p in declared.values() if p.default is p.empty and p.name not in args]
     if missing:
-        raise ConfigError(
-            f"{key}.{missing[0].name}: {kind} {name!r} needs it (example: --set "
-            f"{key}.{missing[0].name}=...)"
-        )
+        example = _setting(key, missing[0].name, "...")
+        raise ConfigError(f"{key}.{missing[0].name}: {kind} {name!r} needs it (example: {example})")
     return checked
 
 
-def _typed(where: str, parameter: inspect.Parameter, value: Any) -> Any:
+def _typed(key: str, parameter: inspect.Parameter, value: Any) -> Any:
     """`value` as the parameter's annotation takes it (strictly: `true` is no integer)."""
     if parameter.annotation is parameter.empty:
         return value
     try:
         return TypeAdapter(parameter.annotation).validate_python(value, strict=True)
     except ValidationError:
-        default = "" if parameter.default is parameter.empty else yaml_text(parameter.default)
+        default = "..." if parameter.default is parameter.empty else parameter.default
         annotation = inspect.formatannotation(parameter.annotation)
         raise ConfigError(
-            f"{where}: expected {annotation}, got {value!r} (example: --set {where}={default})"
+            f"{key}.{parameter.name}: expected {annotation}, got {value!r} (example: "
+            f"{_setting(key, parameter.name, default)})"
         ) from None
 
 
 def _example(key: str, arg: str, declared: dict[str, inspect.Parameter]) -> str:
-    """A valid `--set` of one of the declared arguments, or how to declare `arg`."""
+    """A valid setting of one of the declared arguments, or how to declare `arg`."""
     for parameter in declared.values():
         if parameter.default is not parameter.empty:
-            return f"--set {key}.{parameter.name}={yaml_text(parameter.default)}"
+            return _setting(key, parameter.name, parameter.default)
     return f"declare it after the fixed arguments: `{arg}: int = 1`"
+
+
+def _setting(key: str, arg: str, value: Any) -> str:
+    """How a user sets `arg` at `key`: `--set model.args.width=8`; an augmentation's in its
+    entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`."""
+    if key.startswith("data.augment."):
+        return f'--set "data.augment={yaml_text([{key.split(".")[2]: {arg: value}}])}"'
+    return f"--set {key}.{arg}={yaml_text(value)}"
 
 
 def check(params: Params) -> None:
