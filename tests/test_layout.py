@@ -4,12 +4,13 @@ Tiers, lowest first; a module imports only from its own tier or lower ones:
 0. config.py, registry.py, spec.py: the vocabulary (params, names, what the data is);
 1. core/: atomic files, where things live, what the program runs on;
 2. the files a user edits: sources.py, augment.py, model.py, task.py, optim.py, loop.py (and any
-   file the user adds beside them);
+   file the user adds beside them), and the built-ins beside their worked examples:
+   architectures/, readers/, augmentations/, tasks/;
 3. data/: prepare and the tf.data pipeline;
 4. training/: the trainer and what keeps a run safe;
 5. evaluation/: what comes after training;
 6. colab/, cloud/ and __main__.py: the ways in.
-(registry.py imports the tier-2 files dynamically at its first lookup: the plug-in mechanism.)
+(registry.py imports the tier-2 modules dynamically at its first lookup: the plug-in mechanism.)
 """
 
 from __future__ import annotations
@@ -56,4 +57,5 @@ def test_the_files_a_user_edits_are_at_the_top(default_project: Path) -> None:
     top = {p.stem for p in package.glob("*.py")}
     assert {"model", "task", "sources", "augment", "optim", "loop"} <= top
     folders = {p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders == {"core", "data", "training", "evaluation", "colab", "cloud"}
+    built_ins = {"architectures", "readers", "augmentations", "tasks"}
+    assert folders == {"core", "data", "training", "evaluation", "colab", "cloud", *built_ins}

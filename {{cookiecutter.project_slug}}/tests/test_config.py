@@ -1,4 +1,5 @@
-"""params.yaml loading, --set overrides and their error messages."""
+"""params.yaml loading (every value is there: config.py holds none), --set overrides and their
+error messages."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import MODULE, PROJECT, cli_env
 
-from {{ cookiecutter.module_name }}.config import ConfigError, Params, load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, Params, flat, load_params
 
 PARAMS = PROJECT / "params.yaml"
 
@@ -82,6 +83,24 @@ def test_unknown_key_in_the_file(tmp_path: Path) -> None:
     bad.write_text(PARAMS.read_text() + "\nextra_key: 1\n")
     with pytest.raises(ConfigError, match=r"^extra_key: unknown key"):
         load_params(bad)
+
+
+def test_a_key_missing_from_the_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "params.yaml"
+    bad.write_text(PARAMS.read_text().replace("  split_column: split", "  #"))
+    with pytest.raises(ConfigError) as info:
+        load_params(bad)
+    assert str(info.value) == (
+        "data.split_column: missing; the params file needs every key (example: split_column: fold)"
+    )
+
+
+def test_augmentations_with_their_own_arguments() -> None:
+    p = load_params(PARAMS, ["data.augment=[flip, {rotation: {factor: 0.2}}]"])
+    assert p.data.augment == ["flip", {"rotation": {"factor": 0.2}}]
+    with pytest.raises(ConfigError, match=r"^data\.augment: expected a list of augmentation names"):
+        load_params(PARAMS, ["data.augment=[{flip: {}, zoom: {}}]"])
+    assert flat({"a": {"b": 1, "c": {}}, "d": [1]}) == {"a.b": 1, "a.c": {}, "d": [1]}
 
 
 def test_missing_or_broken_file(tmp_path: Path) -> None:
@@ -164,11 +183,11 @@ def test_bad_new_values_name_the_full_dotted_key(override: str, message: str) ->
 def test_list_of_floats_and_a_typo_in_a_nested_section_of_the_file(tmp_path: Path) -> None:
     import dataclasses
 
-    from {{ cookiecutter.module_name }}.config import TrainConfig, _key, schema
+    from {{ cookiecutter.module_name }}.config import _field, schema
 
     @schema
     class Widths:
-        scales: list[float] = _key([0.5, 1.0], "[0.25,0.5]", "a list of numbers")
+        scales: list[float] = _field("[0.25,0.5]", "a list of numbers")
 
     assert Widths(scales=[1, 2.5]).scales == [1.0, 2.5]
     with pytest.raises(ValueError):
@@ -178,7 +197,7 @@ def test_list_of_floats_and_a_typo_in_a_nested_section_of_the_file(tmp_path: Pat
     with pytest.raises(ConfigError, match=r"^train\.fine_tune\.frozen_epoch: unknown key"):
         load_params(bad)
     # Still plain dataclasses: `dataclasses.replace` validates the new value too.
-    train = dataclasses.replace(TrainConfig(), epochs=3)
+    train = dataclasses.replace(load_params(PARAMS).train, epochs=3)
     assert train.epochs == 3
     with pytest.raises(ValueError):
-        dataclasses.replace(TrainConfig(), epochs=0)
+        dataclasses.replace(train, epochs=0)

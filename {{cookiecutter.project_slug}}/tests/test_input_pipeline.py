@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from {{ cookiecutter.module_name }}.augment import augmenter
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.feed import Resident, make_feed
 from {{ cookiecutter.module_name }}.data.pipeline import (
     Prepared,
+    augmenter,
     epoch_windows,
     eval_dataset,
     load_prepared,
@@ -38,7 +38,8 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     pixels = np.zeros((N, 4, 4, 1), np.uint8)
     pixels[:, 0, 0, 0] = ids % 250
     pixels[:, 1, 1, 0] = ids // 250
-    source = Source("image", (ids % 5).astype(np.int32), list("abcde"), pixels.__getitem__, str)
+    labels = (ids % 5).astype(np.int64)
+    source = Source("image", "classification", labels, list("abcde"), pixels.__getitem__, str)
     source.input_shape = (4, 4, 1)
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     original = prepare.SHARD_BYTES
@@ -116,6 +117,18 @@ def test_augmentation_is_deterministic_per_example_and_varies(shards: Prepared) 
     assert not np.array_equal(out.numpy(), augment(image, tf.constant([3, 8], tf.int64)).numpy())
     assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
     assert np.array_equal(augmenter([])(image, key).numpy(), image.numpy())  # [] = off
+    # An augmentation's own arguments: a stronger rotation, vertical flips too.
+    stronger = augmenter([{"rotation": {"factor": 0.4}}])(image, key)
+    assert not np.array_equal(stronger.numpy(), augmenter(["rotation"])(image, key).numpy())
+    flips = {augmenter([{"flip": {"vertical": True}}])(image, tf.constant([k, 1], tf.int64))
+             .numpy()[0, 0, 0] for k in range(12)}  # fmt: skip
+    assert len(flips) == 4  # each corner comes to the top left
+    with pytest.raises(ConfigError) as refused:
+        augmenter([{"rotation": {"angle": 30}}])
+    assert str(refused.value) == (
+        "data.augment.rotation.angle: augmentation 'rotation' has no argument 'angle' (its "
+        'arguments: factor) (example: --set "data.augment=[{rotation: {factor: 0.1}}]")'
+    )
     # In the pipeline: the same batches on every run, and a resumed run gets the same pixels.
     full = train_dataset(
         tf.distribute.InputContext(), shards, 48, 3, 0, 2, ["flip", "rotation", "contrast"]
@@ -140,7 +153,9 @@ def vectors(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     ids = np.arange(N)
     x = np.stack([ids, ids % 7, ids % 3], axis=1).astype(np.float32)
     labels = (ids % 5).astype(np.int32)
-    source = Source("vector", labels, list("abcde"), x.__getitem__, str, input_shape=(3,))
+    source = Source(
+        "vector", "classification", labels, list("abcde"), x.__getitem__, str, input_shape=(3,)
+    )
     idx = {"train": ids, "validation": ids[:10], "test": ids[:10]}
     write_processed(source, idx, folder, load_params(PARAMS))
     return load_prepared(folder)

@@ -1,4 +1,5 @@
-"""model.py: every architecture from params, raw inputs, float32 logits, fine-tuning helpers."""
+"""model.py and architectures/: every architecture from params, raw inputs, float32 logits, its own
+arguments (model.args), fine-tuning helpers."""
 
 from __future__ import annotations
 
@@ -22,22 +23,79 @@ from {{ cookiecutter.module_name }}.model import (
     set_backbone_trainable,
 )
 from {{ cookiecutter.module_name }}.optim import clip_gradients
+from {{ cookiecutter.module_name }}.registry import check, register
 from {{ cookiecutter.module_name }}.spec import DataSpec
+from {{ cookiecutter.module_name }}.training import fingerprint
 
-IMAGES = DataSpec(kind="image", input_shape=(32, 32, 3), names=["a", "b", "c"])
+IMAGES = DataSpec(
+    kind="image", input_shape=(32, 32, 3), task="classification", names=["a", "b", "c"]
+)
 VECTORS = DataSpec(
     kind="vector",
     input_shape=(3,),
+    task="regression",
     feature_mean=[100.0, 0.0, -5.0],
     feature_var=[400.0, 1.0, 4.0],
 )
-DIGITS = DataSpec(kind="image", input_shape=(8, 8, 1))
-GRAY = DataSpec(kind="image", input_shape=(32, 32, 1))
+DIGITS = DataSpec(kind="image", input_shape=(8, 8, 1), task="classification")
+GRAY = DataSpec(kind="image", input_shape=(32, 32, 1), task="classification")
 
 
 def cfg(**changes: object) -> ModelConfig:
-    base = ModelConfig(hidden_units=[8], filters=[4, 8], weights=None)
-    return dataclasses.replace(base, **changes)
+    base = load_params(PROJECT / "params.yaml").model
+    return dataclasses.replace(
+        base, **{"hidden_units": [8], "filters": [4, 8], "weights": None, **changes}
+    )
+
+
+@register("architecture", "test_widths")
+def widths(inputs, spec, cfg, width: int = 8, activation: str = "relu"):  # noqa: ANN001, ANN201
+    """An architecture of a user's, with its own arguments after the fixed ones."""
+    return keras.layers.Dense(width, activation=activation, name="own")(
+        keras.layers.Flatten()(inputs)
+    )
+
+
+def test_an_architecture_takes_its_own_arguments_from_model_args() -> None:
+    model = build_model(IMAGES, 3, cfg(architecture="test_widths", args={"width": 24}))
+    assert model.get_layer("own").units == 24
+    assert build_model(IMAGES, 3, cfg(architecture="test_widths")).get_layer("own").units == 8
+    params = load_params(
+        PROJECT / "params.yaml", ["model.architecture=test_widths", "model.args.width=24"]
+    )
+    check(params)  # what every command runs before it writes anything
+    assert params.model.args == {"width": 24}
+    assert fingerprint.settings(params)["model.args.width"] == 24  # a resume checks it
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.args.height=3"], "model.args.height: architecture 'test_widths' has no argument "
+         "'height' (its arguments: width, activation) (example: --set model.args.width=8)"),
+        (["model.args.width=wide"], "model.args.width: expected int, got 'wide' (example: --set "
+         "model.args.width=8)"),
+        (["model.args.width=true"], "model.args.width: expected int, got True"),
+        (["sweep.space={model.args.width: {choices: [8, wide]}}"],
+         "sweep.space.model.args.width: expected int, got 'wide'"),
+    ],
+)  # fmt: skip
+def test_unknown_or_ill_typed_arguments_are_one_line_errors(overrides, message) -> None:
+    params = load_params(PROJECT / "params.yaml", ["model.architecture=test_widths", *overrides])
+    with pytest.raises(ConfigError) as info:
+        check(params)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_a_sweep_searches_an_architecture_argument() -> None:
+    from {{ cookiecutter.module_name }}.config import sweep_space
+
+    space = "sweep.space={model.args.width: {low: 8, high: 64, log: true}}"
+    params = load_params(PROJECT / "params.yaml", ["model.architecture=test_widths", space])
+    check(params)
+    dim = sweep_space(params)["model.args.width"]
+    assert (dim.low, dim.high, dim.log, dim.integer) == (8, 64, True, True)
+    assert dim.override(16) == "model.args.width=16"
 
 
 @pytest.mark.parametrize(
@@ -71,7 +129,7 @@ def test_vectors_are_standardised_inside_the_model() -> None:
     [
         (DIGITS, cfg(architecture="backbone"), "data.image_size: MobileNetV3Small needs"),
         (
-            DataSpec(kind="image", input_shape=(32, 32, 4)),
+            DataSpec(kind="image", input_shape=(32, 32, 4), task="classification"),
             cfg(architecture="backbone", weights="imagenet"),
             "data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got 4",
         ),
@@ -106,7 +164,10 @@ def test_fine_tune_unfreezes_the_top_layers_but_never_batch_norm() -> None:
 
 def test_template_params_build_the_default_model() -> None:
     params = load_params(PROJECT / "params.yaml", ["model.hidden_units=[16]"])
-    spec = DataSpec(kind="vector", input_shape=(64,), names=[str(i) for i in range(10)])
+    spec = DataSpec(
+        kind="vector", input_shape=(64,), task="classification", names=[str(i) for i in range(10)],
+        feature_mean=[0.0] * 64, feature_var=[1.0] * 64,
+    )  # fmt: skip
     model = build_model(spec, 10, params.model)
     assert model.output_shape == (None, 10)
 

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from conftest import PROJECT, main_in_fresh_process, save_for_users
 
-from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.evaluation.export import export_saved_model
 from {{ cookiecutter.module_name }}.evaluation.predict import predict
 from {{ cookiecutter.module_name }}.model import build_model
@@ -47,10 +47,10 @@ def _project(root: Path, name: str) -> tuple[Path, np.ndarray, Path]:
     task = task_class(spec.task)(
         names=spec.names, target_mean=spec.target_mean or 0.0, target_std=spec.target_std or 1.0
     )
-    model_cfg = ModelConfig(
-        architecture=architecture, backbone="MobileNetV2", hidden_units=[4], filters=[4]
-    )
-    model_cfg = dataclasses.replace(model_cfg, weights=None)
+    model_cfg = dataclasses.replace(
+        load_params(PROJECT / "params.yaml").model, architecture=architecture,
+        backbone="MobileNetV2", hidden_units=[4], filters=[4], weights=None,
+    )  # fmt: skip
     keras.utils.set_random_seed(0)
     logits_model = build_model(spec, task.num_outputs, model_cfg)
     project = root / name

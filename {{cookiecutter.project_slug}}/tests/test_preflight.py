@@ -8,10 +8,10 @@ from pathlib import Path
 import keras
 import pytest
 import tensorflow as tf
-from conftest import TINY, sets
+from conftest import PROJECT, TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import Params
+from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import preflight
 from {{ cookiecutter.module_name }}.training.preflight import PreflightError
 from {{ cookiecutter.module_name }}.training.strategy import StrategyInfo
@@ -50,12 +50,11 @@ def test_train_on_an_unmounted_drive_is_one_line_and_writes_nothing(
 
 
 def test_no_accelerator_stops_only_when_required() -> None:
-    required = Params()
-    required.distribute.require_accelerator = True
+    required = load_params(PROJECT / "params.yaml", ["distribute.require_accelerator=true"])
     with pytest.raises(PreflightError, match=r"^distribute.require_accelerator: no GPU or TPU"):
         preflight.check_accelerator(required, CPU)
     assert "GPU" in preflight.check_accelerator(required, GPU)
-    assert "CPU" in preflight.check_accelerator(Params(), CPU)
+    assert "CPU" in preflight.check_accelerator(load_params(PROJECT / "params.yaml"), CPU)
 
 
 def test_train_without_an_accelerator_when_required_is_one_line(tiny_project: Path, capsys) -> None:

@@ -21,6 +21,7 @@ from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.split import describe, split_examples
+from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.sources import Source
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.task import make_task
@@ -144,15 +145,24 @@ def test_csv_files_are_the_splits_and_evaluate_names_its_test_split(project: Pat
         "train": "train.csv", "validation": "valid.csv", "test": "test.csv"
     }  # fmt: skip
     assert spec.feature_names == ["x1", "x2"]
+    # Notebook 01's tables: each split and where it came from; the training split's balance.
+    shown = " ".join(report.split_table(project).split())
+    assert "| test | 20 | the published test split: test.csv |" in shown
+    params = load_params(project / "params.yaml", data)
+    balance = " ".join(report.class_balance(project, params).split())
+    assert balance.startswith("Training split, train.class_weight: none")
+    assert "| class | examples | share | weight |" in balance
     x, _, _ = read_split(project / "data/processed", "test")
     np.testing.assert_array_equal(x[:, 1], 10 * x[:, 0])  # test.csv's columns in train's order
     assert sorted(x[:, 0].astype(int)) == list(range(200, 220))
     run(project, "train", *sets([*data, *TINY_TRAIN]))
     capsys.readouterr()
     run(project, "evaluate", *sets(data))
-    scored = json.loads((project / "results/metrics/evaluate.json").read_text())["scored_on"]
-    assert scored == "the published test split: test.csv, 20 examples"
+    scored = "the published test split: test.csv, 20 examples"  # a fact: in the card
+    assert f"\n\nOn {scored} (" in (project / "results/reports/model_card.md").read_text()
     assert f"on {scored}; wrote" in capsys.readouterr().out
+    metrics = json.loads((project / "results/metrics/evaluate.json").read_text())
+    assert all(isinstance(value, int | float) for value in metrics.values())  # numbers only
 
 
 def test_a_split_column_and_tfrecord_files_per_split(project: Path) -> None:
@@ -192,9 +202,9 @@ def test_the_split_rule_for_multilabel_and_regression_is_seeded_not_stratified()
     params = load_params(PROJECT / "params.yaml", ["data.split=column"])
     labels = (np.random.default_rng(0).random((50, 3)) > 0.7).astype(np.float32)
     given = {"train": np.arange(40), "test": np.arange(40, 50)}
-    source = Source("vector", labels, ["a", "b", "c"], lambda i: [i], str, input_shape=(1,),
-                    splits=given, split_from={"train": "col = train", "test": "col = test"},
-                    task="multilabel")  # fmt: skip
+    source = Source("vector", "multilabel", labels, ["a", "b", "c"], lambda i: [i], str,
+                    input_shape=(1,), splits=given,
+                    split_from={"train": "col = train", "test": "col = test"})  # fmt: skip
     idx, record = split_examples(source, params.data, 42, "data.csv")
     assert list(idx["test"]) == list(range(40, 50)) and len(idx["validation"]) == 8
     assert set(idx["validation"]) | set(idx["train"]) == set(range(40))
@@ -321,11 +331,13 @@ def test_class_weights_from_the_training_counts() -> None:
     with pytest.raises(ConfigError, match=r"^train\.class_weight: 'zebra' is not a class"):
         weights("classification", "{zebra: 2}", counts, 1000)
     with pytest.raises(ConfigError, match=r"^train\.class_weight: balanced weighs classes"):
-        weights("regression", "balanced", {}, 1000)
-    older = dataclasses.replace(_spec("classification", counts, 1000), train_counts={})
+        make_task(
+            load_params(
+                PROJECT / "params.yaml", ["task.type=regression", "train.class_weight=balanced"]
+            ),
+            DataSpec("vector", (2,), "regression", ["price"], {"train": 1000}),
+        )
     params = load_params(PROJECT / "params.yaml", ["train.class_weight=balanced"])
-    with pytest.raises(ConfigError, match=r"lacks .* run `prepare` again"):  # an older spec
-        make_task(params, older)
     # evaluate's task is unweighted: test_loss stays the plain loss.
     unweighted = make_task(params, _spec("classification", counts, 1000), weighted=False)
     assert unweighted.class_weights == ()

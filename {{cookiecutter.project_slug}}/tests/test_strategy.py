@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
+from conftest import PROJECT, TINY
 
 from {{ cookiecutter.module_name }}.config import DistributeConfig, load_params
 from {{ cookiecutter.module_name }}.training import strategy as strat
@@ -23,7 +24,7 @@ TF_CONFIG = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "
 
 
 def cfg(**kw) -> DistributeConfig:
-    return DistributeConfig(**kw)
+    return dataclasses.replace(load_params(PROJECT / "params.yaml").distribute, **kw)
 
 
 @pytest.mark.parametrize(

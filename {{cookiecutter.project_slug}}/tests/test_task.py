@@ -1,4 +1,5 @@
-"""task.py: loss, metrics across replicas, outputs, label encoding, evaluation per task."""
+"""task.py and tasks/: loss, metrics across replicas, outputs, label encoding, evaluation per
+kind."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from conftest import PROJECT
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.spec import DataSpec
-from {{ cookiecutter.module_name }}.task import Multilabel, Task, make_task
+from {{ cookiecutter.module_name }}.task import Task, make_task
+from {{ cookiecutter.module_name }}.tasks.multilabel import Multilabel
 from {{ cookiecutter.module_name }}.training.early_stopping import (
     EarlyStopping,
     mode_for,
@@ -165,26 +167,42 @@ def test_evaluate_reports_what_fits_each_task() -> None:
     report = task.evaluate([(y[:2], probs[:2]), (y[2:], probs[2:])])  # batches
     assert report.metrics["test_accuracy"] == pytest.approx(0.75)
     assert report.metrics["test_examples"] == 4
-    confusion = report.plots["confusion_matrix.csv"]
-    assert confusion[1:] == [["a", "a"], ["b", "b"], ["c", "b"], ["c", "c"]]
-    per_class = {row[0]: row[1:] for row in report.plots["per_class.csv"][1:]}
-    assert per_class["b"] == pytest.approx([0.5, 1.0, 2 / 3, 1])
-    assert per_class["c"] == pytest.approx([1.0, 0.5, 2 / 3, 2])
+    confusion = report.plots["confusion_matrix.csv"].to_numpy().tolist()
+    assert confusion == [["a", "a"], ["b", "b"], ["c", "b"], ["c", "c"]]
+    per_class = report.plots["per_class.csv"].set_index("class")
+    assert list(per_class.columns) == ["precision", "recall", "f1", "support"]
+    assert per_class.loc["b"].tolist() == pytest.approx([0.5, 1.0, 2 / 3, 1])
+    assert per_class.loc["c"].tolist() == pytest.approx([1.0, 0.5, 2 / 3, 2])
+    assert report.table is report.plots["per_class.csv"]  # the card's per-class table
 
     multi = task_for("multilabel")
     truth = np.array([[1, 0, 1], [0, 1, 0]])
     report = multi.evaluate([(truth, np.array([[0.9, 0.2, 0.4], [0.1, 0.8, 0.3]]))])
-    per_label = {row[0]: row[1:] for row in report.plots["per_label.csv"][1:]}
-    assert per_label["owl"] == pytest.approx([0.0, 0.0, 0.0, 1])
+    per_label = report.plots["per_label.csv"].set_index("label")
+    assert per_label.loc["owl"].tolist() == pytest.approx([0.0, 0.0, 0.0, 1])
     assert report.metrics["test_binary_accuracy"] == pytest.approx(5 / 6)
 
     reg = task_for("regression")
     report = reg.evaluate([(np.array([50.0, 70.0]), np.array([[52.0], [66.0]]))])  # model: [n, 1]
     assert report.metrics["test_mae"] == pytest.approx(3.0)
     assert report.metrics["residual_mean"] == pytest.approx(-1.0)
-    assert report.plots["predictions.csv"] == [
-        ["actual", "predicted", "residual"], [50.0, 52.0, 2.0], [70.0, 66.0, -4.0]
-    ]  # fmt: skip
+    assert report.plots["predictions.csv"].to_numpy().tolist() == [
+        [50.0, 52.0, 2.0],
+        [70.0, 66.0, -4.0],
+    ]
+    assert report.table is None
+    assert all(isinstance(v, int | float) for v in report.metrics.values())  # evaluate.json
+
+
+def test_metric_updates_in_evaluate_do_not_retrace(caplog: pytest.LogCaptureFixture) -> None:
+    """AUC(multi_label=True) builds a tf.function at each eager update (vectorized_map), which
+    TensorFlow reports as retracing after five: evaluate updates inside one tf.function."""
+    truth = (np.random.default_rng(0).random((96, 3)) > 0.5).astype("float32")
+    batches = [(truth[i : i + 8], truth[i : i + 8] * 0.8 + 0.1) for i in range(0, 96, 8)]
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        task_for("multilabel").evaluate(batches)
+        task_for("classification").evaluate([(np.arange(7) % 7, np.eye(7))] * 8)
+    assert "retracing" not in caplog.text
 
 
 def test_early_stopping_policy_tracks_the_best_and_resumes() -> None:
@@ -215,10 +233,21 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     (tmp_path / "metrics" / "train.json").write_text(json.dumps({"history": history}))
     evaluation = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
     written = write_evaluation(tmp_path, evaluation)
-    assert {p.name for p in written} == {"evaluate.json", "predictions.csv", "training_curve.csv"}
+    # Every registered kind's plot files (dvc.yaml declares them all), the others' header only.
+    assert {p.name for p in written} == {
+        "evaluate.json", "predictions.csv", "training_curve.csv", "confusion_matrix.csv",
+        "per_class.csv", "per_label.csv",
+    }  # fmt: skip
+    assert (
+        tmp_path / "plots" / "per_label.csv"
+    ).read_text() == "label,precision,recall,f1,support\n"
     assert json.loads((tmp_path / "metrics" / "evaluate.json").read_text())["test_mae"] == 3.0
     curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
-    assert curve == ["epoch,loss,val_loss,val_r2", "1,0.5,0.6,0.1"]
+    assert curve[0] == (
+        "epoch,accuracy,binary_accuracy,loss,mae,val_accuracy,val_binary_accuracy,val_loss,"
+        "val_mae,val_r2"
+    )  # each kind's training metric, empty where this task has none
+    assert curve[1] == "1,,,0.5,,,,0.6,,0.1"
 
 
 def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
@@ -237,27 +266,38 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
     }
     shown = {}
     for kind, (y, outputs) in cases.items():
-        write_evaluation(tmp_path / kind / "results", task_for(kind).evaluate([(y, outputs)]))
+        task = task_for(kind)
+        record = {"method": "files", "from": {"test": "test.csv"}, "carved": {}}
+        spec = DataSpec("vector", (4,), kind, task.names, {"test": len(y)}, split=record)
+        (tmp_path / kind / "data" / "processed").mkdir(parents=True)
+        (tmp_path / kind / "data" / "processed" / "spec.json").write_text(spec.to_json())
+        write_evaluation(tmp_path / kind / "results", task.evaluate([(y, outputs)]))
         fig, name = report.plot_evaluation(tmp_path / kind, kind)
         shown[kind] = report.evaluation_summary(tmp_path / kind, kind).splitlines(), fig, name
 
     lines, fig, name = shown["classification"]  # per-class metrics, the confusion matrix
-    assert lines[0].startswith("Test split (classification, 4 examples): accuracy 0.7500")
-    assert lines[2] == "| class | precision | recall | F1 | support |"
-    assert "| c1 | 0.500 | 1.000 | 0.667 | 1 |" in lines and "accuracy 0.7500" in lines[-1]
+    scored_on = "the published test split: test.csv, 4 examples"
+    assert lines[0].startswith(f"Test split (classification, {scored_on}): accuracy")
+    assert cells(lines[2]) == ["class", "precision", "recall", "f1", "support"]
+    assert ["c1", "0.500", "1.000", "0.667", "1"] in [cells(line) for line in lines]
     assert name == "03_confusion_matrix" and fig.axes[0].get_title().startswith("Confusion")
     lines, fig, name = shown["multilabel"]  # per-label metrics, as a table and as bars
-    assert lines[2:4] == ["| label | precision | recall | f1 | support |", "|---|---|---|---|---|"]
-    assert lines[4] == "| cat | 1.000 | 1.000 | 1.000 | 1 |"
+    assert cells(lines[2]) == ["label", "precision", "recall", "f1", "support"]
+    assert cells(lines[4]) == ["cat", "1.000", "1.000", "1.000", "1"]
     assert name == "03_per_label_metrics"
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == LABELS
     lines, fig, name = shown["regression"]  # residuals (predicted - true: 2, -4), predicted vs true
-    assert "mae 3.0000" in lines[0] and lines[-1] == "| test split | -1 | 3 | 3.8 |"
+    assert "mae 3.0000" in lines[0] and "residual_mean -1.0000" in lines[0] and len(lines) == 1
     assert name == "03_predicted_vs_true" and len(fig.axes) == 2
     with pytest.raises(
         ConfigError, match=r"^task\.type: 'ranking' is not registered \(registered: "
     ):
         report.plot_evaluation(tmp_path / "regression", "ranking")
+
+
+def cells(line: str) -> list[str]:
+    """A Markdown table row's cells, without tabulate's padding."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 def test_notebook_01_shows_the_data_as_the_task_has_it() -> None:

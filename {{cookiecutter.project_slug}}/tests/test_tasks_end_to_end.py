@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +112,35 @@ def test_regression_far_from_zero_beats_the_mean(trained) -> None:
     rows = _plot(project, "predictions.csv")
     assert rows[0] == ["actual", "predicted", "residual"] and len(rows) == ROWS // 5 + 1
     assert abs(np.mean([float(r[1]) for r in rows[1:]]) - 50) < 5  # in the user's units
+
+
+@pytest.mark.parametrize(
+    ("task", "title", "x_label", "y_label"),
+    [
+        ("multilabel", "F1 per label, test split (multilabel)", "F1", "label"),
+        ("regression", "Predicted against true, test split (regression)", "true value",
+         "predicted value"),
+    ],
+)  # fmt: skip
+def test_dvc_plots_draw_each_kinds_plot(trained, task, title, x_label, y_label) -> None:
+    """`dvc plots show` from dvc.yaml's `plots:`: the kind's own plot, titled, axes labelled,
+    with a point per test example (or label), beside the training curves."""
+    project = trained[task][0]
+    shutil.copy(PROJECT / "dvc.yaml", project / "dvc.yaml")
+    for args in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(args, cwd=project, check=True, capture_output=True)
+    shown = subprocess.run([sys.executable, "-m", "dvc", "plots", "show", "--json"], cwd=project,
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    plots = json.loads(shown.stdout)
+    assert "errors" not in plots, plots.get("errors")
+    content = plots["data"][title][0]["content"]
+    assert content["title"]["text"] == title
+    assert (content["encoding"]["x"]["title"], content["encoding"]["y"]["title"]) == (
+        x_label, y_label
+    )  # fmt: skip
+    rows = {"multilabel": 2, "regression": ROWS // 5}[task]  # labels, or test examples
+    assert len(content["data"]["values"]) == rows
+    assert len(plots["data"]["Loss per epoch"][0]["content"]["data"]["values"]) == 2 * 8
 
 
 def test_predict_each_trained_task_in_a_fresh_process(trained, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ random (so about 0.97 is the best accuracy there is).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import random
 import re
@@ -36,11 +37,11 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
     train_dataset,
 )
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.data.text import learn_vocabulary
 from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
-from {{ cookiecutter.module_name }}.text import learn_vocabulary
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -166,10 +167,10 @@ def test_classification_on_a_csv_text_column(trained) -> None:
     print(f"text classification: test accuracy {metrics['test_accuracy']:.4f}")
     overrides = json.loads((project / "overrides.json").read_text())
     table = report.worst_examples(project, load_params(project / "params.yaml", overrides), n=3)
-    lines = table.splitlines()
-    assert lines[2].startswith("| id | text | target |") and len(lines) == 7
+    lines = [[cell.strip("| ") for cell in line.split(" | ")] for line in table.splitlines()]
+    assert lines[2][:3] == ["id", "text", "target"] and len(lines) == 7
     texts = {row[0]: row[1] for row in csv.reader((project / "reviews.csv").open())}
-    worst = lines[4].split(" | ")  # `id` is the row number; the id column counts from 0
+    worst = lines[4]  # `id` is the row number; the id column counts from 0
     assert worst[1][:100] == " ".join(texts[str(int(worst[0].strip("| ")) - 1)].split())[:100]
 
 
@@ -339,12 +340,13 @@ def test_text_keeps_the_splits_the_data_gives(tmp_path: Path) -> None:
 def test_notebook_01_shows_texts_as_a_table() -> None:
     x = np.array(["good | fine\nfilm", "bad film", "great", "x" * 200], dtype=object)
     table = report.text_examples(x, np.array([1, 0, 1, 0], np.int32), ["neg", "pos"], 1)
-    assert table.splitlines() == ["| target | text |", "|---|---|", "| neg | bad film |",
-                                  "| pos | good \\| fine film |"]  # fmt: skip
+    squeezed = [" ".join(line.split()) for line in table.splitlines()]  # tabulate pads cells
+    assert squeezed[0] == "| target | text |" and len(squeezed) == 4
+    assert squeezed[2:] == ["| neg | bad film |", "| pos | good \\| fine film |"]
     tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), ["a", "b"])
-    assert tags.splitlines()[2].startswith("| a\\|b | good")
+    assert " ".join(tags.splitlines()[2].split()).startswith("| a\\|b | good")
     long = report.text_examples(x[3:], np.array([2.5], np.float32))
-    assert long.splitlines()[2] == f"| 2.5 | {'x' * 119}… |"
+    assert " ".join(long.splitlines()[2].split()) == f"| 2.5 | {'x' * 119}… |"
 
 
 def test_speed_measures_text_on_token_ids(trained) -> None:
@@ -363,7 +365,7 @@ def test_litert_export_of_the_text_model_is_its_network_on_token_ids(trained) ->
     project, _, _ = trained["classification"]
     overrides = json.loads((project / "overrides.json").read_text())
     entry = export_litert(load_params(project / "params.yaml", overrides), project)
-    assert entry["inputs"].startswith("token ids, int32") and entry["same_class"] == 1.0
+    assert entry["inputs"].startswith("token ids, int32") and entry["same_prediction"] == 1.0
     assert entry["max_abs_diff"] < 1e-4
     assert entry["tokenize"].startswith("lower-case it (every alphabet) and remove punctuation")
     written = (project / "results/models/vocabulary.txt").read_text("utf-8").split("\n")
@@ -470,16 +472,21 @@ def test_a_keras_hub_preset_trains_offline_and_serves_strings(
     texts = tf.constant(["the striker scored in the cup match", "bake the dough with butter"])
     probs = model.predict(texts, verbose=0)
     assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
-    missing = ModelConfig(architecture="backbone", backbone=str(tmp_path / "nope"))
+    missing = model_cfg(architecture="backbone", backbone=str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match=r"^model.backbone: .*nope.* is not a keras-hub"):
-        build_model(DataSpec("text", (24,)), 3, missing)
-    moved = ModelConfig(architecture="backbone", backbone=str(tmp_path / "moved"))
+        build_model(DataSpec("text", (24,), "classification"), 3, missing)
+    moved = model_cfg(architecture="backbone", backbone=str(tmp_path / "moved"))
     with pytest.raises(ConfigError, match=r"^data.sequence_length: .* at most 32 tokens"):
-        build_model(DataSpec("text", (64,)), 3, moved)
+        build_model(DataSpec("text", (64,), "classification"), 3, moved)
 
 
-TEXT_SPEC = DataSpec(kind="text", input_shape=(6,), vocabulary_size=20)
-VECTORS = DataSpec(kind="vector", input_shape=(3,))
+TEXT_SPEC = DataSpec(kind="text", input_shape=(6,), task="classification", vocabulary_size=20)
+VECTORS = DataSpec(kind="vector", input_shape=(3,), task="classification")
+
+
+def model_cfg(**changes: object) -> ModelConfig:
+    """params.yaml's model section with `changes`."""
+    return dataclasses.replace(load_params(PROJECT / "params.yaml").model, **changes)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
@@ -490,7 +497,7 @@ def test_the_text_network_averages_real_tokens_only(policy: str) -> None:
 
     keras.mixed_precision.set_global_policy(policy)
     try:
-        cfg = ModelConfig(architecture="text", hidden_units=[8], embedding_dim=4)
+        cfg = model_cfg(architecture="text", hidden_units=[8], embedding_dim=4)
         model = build_model(TEXT_SPEC, 3, cfg)
         ids = tf.constant([[3, 5, 0, 0, 0, 0], [3, 5, 3, 5, 0, 0], [0] * 6], tf.int32)
         logits = model(ids, training=False)
@@ -510,7 +517,7 @@ def test_the_text_network_averages_real_tokens_only(policy: str) -> None:
 )
 def test_an_architecture_for_other_inputs_is_a_one_line_error(spec, architecture, message) -> None:
     with pytest.raises(ConfigError) as info:
-        build_model(spec, 3, ModelConfig(architecture=architecture, hidden_units=[4]))
+        build_model(spec, 3, model_cfg(architecture=architecture, hidden_units=[4]))
     text = str(info.value)
     assert text.startswith(message) and "\n" not in text
     assert text.endswith("=mlp)") if spec is VECTORS else text.endswith("=text)")

@@ -109,12 +109,14 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
     """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
     from .core.storage import results_root
     from .evaluation import export
+    from .evaluation.model_card import update_exports
 
     project_dir = Path(args.params).resolve().parent
     results = results_root(project_dir)
     if args.format == "litert":
         output = Path(args.output) if args.output else results / export.LITERT_FILE
         entry = export.export_litert(params, project_dir, output, args.quantize)
+        update_exports(results, export.load_exports(results))
         print(export.litert_summary(output, entry), flush=True)
         return 0
     if args.quantize:
@@ -125,6 +127,7 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
     output = Path(args.output) if args.output else results / export.SAVED_MODEL_DIR
     export.export_saved_model(results / "models", output)
     export.record_saved_model(project_dir, output)
+    update_exports(results, export.load_exports(results))
     print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
     return 0
 

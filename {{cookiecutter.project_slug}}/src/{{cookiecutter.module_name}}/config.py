@@ -1,11 +1,17 @@
 """params.yaml -> typed, validated settings.
 
-`params.yaml` is the one configuration of the project: the code, DVC and the notebooks read it.
-`load_params` reads it, applies `--set dotted.key=value` overrides and checks every value, so a
-typo stops the run at once with one line that names the key, instead of hours later.
+`params.yaml` is the one configuration of the project, and the one place its values are written:
+the code, DVC and the notebooks read it. This module says what each key takes (a type, bounds, an
+example) and holds no values: a key missing from params.yaml is an error naming it, as is a
+typo, so nothing silently falls back to a value written somewhere else. `load_params` reads the
+file, applies `--set dotted.key=value` overrides and checks every value, so a typo stops the run
+at once with one line that names the key, instead of hours later.
 
 The schema is a set of pydantic dataclasses (they stay plain dataclasses for `dataclasses.replace`
-and `asdict`). Add a setting by adding one field: `_key(default, example)` plus its constraints.
+and `asdict`). A setting of the package's own is one field here plus its line in params.yaml. A
+component's own settings need neither: `model.args`, `data.args` and an augmentation's entry in
+`data.augment` pass keyword arguments to the registered function, which declares them
+(registry.py checks them).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BeforeValidator,
-    ConfigDict,
     Field,
     Strict,
     TypeAdapter,
@@ -73,93 +78,102 @@ PosInt = Annotated[int, Strict(), Field(ge=1)]
 PosFloat = Annotated[float, BeforeValidator(_number_from_text), Strict(), Field(gt=0.0)]
 
 
-def _key(default: Any, example: str, expect: str = "", **constraints: Any) -> Any:
-    """A field with an example value and, where the type does not say it, what it expects."""
-    extra = {"example": example, "expect": expect}
-    if isinstance(default, (list, dict)):
-        return Field(default_factory=lambda: type(default)(default), json_schema_extra=extra)
-    return Field(default=default, json_schema_extra=extra, **constraints)
-
-
-def _section(cls: type) -> Any:
-    return Field(default_factory=cls, json_schema_extra={"example": "", "expect": ""})
+def _field(example: str, expect: str = "", **constraints: Any) -> Any:
+    """A key of params.yaml (no default: its value is there): an example value and, where the
+    type does not say it, what it expects."""
+    return Field(json_schema_extra={"example": example, "expect": expect}, **constraints)
 
 
 # Unknown keys are errors: a typo must not silently fall back to a default.
-schema = pydantic_dataclasses.dataclass(config=ConfigDict(extra="forbid"))
+schema = pydantic_dataclasses.dataclass(config={"extra": "forbid"})
+# A component's own keyword arguments (registry.py checks them against its signature).
+Arguments = dict[Text, Any]
+# An augmentation: its name, or {name: {argument: value}}.
+Augmentation = Text | dict[Text, Arguments]
 
 
 @schema
 class DataConfig:
-    validation_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
-    source: Text = _key("digits", "csv")  # a reader registered in sources.py (registry.py)
-    path: Text = _key("data/external", "data/external/my.csv")
-    name: Text = _key("", "mnist")  # tfds: the dataset's name
-    label: Text = _key("label", "label")  # csv column / TFRecord feature with the target
-    features: Text = _key("features", "features")  # TFRecord feature with the inputs
-    feature_kind: Literal[FEATURE_KINDS] = _key("vector", "image")  # TFRecord: floats / image
-    image_size: list[PosInt] = _key([28, 28], "[64,64]", "a list of integers >= 1")
-    image_channels: Int = _key(1, "3", ge=1)
-    augment: list[Text] = _key([], "[flip,rotation]", "a list of augmentation names (augment.py)")
-    test_fraction: Float = _key(0.2, "0.2", gt=0.0, lt=1.0)
-    text: Text = _key("", "review")  # csv: the column holding the text ("" = numeric features)
-    max_tokens: Int = _key(20000, "50000", ge=3)  # text: vocabulary size, with padding and [UNK]
-    sequence_length: Int = _key(128, "256", ge=1)  # text: tokens per example (cut or padded)
-    split: Literal[SPLIT_METHODS] = _key("random", "folders")
-    split_column: Text = _key("split", "fold")  # data.split column: the CSV column naming the split
+    validation_fraction: Float = _field("0.2", gt=0.0, lt=1.0)
+    source: Text = _field("csv", "the name of a registered source (sources.py, readers/)")
+    args: Arguments = _field("{}", "a mapping of the source's own arguments ({delimiter: ';'})")
+    path: Text = _field("data/external/my.csv")
+    name: Text = _field("mnist")
+    label: Text = _field("label")
+    features: Text = _field("features")
+    feature_kind: Literal[FEATURE_KINDS] = _field("image")
+    image_size: list[PosInt] = _field("[64,64]", "a list of integers >= 1")
+    image_channels: Int = _field("3", ge=1)
+    augment: list[Augmentation] = _field(
+        "[flip,{rotation: {factor: 0.2}}]", "a list of augmentation names or {name: {arg: value}}"
+    )
+    test_fraction: Float = _field("0.2", gt=0.0, lt=1.0)
+    text: Text = _field("review")
+    max_tokens: Int = _field("50000", ge=3)
+    sequence_length: Int = _field("256", ge=1)
+    split: Literal[SPLIT_METHODS] = _field("folders")
+    split_column: Text = _field("fold")
+
+    @field_validator("augment")
+    @classmethod
+    def _one_name_each(cls, value: list[Any]) -> list[Any]:
+        if any(isinstance(entry, dict) and len(entry) != 1 for entry in value):
+            raise ValueError("an entry with arguments names one augmentation")
+        return value
 
 
 @schema
 class ModelConfig:
-    architecture: Text = _key("mlp", "cnn")  # registered in model.py (registry.py)
-    backbone: Text = _key("MobileNetV3Small", "EfficientNetV2B0")  # a keras.applications name
-    weights: Literal["imagenet"] | None = _key("imagenet", "null", "imagenet or null")
-    hidden_units: list[PosInt] = _key([64, 64], "[128,64]", "a list of integers >= 1")
-    filters: list[PosInt] = _key([16, 32, 64, 128], "[32,64,128]", "a list of integers >= 1")
-    dropout: Float = _key(0.1, "0.1", ge=0.0, lt=1.0)
-    embedding_dim: Int = _key(64, "128", ge=1)  # text: the size of each token's vector
+    architecture: Text = _field("cnn", "the name of a registered architecture (model.py)")
+    args: Arguments = _field("{width: 24}", "a mapping of the architecture's own arguments")
+    backbone: Text = _field("EfficientNetV2B0")
+    weights: Literal["imagenet"] | None = _field("null", "imagenet or null")
+    hidden_units: list[PosInt] = _field("[128,64]", "a list of integers >= 1")
+    filters: list[PosInt] = _field("[32,64,128]", "a list of integers >= 1")
+    dropout: Float = _field("0.1", ge=0.0, lt=1.0)
+    embedding_dim: Int = _field("128", ge=1)
 
 
 @schema
 class TaskConfig:
-    type: Text = _key("classification", "regression")  # registered in task.py (registry.py)
-    metrics: list[Text] = _key([], "[auc]", "a list of keras metric names")
+    type: Text = _field("my_task", "the name of a registered task (task.py, tasks/)")
+    metrics: list[Text] = _field("[auc]", "a list of keras metric names")
 
 
 @schema
 class FineTuneConfig:
-    frozen_epochs: Int = _key(0, "3", ge=0)  # 0 = no phase change
-    unfreeze_layers: Int = _key(20, "20", ge=0)  # 0 = the whole backbone
-    learning_rate_factor: Float = _key(0.1, "0.1", gt=0.0, le=1.0)
+    frozen_epochs: Int = _field("3", ge=0)  # 0 = no phase change
+    unfreeze_layers: Int = _field("20", ge=0)  # 0 = the whole backbone
+    learning_rate_factor: Float = _field("0.1", gt=0.0, le=1.0)
 
 
 @schema
 class TrainConfig:
-    epochs: Int = _key(20, "10", ge=1)
-    batch_size: Int = _key(32, "64", ge=1)  # per replica
-    learning_rate: Float = _key(0.001, "0.001", gt=0.0)
-    lr_scaling: Literal[LR_SCALING] = _key("linear", "linear")
-    optimizer: Literal[OPTIMIZERS] = _key("adam", "adamw")
-    momentum: Float = _key(0.9, "0.9", ge=0.0, lt=1.0)  # sgd
-    schedule: Literal[SCHEDULES] = _key("constant", "cosine")
-    warmup_steps: Int = _key(0, "500", ge=0)  # cosine: linear warm-up steps
-    weight_decay: Float = _key(0.0, "0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
-    clip_norm: Float = _key(0.0, "1.0", ge=0.0)  # 0 = no clipping
-    label_smoothing: Float = _key(0.0, "0.1", ge=0.0, lt=1.0)
+    epochs: Int = _field("10", ge=1)
+    batch_size: Int = _field("64", ge=1)  # per replica
+    learning_rate: Float = _field("0.001", gt=0.0)
+    lr_scaling: Literal[LR_SCALING] = _field("linear")
+    optimizer: Literal[OPTIMIZERS] = _field("adamw")
+    momentum: Float = _field("0.9", ge=0.0, lt=1.0)  # sgd
+    schedule: Literal[SCHEDULES] = _field("cosine")
+    warmup_steps: Int = _field("500", ge=0)  # cosine: linear warm-up steps
+    weight_decay: Float = _field("0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
+    clip_norm: Float = _field("1.0", ge=0.0)  # 0 = no clipping
+    label_smoothing: Float = _field("0.1", ge=0.0, lt=1.0)
     # none / balanced / {class or label name: weight}: per-example weights in the loss (task.py)
-    class_weight: Literal["none", "balanced"] | dict[Text, PosFloat] = _key(
-        "none", "balanced", "none, balanced or a map of class name to a weight > 0 ({cat: 2.0})"
+    class_weight: Literal["none", "balanced"] | dict[Text, PosFloat] = _field(
+        "balanced", "none, balanced or a map of class name to a weight > 0 ({cat: 2.0})"
     )
-    fine_tune: FineTuneConfig = _section(FineTuneConfig)
-    monitor: Text = _key("val_loss", "val_accuracy")
-    early_stopping_patience: Int = _key(0, "5", ge=0)  # 0 = off
-    profile_steps: list[NonNegInt] = _key([], "[10,20]", "[] or [from, to] with from <= to")
-    checkpoint_every_steps: Int = _key(500, "500", ge=1)
-    keep_checkpoints: Int = _key(3, "3", ge=1)
-    steps_per_execution: Int = _key(100, "100", ge=1)
-    mixed_precision: Bool = _key(False, "true")
-    xla: Bool = _key(False, "true")
-    time_budget_minutes: Float = _key(0.0, "690", ge=0.0)  # 0 = no budget
+    fine_tune: FineTuneConfig = Field()  # a section: required, like every key
+    monitor: Text = _field("val_accuracy")
+    early_stopping_patience: Int = _field("5", ge=0)  # 0 = off
+    profile_steps: list[NonNegInt] = _field("[10,20]", "[] or [from, to] with from <= to")
+    checkpoint_every_steps: Int = _field("500", ge=1)
+    keep_checkpoints: Int = _field("3", ge=1)
+    steps_per_execution: Int = _field("100", ge=1)
+    mixed_precision: Bool = _field("true")
+    xla: Bool = _field("true")
+    time_budget_minutes: Float = _field("690", ge=0.0)  # 0 = no budget
 
     @field_validator("profile_steps")
     @classmethod
@@ -171,16 +185,16 @@ class TrainConfig:
 
 @schema
 class DistributeConfig:
-    strategy: Literal[STRATEGIES] = _key("auto", "mirrored")
-    logical_cpus: Int = _key(0, "2", ge=0)
-    gpus: list[NonNegInt] = _key([], "[0,1]", "a list of integers >= 0")  # [] = every GPU
-    memory_growth: Bool = _key(True, "false")
-    require_accelerator: Bool = _key(False, "true")  # refuse to train on a CPU-only machine
+    strategy: Literal[STRATEGIES] = _field("mirrored")
+    logical_cpus: Int = _field("2", ge=0)
+    gpus: list[NonNegInt] = _field("[0,1]", "a list of integers >= 0")  # [] = every GPU
+    memory_growth: Bool = _field("false")
+    require_accelerator: Bool = _field("true")  # refuse to train on a CPU-only machine
 
 
 @schema
 class ReproConfig:
-    deterministic: Bool = _key(True, "false")
+    deterministic: Bool = _field("false")
 {%- if cookiecutter.vertex_ai == "yes" %}
 
 
@@ -188,26 +202,26 @@ class ReproConfig:
 class VertexConfig:
     """A Vertex AI custom job (`python -m <module> vertex`); vertex.py checks the values."""
 
-    project: Text = _key("", "my-gcp-project")  # "" = gcloud's configured project
-    region: Text = _key("us-central1", "europe-west4")
+    project: Text = _field("my-gcp-project")  # "" = gcloud's configured project
+    region: Text = _field("europe-west4")
     # "" = <project_slug>-<run_name>
-    display_name: Text = _key("", "{{ cookiecutter.project_slug }}-baseline")
-    machine_type: Text = _key("g2-standard-8", "n1-standard-8")
-    accelerator_type: Text = _key("NVIDIA_L4", "NVIDIA_TESLA_T4")  # "" = CPU only
-    accelerator_count: Int = _key(1, "1", ge=0)  # per replica
-    chief_replicas: Int = _key(1, "1", ge=0)  # worker pool 0: always exactly 1
-    worker_replicas: Int = _key(0, "1", ge=0)  # worker pool 1: 0 = a single machine
-    spot: Bool = _key(False, "true")  # Spot VMs: much cheaper, may be preempted (we resume)
-    image_uri: Text = _key("", "us-central1-docker.pkg.dev/my-gcp-project/ml/app:0.1.0")
-    python_package_uri: Text = _key("", "gs://my-bucket/dist/app-0.1.0.tar.gz")  # or an image
-    executor_image_uri: Text = _key(  # the prebuilt image a python_package_uri runs in
-        "", "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+    display_name: Text = _field("{{ cookiecutter.project_slug }}-baseline")
+    machine_type: Text = _field("n1-standard-8")
+    accelerator_type: Text = _field("NVIDIA_TESLA_T4")  # "" = CPU only
+    accelerator_count: Int = _field("1", ge=0)  # per replica
+    chief_replicas: Int = _field("1", ge=0)  # worker pool 0: always exactly 1
+    worker_replicas: Int = _field("1", ge=0)  # worker pool 1: 0 = a single machine
+    spot: Bool = _field("true")  # Spot VMs: much cheaper, may be preempted (we resume)
+    image_uri: Text = _field("us-central1-docker.pkg.dev/my-gcp-project/ml/app:0.1.0")
+    python_package_uri: Text = _field("gs://my-bucket/dist/app-0.1.0.tar.gz")  # or an image
+    executor_image_uri: Text = _field(
+        "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
     )
     # where checkpoints and results go
-    bucket: Text = _key("", "gs://my-bucket/{{ cookiecutter.project_slug }}")
-    service_account: Text = _key("", "trainer@my-gcp-project.iam.gserviceaccount.com")
-    output: Text = _key("results/vertex/job.yaml", "results/vertex/job.yaml")
-    parallel_trials: Int = _key(2, "4", ge=1)  # `vertex --sweep`: tuning trials run at once
+    bucket: Text = _field("gs://my-bucket/{{ cookiecutter.project_slug }}")
+    service_account: Text = _field("trainer@my-gcp-project.iam.gserviceaccount.com")
+    output: Text = _field("results/vertex/job.yaml")
+    parallel_trials: Int = _field("4", ge=1)  # `vertex --sweep`: tuning trials run at once
 {%- endif %}
 
 
@@ -215,25 +229,19 @@ class VertexConfig:
 class SweepConfig:
     """A hyperparameter search (`python -m <module> sweep`); `check_sweep` checks the space."""
 
-    name: Text = _key(
-        "lr-dropout",
+    name: Text = _field(
         "lr-dropout",
         "letters, digits, '.', '_' or '-' (trials are runs named <name>-<number>)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
     )
-    n_trials: Int = _key(20, "20", ge=1)
-    sampler: Literal[SAMPLERS] = _key("tpe", "random")
-    pruner: Literal[PRUNERS] = _key("median", "none")
-    startup_trials: Int = _key(5, "5", ge=0)  # drawn at random, never pruned
-    warmup_epochs: Int = _key(2, "2", ge=0)  # a trial trains this many epochs before pruning
-    keep_best: Int = _key(3, "3", ge=1)  # finished trials whose checkpoints are kept
-    time_budget_minutes: Float = _key(0.0, "690", ge=0.0)  # 0 = no budget
-    space: dict[Text, dict[Text, Any]] = _key(
-        {
-            "train.learning_rate": {"low": 1.0e-4, "high": 1.0e-2, "log": True},
-            "model.dropout": {"low": 0.0, "high": 0.5},
-            "train.optimizer": {"choices": ["adam", "adamw"]},
-        },
+    n_trials: Int = _field("20", ge=1)
+    sampler: Literal[SAMPLERS] = _field("random")
+    pruner: Literal[PRUNERS] = _field("none")
+    startup_trials: Int = _field("5", ge=0)  # drawn at random, never pruned
+    warmup_epochs: Int = _field("2", ge=0)  # a trial trains this many epochs before pruning
+    keep_best: Int = _field("3", ge=1)  # finished trials whose checkpoints are kept
+    time_budget_minutes: Float = _field("690", ge=0.0)  # 0 = no budget
+    space: dict[Text, dict[Text, Any]] = _field(
         "{train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}}",
         "a mapping of dotted params keys to {low, high[, log]} or {choices: [...]}",
     )
@@ -241,22 +249,21 @@ class SweepConfig:
 
 @schema
 class Params:
-    seed: Int = _key(42, "1234", ge=0)
-    run_name: Text = _key(
-        "baseline",
+    seed: Int = _field("1234", ge=0)
+    run_name: Text = _field(
         "lr-1e-3",
         "letters, digits, '.', '_' or '-' (a folder name)",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
     )
-    data: DataConfig = _section(DataConfig)
-    model: ModelConfig = _section(ModelConfig)
-    task: TaskConfig = _section(TaskConfig)
-    train: TrainConfig = _section(TrainConfig)
-    distribute: DistributeConfig = _section(DistributeConfig)
-    repro: ReproConfig = _section(ReproConfig)
-    sweep: SweepConfig = _section(SweepConfig)
+    data: DataConfig = Field()
+    model: ModelConfig = Field()
+    task: TaskConfig = Field()
+    train: TrainConfig = Field()
+    distribute: DistributeConfig = Field()
+    repro: ReproConfig = Field()
+    sweep: SweepConfig = Field()
 {%- if cookiecutter.vertex_ai == "yes" %}
-    vertex: VertexConfig = _section(VertexConfig)
+    vertex: VertexConfig = Field()
 {%- endif %}
 
     def to_dict(self) -> dict[str, Any]:
@@ -315,8 +322,10 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
-    """The first problem pydantic found, as `key: expected ..., got ... (example: --set ...)`."""
-    error = exc.errors()[0]
+    """The first problem pydantic found, as `key: expected ..., got ... (example: --set ...)`; a
+    misspelt key before the key it leaves missing."""
+    errors = exc.errors()
+    error = next((e for e in errors if e["type"] != "missing"), errors[0])
     cls: Any = Params
     node: Any = raw
     info: Any = None
@@ -324,7 +333,7 @@ def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
     for part in error["loc"]:
         fields = getattr(cls, "__pydantic_fields__", None)
         if fields is None or not isinstance(part, str):
-            break  # inside a list: the problem is the field's whole value
+            break  # inside a list or a mapping: the problem is the field's whole value
         key = ".".join([*names, part])
         if part not in fields:
             return f"{key}: unknown key (known here: {', '.join(fields)})"
@@ -333,11 +342,26 @@ def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
         info = fields[part]
         cls = info.annotation
     key = ".".join(names)
+    if error["type"] == "missing":
+        example = (info.json_schema_extra or {}).get("example", "...")
+        return f"{key}: missing; the params file needs every key (example: {names[-1]}: {example})"
     if dataclasses.is_dataclass(cls):
         return f"{key}: expected a section of keys, got {node!r}"
     extra = info.json_schema_extra or {}
     expect = extra.get("expect") or _expect(info)
     return f"{key}: expected {expect}, got {node!r} (example: --set {key}={extra['example']})"
+
+
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train": {"epochs": 3}} -> {"train.epochs": 3}: dotted keys, as `--set` takes them. An
+    empty mapping stays a value (`model.args: {}`); lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _expect(info: Any) -> str:
@@ -419,7 +443,9 @@ def _dimension(key: str, spec: Any, raw: dict[str, Any]) -> Dimension:
             f"{where}: {key.split('.')[0]} cannot be searched (each trial is its own run on this "
             "machine) (example: train.learning_rate)"
         )
-    if info is None or dataclasses.is_dataclass(info.annotation):
+    if _is_argument(key):  # a component's own argument: registry.check checks its values
+        info = None
+    elif info is None or dataclasses.is_dataclass(info.annotation):
         what = "a section" if info is not None else "not a params key"
         raise ConfigError(f"{where}: {what} (example: train.learning_rate: {RANGE_EXAMPLE})")
     unknown = [name for name in spec if name not in SPACE_FIELDS]
@@ -447,19 +473,21 @@ def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> Dimension:
         raise ConfigError(f"{where}: a choice is listed twice (example: {CHOICES_EXAMPLE})")
     for value in choices:
         _check_value(key, value, raw)
-    return Dimension(key, choices=tuple(choices), integer=_field_of(key).annotation is int)
+    info = _field_of(key)
+    integer = info.annotation is int if info else all(_is_int(c) for c in choices)
+    return Dimension(key, choices=tuple(choices), integer=integer)
 
 
 def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
     where = f"sweep.space.{key}"
-    integer = info.annotation is int
-    if info.annotation not in (int, float):
+    low, high = _number_from_text(spec.get("low")), _number_from_text(spec.get("high"))
+    integer = info.annotation is int if info else _is_int(low) and _is_int(high)
+    if info is not None and info.annotation not in (int, float):
         raise ConfigError(
             f"{where}: {key} is not a number, so give choices (example: {CHOICES_EXAMPLE})"
         )
     if "low" not in spec or "high" not in spec:
         raise ConfigError(f"{where}: give low and high, or choices (example: {RANGE_EXAMPLE})")
-    low, high = _number_from_text(spec["low"]), _number_from_text(spec["high"])
     log = spec.get("log", False)
     example = "{low: 16, high: 256, log: true}" if integer else RANGE_EXAMPLE
     kinds = (int,) if integer else (int, float)
@@ -486,6 +514,16 @@ def _check_value(key: str, value: Any, raw: dict[str, Any]) -> None:
     except ValidationError as exc:
         problem = _one_line(exc, trial)
         raise ConfigError(f"sweep.space.{key}: {yaml_text(value)} is refused: {problem}") from None
+
+
+def _is_argument(key: str) -> bool:
+    """True for a component's own argument: `model.args.width`, `data.args.delimiter`."""
+    section, _, rest = key.partition(".args.")
+    return bool(rest) and "." not in section and _field_of(f"{section}.args") is not None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _field_of(key: str) -> Any:

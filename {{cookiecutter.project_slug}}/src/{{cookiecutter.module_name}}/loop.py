@@ -1,11 +1,26 @@
-"""The step loop: the replica train step, the chunk of n steps in one `tf.function`, and the
-validation pass. Edit `train_step` to change what one step does (the loss, a regulariser)."""
+"""Your training step: the replica train step, the chunk of n steps in one `tf.function`, and the
+validation pass.
+
+THE CONTRACT. The trainer builds `StepParts` (model, optimizer, task, metrics, the sums variable)
+inside `strategy.scope()` and calls
+
+    make_chunk_function(parts, cfg, next_batch) -> run_chunk(feed, n) -> [loss sum, metric sum]
+    Validator(model, task).run(batches) -> {"val_loss": ..., "val_<metric>": ...}
+
+`run_chunk` runs n steps in one `tf.function`; each replica's `train_step(x, y)` computes the
+task's loss on its batch (averaged over the GLOBAL batch, so replicas add up), applies the
+gradients and adds to the sums. Edit `train_step` to change what one step does (a regulariser,
+gradient accumulation); keep every op in TensorFlow or Keras (it runs in a graph, per replica).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import keras
+import tensorflow as tf
 
 from .config import TrainConfig
 from .optim import clip_gradients
@@ -34,9 +49,6 @@ def make_chunk_function(parts: StepParts, cfg: TrainConfig, next_batch: Any) -> 
     distributed iterator, or small data gathered on each replica's device. Build it again after
     the trainable variables change (the fine-tune phase change): a trace captures the variables
     it updates."""
-    import keras
-    import tensorflow as tf
-
     model, optimizer, task = parts.model, parts.optimizer, parts.task
     scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -93,9 +105,6 @@ class Validator:
     (what the lockstep rule needs for early stopping). Metrics are built once, reset per pass."""
 
     def __init__(self, model: Any, task: Task) -> None:
-        import keras
-        import tensorflow as tf
-
         self.task = task
         self.loss = keras.metrics.Mean(name="loss")
         self.metrics = task.make_metrics()

@@ -1,4 +1,14 @@
-"""The optimizer and its learning-rate schedule, from `train.*` params.
+"""Your optimizer and its learning-rate schedule, from `train.*` params.
+
+THE CONTRACT. The trainer calls
+
+    build_optimizer(cfg, total_steps, replicas, phase_change_step) -> keras optimizer
+
+once, inside `strategy.scope()`, with the `train:` section of params.yaml, the run's optimizer
+steps, the number of replicas and the step where fine-tuning starts (0: none); and, in each
+replica's step, `clip_gradients(gradients, clip_norm, loss_scale) -> gradients`. Change the
+optimizer or the schedule here (the built-ins: adam, adamw, sgd; constant, cosine); a new choice
+of `train.optimizer` or `train.schedule` also needs its name in config.py.
 
 The schedule is a function of the optimizer's own step counter (`optimizer.iterations`), which a
 checkpoint saves: a resumed run continues at exactly the same learning rate, also across the
@@ -10,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from .config import TrainConfig
 
@@ -50,8 +61,6 @@ def clip_gradients(gradients: list[Any], clip_norm: float, loss_scale: Any = 1.0
     gives exactly the clipped global gradient (one more all-reduce per step, only when clipping).
     `loss_scale`: a LossScaleOptimizer's current scale, as the gradients are still scaled.
     """
-    import tensorflow as tf
-
     if not clip_norm:
         return gradients
     context = tf.distribute.get_replica_context()

@@ -1,35 +1,46 @@
-"""Names in params.yaml -> the code that implements them.
+"""Names in params.yaml -> the code that implements them, with the component's own arguments.
 
 A data source, an augmentation, an architecture and a task each register under a name where
 they are defined, and params.yaml picks one by that name:
 
     @register("architecture", "resnet")           # src/<module>/resnet.py, a file you add
-    def build_resnet(spec, num_outputs, cfg): ...
+    def resnet(inputs, spec, cfg, width: int = 16): ...
 
     model:
       architecture: resnet
+      args: {width: 32}                            # its own arguments, after the fixed ones
 
 The first lookup imports every module at the top of this package (model.py, task.py, ... and any
-file you add beside them; not the subpackages), so a new file needs no other edit. An unknown
-name is a one-line error that lists the registered ones. This module imports nothing heavy.
+file you add beside them) and the built-ins' subpackages (architectures/, readers/,
+augmentations/, tasks/), so a new file needs no other edit. An unknown name, or an argument the
+function does not declare or of another type than its annotation, is a one-line error naming the
+key (`model.args.height`) with a valid example. This module imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-from .config import ConfigError
+from pydantic import TypeAdapter, ValidationError
 
-# What can be registered, and the params key that names it.
+from .config import ConfigError, Params, flat, sweep_space, yaml_text
+
+# What can be registered: the params key that names it and the subpackage of the built-ins.
 KINDS = {
-    "source": "data.source",
-    "augmentation": "data.augment",
-    "architecture": "model.architecture",
-    "task": "task.type",
+    "source": ("data.source", "readers"),
+    "augmentation": ("data.augment", "augmentations"),
+    "architecture": ("model.architecture", "architectures"),
+    "task": ("task.type", "tasks"),
 }
+# How many arguments every function of a kind gets first; its own keyword arguments follow.
+FIXED = {"source": 3, "augmentation": 2, "architecture": 3}  # (path, data, kind), (image, key), ...
+# Where a component's own arguments are given: the key, and the key naming the component.
+ARGUMENTS = {"model.args": "model.architecture", "data.args": "data.source"}
 _ENTRIES: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
 _imported = False
 
@@ -48,16 +59,16 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
 
 def names(kind: str) -> list[str]:
     """The registered names of `kind`, sorted."""
-    _import_top_level()
+    import_all()
     return sorted(_ENTRIES[kind])
 
 
 def lookup(kind: str, name: str) -> Any:
     """What is registered as `name` for `kind`, or a one-line ConfigError naming the key."""
-    _import_top_level()
+    import_all()
     entries = _ENTRIES[kind]
     if name not in entries:
-        key, known = KINDS[kind], sorted(entries)
+        key, known = KINDS[kind][0], sorted(entries)
         example = f"[{known[0]}]" if kind == "augmentation" else known[0]
         raise ConfigError(
             f"{key}: {name!r} is not registered (registered: {', '.join(known)}; "
@@ -66,19 +77,104 @@ def lookup(kind: str, name: str) -> Any:
     return entries[name]
 
 
-def check(params: Any) -> None:
-    """Look up every name params gives (`data.source`, ...): one line for the first unknown one,
-    before a command writes anything."""
-    for kind, key in KINDS.items():
-        value = params
-        for part in key.split("."):
-            value = getattr(value, part)
-        for name in value if isinstance(value, list) else [value]:
+def entry(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A `data.augment` entry as (name, arguments): `flip`, or `{rotation: {factor: 0.2}}`."""
+    if isinstance(item, str):
+        return item, {}
+    ((name, args),) = item.items()
+    return name, dict(args or {})
+
+
+def bound(kind: str, name: str, args: dict[str, Any], key: str) -> Callable[..., Any]:
+    """The function registered as `name`, with its own arguments `args` (given at `key`, e.g.
+    `model.args`) checked and bound: call it with the fixed arguments only. It keeps the
+    function's attributes (a reader's `reads_path`)."""
+    function = lookup(kind, name)
+    partial = functools.partial(function, **arguments(kind, name, args, key))
+    return functools.update_wrapper(partial, function)
+
+
+def arguments(kind: str, name: str, args: dict[str, Any], key: str) -> dict[str, Any]:
+    """`args` checked against the keyword arguments that `name` declares after the FIXED ones:
+    the values as its annotations take them, or one line naming `<key>.<argument>`."""
+    function = lookup(kind, name)
+    own = list(inspect.signature(function, eval_str=True).parameters.values())[FIXED[kind] :]
+    declared = {p.name: p for p in own if p.kind is not p.VAR_KEYWORD}
+    checked = {}
+    for arg, value in args.items():
+        if arg not in declared:
+            known = ", ".join(declared) or "none"
+            raise ConfigError(
+                f"{key}.{arg}: {kind} {name!r} has no argument {arg!r} (its arguments: {known}) "
+                f"(example: {_example(key, arg, declared)})"
+            )
+        checked[arg] = _typed(key, declared[arg], value)
+    missing = [p for p in declared.values() if p.default is p.empty and p.name not in args]
+    if missing:
+        example = _setting(key, missing[0].name, "...")
+        raise ConfigError(f"{key}.{missing[0].name}: {kind} {name!r} needs it (example: {example})")
+    return checked
+
+
+def _typed(key: str, parameter: inspect.Parameter, value: Any) -> Any:
+    """`value` as the parameter's annotation takes it (strictly: `true` is no integer)."""
+    if parameter.annotation is parameter.empty:
+        return value
+    try:
+        return TypeAdapter(parameter.annotation).validate_python(value, strict=True)
+    except ValidationError:
+        default = "..." if parameter.default is parameter.empty else parameter.default
+        annotation = inspect.formatannotation(parameter.annotation)
+        raise ConfigError(
+            f"{key}.{parameter.name}: expected {annotation}, got {value!r} (example: "
+            f"{_setting(key, parameter.name, default)})"
+        ) from None
+
+
+def _example(key: str, arg: str, declared: dict[str, inspect.Parameter]) -> str:
+    """A valid setting of one of the declared arguments, or how to declare `arg`."""
+    for parameter in declared.values():
+        if parameter.default is not parameter.empty:
+            return _setting(key, parameter.name, parameter.default)
+    return f"declare it after the fixed arguments: `{arg}: int = 1`"
+
+
+def _setting(key: str, arg: str, value: Any) -> str:
+    """How a user sets `arg` at `key`: `--set model.args.width=8`; an augmentation's in its
+    entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`."""
+    if key.startswith("data.augment."):
+        return f'--set "data.augment={yaml_text([{key.split(".")[2]: {arg: value}}])}"'
+    return f"--set {key}.{arg}={yaml_text(value)}"
+
+
+def check(params: Params) -> None:
+    """Look up every name params gives (`data.source`, ...) and check the components' own
+    arguments, also those a sweep searches: one line for the first problem, before a command
+    writes anything."""
+    values = flat(params.to_dict())
+    for kind, (key, _) in KINDS.items():
+        items = values[key] if isinstance(values[key], list) else [values[key]]
+        for item in items:
+            name, args = entry(item)
             lookup(kind, name)
+            if kind == "augmentation":
+                arguments(kind, name, args, f"{key}.{name}")
+    dims = sweep_space(params).values()
+    for key, named_by in ARGUMENTS.items():
+        kind = next(k for k, (name_key, _) in KINDS.items() if name_key == named_by)
+        given = getattr(params, key.split(".")[0]).args
+        arguments(kind, values[named_by], given, key)
+        for dim in dims:
+            if dim.key.startswith(f"{key}."):
+                tried = [*dim.choices, *(v for v in (dim.low, dim.high) if v is not None)]
+                for value in tried:
+                    arg = dim.key.removeprefix(f"{key}.")
+                    arguments(kind, values[named_by], {**given, arg: value}, f"sweep.space.{key}")
 
 
-def _import_top_level() -> None:
-    """Import every module at the top of the package, once: their decorators register."""
+def import_all() -> None:
+    """Import every module at the top of the package and of the built-ins' subpackages, once:
+    their decorators register (and Keras learns their custom layers, for loading a model)."""
     global _imported
     if _imported:
         return
@@ -87,3 +183,7 @@ def _import_top_level() -> None:
     for module in pkgutil.iter_modules(package.__path__):
         if not module.ispkg and not module.name.startswith("_"):
             importlib.import_module(f"{__package__}.{module.name}")
+    for _, folder in KINDS.values():
+        sub = importlib.import_module(f"{__package__}.{folder}")
+        for module in pkgutil.iter_modules(sub.__path__):
+            importlib.import_module(f"{__package__}.{folder}.{module.name}")

@@ -8,6 +8,7 @@ the classes or labels.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ SPLIT_NAMES = {
     "validation": ("validation", "val", "valid", "dev"),
     "test": ("test", "testing"),
 }
+
+
+def natural_order(text: str) -> list[Any]:
+    """Sort key: digit runs compare as numbers, so '2' comes before '10' and `row 2` before
+    `row 10`."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def split_named(text: str) -> str | None:
@@ -36,11 +43,11 @@ class DataSpec:
     # the shards; the model takes token ids)
     kind: str
     input_shape: tuple[int, ...]  # (height, width, channels), (num_features,) or (sequence_length,)
-    task: str = "classification"  # classification / multilabel / regression
+    task: str  # the task's kind (task.py, tasks/): what the targets `y` in the shards are
     names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
     counts: dict[str, int] = field(default_factory=dict)  # examples per split
-    # The training split's examples per class (classification) or positives per label
-    # (multilabel): what `train.class_weight: balanced` and the preflight's imbalance note use.
+    # The training split's examples per class or label, for a task that counts them: what
+    # `train.class_weight: balanced` and the preflight's imbalance note use.
     train_counts: dict[str, int] = field(default_factory=dict)
     # How the split was made (data/split.py): `method` (data.split, or the source's own splits),
     # `seed`, `stratified`, and per split where its examples came from.
@@ -48,8 +55,8 @@ class DataSpec:
     feature_names: list[str] = field(default_factory=list)  # vectors: the input columns
     feature_mean: list[float] | None = None  # vectors: per-feature mean of the training split
     feature_var: list[float] | None = None  # vectors: per-feature variance of the training split
-    target_mean: float | None = None  # regression: mean of the training targets
-    target_std: float | None = None  # regression: standard deviation of the training targets
+    target_mean: float | None = None  # a numeric target: mean of the training targets
+    target_std: float | None = None  # ... and their standard deviation
     vocabulary: str = ""  # text: the vocabulary file beside spec.json, one token per line
     vocabulary_size: int = 0  # text: its tokens plus padding (id 0) and [UNK] (id 1)
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific details (shards, ...)

@@ -30,7 +30,6 @@ from ..config import Params, load_params
 from ..core.files import atomic_write, file_sha256, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from ..data import manifest
-from ..data.prepare import prepare
 from ..training.checkpoints import newest_meta
 
 MODELS = "models"  # <storage>/models/<run_name>/
@@ -121,6 +120,10 @@ def restore_data(
             digest = manifest.data_hash(wanted)
             return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
         why = source
+    # Here, not at the top: prepare imports TensorFlow (the readers, the tasks), and a notebook's
+    # setup cell imports this module before it checks the runtime (a TPU one has none).
+    from ..data.prepare import prepare
+
     prepare(params, project_dir)  # deterministic: the same sources and code make the same files
     made = manifest.data_hash(manifest.load(project_dir) or {"files": []})
     target = data_hash or (manifest.data_hash(wanted) if wanted else None)

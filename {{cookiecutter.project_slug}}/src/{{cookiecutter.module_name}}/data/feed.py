@@ -19,7 +19,10 @@ Both give a step the same examples, whatever the number of replicas or workers, 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
+
+import tensorflow as tf
 
 from .pipeline import Prepared, epoch_permutation, read_in_memory, train_dataset
 
@@ -88,8 +91,6 @@ class Resident:
     """Steps gathered from the training split held on every replica's device."""
 
     def __init__(self, strategy: Any, data: Prepared, global_batch: int, seed: int) -> None:
-        import tensorflow as tf
-
         self.strategy, self.seed, self.global_batch = strategy, seed, global_batch
         self.count = data.count("train")
         self.per_epoch = self.count // global_batch
@@ -102,8 +103,6 @@ class Resident:
 
     def args(self, step: int) -> ResidentArgs:
         """The chunk function's argument for a chunk from global step `step` (in one epoch)."""
-        import tensorflow as tf
-
         epoch, start = divmod(step, self.per_epoch)
         if epoch != self._epoch:  # once per epoch, on the host's CPU
             with tf.device("/CPU:0"):
@@ -114,8 +113,6 @@ class Resident:
     def next_batch(self, args: ResidentArgs, i: Any) -> Any:
         """Step `i` of the chunk: each replica's slice of the global batch, gathered on its
         device from its own copy (traced inside the chunk function)."""
-        import tensorflow as tf
-
         rows = args.order[args.start + tf.cast(i, tf.int32)]
         xs, ys = _local(args.x), _local(args.y)
         size = self.per_replica
@@ -132,8 +129,6 @@ class Resident:
 
 def on_replicas(strategy: Any, host: Any) -> Any:
     """One copy of the tensor `host` on each of this worker's replica devices (PerReplica)."""
-    import tensorflow as tf
-
     devices = _devices(strategy)
 
     def copy(ctx: Any) -> Any:
@@ -148,10 +143,6 @@ def on_replicas(strategy: Any, host: Any) -> Any:
 
 def _on(device: str | None) -> Any:
     """`tf.device(device)`, or nothing for the default strategy's None."""
-    import contextlib
-
-    import tensorflow as tf
-
     return tf.device(device) if device else contextlib.nullcontext()
 
 

@@ -30,6 +30,8 @@ import io
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
+from PIL import Image, ImageOps
 
 from ..config import ConfigError
 from ..sources import IMAGE_SUFFIXES
@@ -44,8 +46,6 @@ __all__ = ["IMAGE_SUFFIXES", "decode_stored", "load_image", "model_input", "stor
 
 
 def _open(payload: bytes) -> Any:
-    from PIL import Image
-
     image = Image.open(io.BytesIO(payload))
     image.load()  # decodes it all: a truncated file fails here
     return image
@@ -62,8 +62,6 @@ def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any
     """Steps 1-5 of this module's recipe: encoded bytes, a decoded PIL image or a uint8
     [h, w(, c)] array -> a PIL image of `channels` (1: "L", 3: "RGB") at `size` (height, width;
     None: as it is)."""
-    from PIL import Image, ImageOps
-
     if isinstance(payload, bytes | Image.Image):
         image = _open(payload) if isinstance(payload, bytes) else payload
         if _orientation(image) in TRANSFORMS:
@@ -99,8 +97,6 @@ def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
     """An image (encoded bytes or a uint8 array) as the shards hold it: `load_image` at `size`
     (height, width), encoded as `fmt` ("png" or "jpeg"), or the original bytes when steps 2-5
     would not change them. Unreadable: a one-line error naming `where`."""
-    from PIL import Image
-
     try:
         decoded = _open(payload) if isinstance(payload, bytes) else payload
         if isinstance(payload, bytes) and _kept_as_is(decoded, size, channels, fmt):
@@ -119,8 +115,6 @@ def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
 def decode_stored(data: Any, shape: Any) -> Any:
     """Stored image bytes (a string tensor) -> float32 pixel values 0-255 of `shape` [h, w, c]:
     the input pipeline's decoder, in a graph or eagerly."""
-    import tensorflow as tf
-
     x = tf.io.decode_image(data, channels=shape[-1], expand_animations=False)
     return tf.cast(tf.ensure_shape(x, shape), tf.float32)
 

@@ -1,37 +1,23 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-`prepare` writes every split as TFRecord shards of `tf.train.Example`s: `x` (an encoded PNG or
-JPEG, a float vector, or a UTF-8 text), `y` (the target of `spec.task`: the class index as an
-int64, the 0/1 label vector or the regression value as floats) and `id` (bytes: where the example
-came from, its file relative to `data.path`, its CSV row, its index in a TFRecord or TFDS split;
-training never reads it, `evaluate` names each test prediction by it: `example_ids`). Nothing here
-holds the data set in memory: what the pipeline holds depends on the batch size and the prefetch
-depth only.
+The shards hold `tf.train.Example`s: `x` (an encoded image, floats, or a UTF-8 text), `y` (the
+target as the task's kind stores it: `target_shape`, `target_dtype`) and `id` (where the example
+came from: evaluate names each test prediction by it). Nothing here holds the data set in
+memory, but small tabular data (below).
 
-Exact resume. The order of an epoch is a pure function of (seed, epoch):
-1. the shards, permuted by a stateless shuffle seeded with (seed, epoch);
-2. read by a deterministic interleave (`cycle_length` shards at a time, a fixed order);
-3. shuffled in consecutive windows of `SHUFFLE_WINDOW` records, each window by a stateless
-   shuffle seeded with (seed, epoch, window): unlike `Dataset.shuffle`, no buffer state that a
-   checkpoint would have to hold;
-4. numbered (the example's position in the epoch, which seeds its augmentation), cut into
-   GLOBAL batches, and `skip(steps_done)` of them while they are still SERIALIZED records, before
-   any decoding, so a resumed run starts at the very next example for the price of reading the
-   skipped bytes.
-Every worker builds the same global order; each keeps its slice of every global batch and hands
-one slice to each of its replicas. The examples of a step do not depend
-on the number of workers or replicas. One element of the dataset is one step of one replica.
+Exact resume. The order of an epoch is a pure function of (seed, epoch): the shards permuted by a
+stateless shuffle, read by a deterministic interleave, shuffled in windows of `SHUFFLE_WINDOW`
+records by stateless shuffles (no buffer state for a checkpoint to hold), numbered (the position
+seeds the example's augmentation), cut into GLOBAL batches, and `skip(steps_done)` of them while
+still serialized, so a resumed run starts at the very next example for the price of reading the
+skipped bytes. Every worker builds the same global order and keeps its slice of each global
+batch: a step's examples do not depend on the number of workers or replicas.
 
-Text is parsed a batch at a time and turned into token ids right there, in tf.data (on the CPU:
-string ops never reach the accelerator), by the vectoriser `for_model` attaches (text.py); the
-network sees int32 ids. Without one (`evaluate`) the batches hold the raw strings, which the saved
-model takes.
-
-Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
-counted) is the exception: it is read once and held in memory, and an epoch's order is a stateless
-permutation of the example indices seeded by (seed, epoch) (`epoch_permutation`). Parsing records
-costs a small model more than its step does. The trainer then feeds the steps from the copy each
-replica holds, with no per-step iterator (feed.py); `train_dataset` serves it under TPUStrategy.
+Text is turned into token ids here, a batch at a time, on the CPU, by the vectoriser `for_model`
+attaches (data/text.py); without one (`evaluate`) the batches hold the strings the saved model
+takes. Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
+counted) is read once and held in memory, an epoch's order a stateless permutation of its indices
+(`epoch_permutation`); the trainer feeds it from each replica's copy (feed.py).
 """
 
 from __future__ import annotations
@@ -43,11 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
-from ..augment import augmenter
 from ..config import ModelConfig
+from ..registry import bound, entry
 from ..spec import DataSpec, load_spec
+from ..tasks.base import for_spec
 from .images import decode_stored
+from .text import make_vectorizer, token_ids
 
 X, Y, ID = "x", "y", "id"  # the feature names inside the processed shards
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
@@ -93,8 +82,6 @@ def for_model(data: Prepared, cfg: ModelConfig) -> Prepared:
     vocabulary, or a keras-hub preset's tokenizer), so batches hold token ids."""
     if data.spec.kind != "text":
         return data
-    from ..text import make_vectorizer
-
     return replace(data, vectorize=make_vectorizer(data.spec, data.folder, cfg))
 
 
@@ -102,8 +89,6 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: st
     """One processed example as `tf.train.Example` bytes: an encoded image or floats, the
     target (an integer class as int64, anything else, a 0/1 label vector or a value, as floats)
     and the example's id in its source."""
-    import tensorflow as tf
-
     if isinstance(x, bytes):
         feature_x = tf.train.Feature(bytes_list=tf.train.BytesList(value=[x]))
     else:
@@ -120,44 +105,40 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: st
 
 
 def target_feature(spec: DataSpec) -> Any:
-    """How `y` is parsed for `spec.task`: int64 class, float32 label vector, or float32 value."""
-    import tensorflow as tf
+    """How `y` is parsed: as the task's kind stores its targets (an int64 class index, a float32
+    0/1 label vector, a float32 value, ...)."""
+    task = for_spec(spec)
+    dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
+    return tf.io.FixedLenFeature(list(task.target_shape()), dtype)
 
-    if spec.task == "multilabel":
-        return tf.io.FixedLenFeature([len(spec.names)], tf.float32)
-    if spec.task == "regression":
-        return tf.io.FixedLenFeature([], tf.float32)
-    return tf.io.FixedLenFeature([], tf.int64)
+
+def augmenter(entries: list[Any]) -> Any:
+    """The augmentations of `data.augment` (names, or {name: {argument: value}}), in that order,
+    as one function `(image, key) -> image`; each gets its own key, folded from `key`."""
+    steps = [bound("augmentation", name, args, f"data.augment.{name}")
+             for name, args in map(entry, entries)]  # fmt: skip
+
+    def augment(image: Any, key: Any) -> Any:
+        for i, step in enumerate(steps):
+            image = step(image, tf.random.experimental.stateless_fold_in(key, i))
+        return image
+
+    return augment
 
 
 def _target(y: Any) -> Any:
     """Classes as int32 (what the metrics take); float targets as they are."""
-    import tensorflow as tf
-
     return tf.cast(y, tf.int32) if y.dtype == tf.int64 else y
 
 
 def decoder(spec: DataSpec):
-    """serialized record -> (float32 input of `spec.input_shape`, target: int32 class, or
-    float32 label vector / value, by `spec.task`).
-
-    Vectors are also decoded a whole batch at a time (`batch_decoder`): one `parse_example` per
-    batch instead of one op per example, which is most of a small model's input cost."""
-    import tensorflow as tf
-
-    shape = list(spec.input_shape)
-    if spec.kind == "image":
-        schema = {X: tf.io.FixedLenFeature([], tf.string)}
-    else:
-        schema = {X: tf.io.FixedLenFeature(shape, tf.float32)}
-    schema[Y] = target_feature(spec)
+    """A serialized image record -> (float32 pixels 0-255 of `spec.input_shape`, as `predict`
+    gets them; the target). Vectors and texts are parsed a batch at a time (`batch_decoder`)."""
+    schema = {X: tf.io.FixedLenFeature([], tf.string), Y: target_feature(spec)}
 
     def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_single_example(record, schema)
-        x = ex[X]
-        if spec.kind == "image":
-            x = decode_stored(x, shape)  # pixel values 0-255, as `predict` gets them
-        return x, _target(ex[Y])
+        return decode_stored(ex[X], list(spec.input_shape)), _target(ex[Y])
 
     return decode
 
@@ -165,15 +146,11 @@ def decoder(spec: DataSpec):
 def batch_decoder(spec: DataSpec, vectorize: Any = None):
     """A batch of serialized vector or text records -> (inputs, targets [batch, ...]): float32
     [batch, features], strings [batch], or with `vectorize` int32 token ids [batch, length]."""
-    import tensorflow as tf
-
     if spec.kind == "text":
         x_feature = tf.io.FixedLenFeature([], tf.string)
     else:
         x_feature = tf.io.FixedLenFeature(list(spec.input_shape), tf.float32)
     schema = {X: x_feature, Y: target_feature(spec)}
-    if vectorize is not None:
-        from ..text import token_ids
 
     def decode(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ex = tf.io.parse_example(records, schema)
@@ -189,8 +166,6 @@ def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
     Returns a dataset of (positions, records) pairs of up to `SHUFFLE_WINDOW` records each, the
     positions numbering the records in the epoch. Batches all the way: tf.data's cost per element
     is paid per window, not per record."""
-    import tensorflow as tf
-
     epoch = tf.cast(epoch, tf.int64)
     key = tf.stack([tf.constant(seed, tf.int64), epoch])
     order = tf.random.experimental.stateless_shuffle(tf.range(len(shards)), seed=key)
@@ -241,14 +216,12 @@ def train_dataset(
     seed: int,
     start_step: int,
     epochs: int,
-    augment: list[str],
+    augment: list[Any],
 ) -> Any:
     """This worker's dataset of every remaining training step, from global step `start_step`.
 
     `ctx` is the `tf.distribute.InputContext` (`distribute_datasets_from_function`); each element
     is one replica's batch of one step, replica by replica."""
-    import tensorflow as tf
-
     if data.in_memory_bytes():
         return _in_memory_dataset(ctx, data, global_batch, seed, start_step, epochs)
     shards = data.shards("train")
@@ -287,8 +260,6 @@ def train_dataset(
 
 def read_in_memory(data: Prepared) -> tuple[Any, Any]:
     """The whole training split as two tensors (inputs, targets), in its written order."""
-    import tensorflow as tf
-
     batches = list(eval_dataset(data, "train", 4096))
     return tf.concat([x for x, _ in batches], 0), tf.concat([y for _, y in batches], 0)
 
@@ -297,8 +268,6 @@ def epoch_permutation(seed: int, epoch: Any, count: int, global_batch: int) -> A
     """The example indices of an in-memory epoch, [steps, global_batch] (the remainder
     dropped): a stateless shuffle seeded by (seed, epoch). Run it on the CPU: stateless random
     ops may give other numbers on other device types."""
-    import tensorflow as tf
-
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
     order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=key)
     steps = count // global_batch
@@ -310,8 +279,6 @@ def _in_memory_dataset(
 ) -> Any:
     """`train_dataset` for small tabular data: the training split in memory, each epoch a
     stateless permutation of its indices seeded by (seed, epoch), one gather per element."""
-    import tensorflow as tf
-
     x, y = read_in_memory(data)
     at = _steps(ctx, data, global_batch, start_step)
 
@@ -328,8 +295,6 @@ def _in_memory_dataset(
 
 def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
     """Every example of `split`, in its written order, in batches (the last one smaller)."""
-    import tensorflow as tf
-
     ds = tf.data.TFRecordDataset(data.shards(split))
     if data.spec.kind == "image":
         ds = ds.map(decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -358,8 +323,6 @@ class Passes:
 def example_ids(data: Prepared, split: str) -> list[str]:
     """The id of every example of `split`, in its written order (`eval_dataset`'s order); ""
     for shards written without ids."""
-    import tensorflow as tf
-
     schema = {ID: tf.io.FixedLenFeature([], tf.string, default_value="")}
     ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
     ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
@@ -379,7 +342,7 @@ def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray,
     else:
         shape = (0, *data.spec.input_shape)
         x = np.concatenate(xs) if xs else np.zeros(shape, np.float32)
-    empty = {"multilabel": (0, len(data.spec.names)), "regression": (0,)}
-    dtype = np.int32 if data.spec.task == "classification" else np.float32
-    y = np.concatenate(ys) if ys else np.zeros(empty.get(data.spec.task, (0,)), dtype)
+    task = for_spec(data.spec)
+    dtype = np.int32 if task.target_dtype == "int64" else np.float32
+    y = np.concatenate(ys) if ys else np.zeros((0, *task.target_shape()), dtype)
     return x, y, list(data.spec.names)

@@ -10,7 +10,7 @@ of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mi
 across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
 by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
 originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs); texts as
-UTF-8 strings with the vocabulary of the training split beside them (`vocabulary.txt`, text.py).
+UTF-8 strings with the training split's vocabulary beside them (`vocabulary.txt`, data/text.py).
 Each example also carries its source's id (pipeline.serialize: a file path, a row number).
 `data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
 every file.
@@ -26,20 +26,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from ..config import COMMAND, ConfigError, Params
 from ..core import locations
 from ..core.files import atomic_write
 from ..core.storage import storage_root
-from ..registry import lookup
-from ..sources import Source, read_digits
+from ..readers.digits import read_digits
+from ..registry import bound, check, lookup
+from ..sources import Source
 from ..spec import SPEC, SPLITS, DataSpec
-from ..task import task_class
+from ..tasks.base import Task, task_class
 from . import manifest
 from .images import stored_image
-from .pipeline import serialize
-from .split import check_method, counts, origin_of, read_layout, split_examples, summary
+from .pipeline import X, serialize
+from .split import check_method, origin_of, read_layout, split_examples, summary
 from .staging import INDEX, stage
+from .text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
@@ -54,7 +57,7 @@ def _load_source(
     return (the source, {raw file: source description}, what a random split is drawn from).
     `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
     cfg = params.data
-    reader = lookup("source", cfg.source)
+    reader = bound("source", cfg.source, cfg.args, "data.args")
     kind = task_class(params.task.type).kind
     raw_dir = project_dir / RAW
     raw_dir.mkdir(parents=True, exist_ok=True)
@@ -116,13 +119,8 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
 
 
 def written_before(project_dir: Path) -> set[str]:
-    """The files an earlier `prepare` wrote, from `data/manifest.json`: its `written` list, or in
-    a manifest from before that list existed, the entries whose source prepare named itself (a
-    file prepare only found there got the source "prepare")."""
-    doc = manifest.load(project_dir) or {}
-    if "written" in doc:
-        return set(doc["written"])
-    return {e["path"] for e in doc.get("files", []) if e.get("source", "prepare") != "prepare"}
+    """The files an earlier `prepare` wrote: `data/manifest.json`'s `written` list."""
+    return set((manifest.load(project_dir) or {}).get("written", []))
 
 
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:
@@ -199,8 +197,6 @@ def write_shards(
     source: Source, order: np.ndarray, folder: Path, split: str, image: tuple | None
 ) -> list[str]:
     """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names."""
-    import tensorflow as tf
-
     names: list[str] = []
     writer = None
     written = 0
@@ -257,7 +253,8 @@ def write_processed(
             p.replace(folder / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    stats = {**_statistics(source, idx), **vocabulary}
+    task = task_class(source.task)(names=list(source.names))
+    stats = {**_statistics(source, task, idx), **vocabulary}
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
     spec = DataSpec(
         kind=source.kind,
@@ -271,7 +268,7 @@ def write_processed(
             "shards": shards,
             "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
-            "class_counts": class_counts(source, idx),
+            "class_counts": class_counts(task, np.asarray(source.labels), idx),
         },
         **stats,
     )
@@ -279,31 +276,20 @@ def write_processed(
     return spec
 
 
-def _statistics(source: Source, idx: dict[str, np.ndarray]) -> dict[str, Any]:
+def _statistics(source: Source, task: Task, idx: dict[str, np.ndarray]) -> dict[str, Any]:
     """The training split's feature mean and variance (vectors: the model standardises with
-    them), target mean and standard deviation (regression: the loss standardises with them), or
-    examples per class / positives per label (train.class_weight, the preflight's note)."""
-    stats: dict[str, Any] = {}
+    them), and what the task's kind keeps of its targets: examples per class or label
+    (train.class_weight, the preflight's note), or a numeric target's mean and deviation."""
+    stats = task.statistics(np.asarray(source.labels)[idx["train"]])
     if source.kind == "vector":
         train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
-        stats = {"feature_mean": train.mean(0).tolist(), "feature_var": train.var(0).tolist()}
-    if source.task == "regression":
-        targets = np.asarray(source.labels, dtype=np.float64)[idx["train"]]
-        stats.update(target_mean=float(targets.mean()), target_std=float(targets.std()))
-    else:  # what train.class_weight and the preflight's imbalance note use
-        found = counts(source.labels[idx["train"]], source.task, len(source.names))
-        stats["train_counts"] = {n: int(c) for n, c in zip(source.names, found, strict=True)}
+        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
     return stats
 
 
 def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
     """`folder/vocabulary.txt` from the training shards' texts (streamed); returns the spec's
     `vocabulary` (the file's name) and `vocabulary_size` (with padding and [UNK])."""
-    import tensorflow as tf
-
-    from ..text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
-    from .pipeline import X
-
     schema = {X: tf.io.FixedLenFeature([], tf.string)}
     records = tf.data.TFRecordDataset([str(folder / name) for name in train_shards])
     texts = records.batch(1024).map(lambda r: tf.io.parse_example(r, schema)[X]).unbatch()
@@ -317,22 +303,18 @@ def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int
     return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
 
 
-def class_counts(source: Source, idx: dict[str, np.ndarray]) -> dict[str, list[int]] | None:
-    """Examples per class (classification) or positives per label (multilabel) in each split,
-    in the order of `source.names`; None for regression."""
-    if source.task == "regression":
+def class_counts(task: Task, labels: np.ndarray, idx: dict[str, np.ndarray]) -> dict | None:
+    """Examples per class or label in each split, in the order of the names; None for a kind
+    that has no classes to count."""
+    if task.counts(labels[idx["train"]]) is None:
         return None
-    labels = np.asarray(source.labels)
-    if source.task == "multilabel":
-        return {s: labels[idx[s]].sum(axis=0).astype(int).tolist() for s in SPLITS}
-    size = len(source.names)
-    return {s: np.bincount(labels[idx[s]], minlength=size).tolist() for s in SPLITS}
+    return {s: task.counts(labels[idx[s]]).tolist() for s in SPLITS}
 
 
 def _what(spec: DataSpec) -> str:
-    if spec.task == "regression":
-        return f"regression on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
-    return f"{len(spec.names)} {'labels' if spec.task == 'multilabel' else 'classes'}"
+    if spec.target_mean is not None:
+        return f"{spec.task} on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
+    return f"{spec.task}: {len(spec.names)} {task_class(spec.task).name_word} names"
 
 
 def _inputs(spec: DataSpec) -> str:
@@ -347,7 +329,7 @@ def _inputs(spec: DataSpec) -> str:
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
     """The bundled digits split into train and validation only, as shards in `folder`: what
     `train` uses when `prepare` never ran (no data/raw, no manifest)."""
-    source = read_digits("", params.data, "classification")
+    source = read_digits("", params.data, task_class(params.task.type).kind)
     data = dataclasses.replace(params.data, split="random")
     idx, split = split_examples(source, data, params.seed, "digits", test_fraction=0.0)
     return write_processed(source, idx, folder, params, split)
@@ -361,6 +343,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "data.validation_fraction + data.test_fraction: must be below 1 "
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
+    check(params)  # names and the components' own arguments, before anything is written
     check_method(cfg, lookup("source", cfg.source))
     recorded = written_before(project_dir)
     source, raw_sources, origin = _load_source(params, project_dir, recorded)

@@ -1,15 +1,15 @@
 """Train / validation / test: how `prepare` splits the examples (`data.split`).
 
-- `random`: what the reader returns is split at random, seeded by `seed`: stratified by class for
-  classification (`data.validation_fraction` and `data.test_fraction` of each class), a seeded
-  random permutation for multilabel and regression (not stratified: a rare label can miss a small
-  split; notebook 01 shows the counts per split). A source that has its own splits (TFDS) keeps
-  them.
+- `random`: what the reader returns is split at random, seeded by `seed`: stratified by class when
+  the task's kind says so (`stratified`: one class per example; `data.validation_fraction` and
+  `data.test_fraction` of each class), else a seeded random permutation (multilabel, regression:
+  a rare label can miss a small split; notebook 01 shows the counts per split). A source that has
+  its own splits (TFDS) keeps them.
 - `folders`: `train/`, `validation/`, `test/` under `data.path`, each read as if it were
   `data.path` (images: class folders in each).
 - `files`: `train.csv`, `validation.csv`, `test.csv` in the folder `data.path`; a source that reads
   several files (TFRecord) takes every `train*` file for train (`train-00000-of-00004.tfrecord`).
-- `column`: the CSV column `data.split_column` names each row's split (sources.given_splits).
+- `column`: the CSV column `data.split_column` names each row's split (readers/csv_rows.py).
 Split folders, files and column values may also be called `val`, `valid`, `dev`, `training`,
 `testing` (spec.SPLIT_NAMES). What the data gives is kept as it is; a missing validation or test
 split is carved out of train by the `random` rule applied to train alone. Every class of the
@@ -27,8 +27,9 @@ import numpy as np
 
 from ..config import COMMAND, ConfigError, DataConfig
 from ..core import locations
-from ..sources import MissingLabels, Source, is_number
+from ..sources import MissingLabels, Source
 from ..spec import SPLITS, DataSpec, split_named
+from ..tasks.base import task_class
 
 MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: not classes
 
@@ -163,7 +164,8 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
             raise ConfigError(f"data.split: {shown[split]} holds {part.kind}s, train {train.kind}s")
         loads.append(_aligned_load(part, train, shown[split]))
         wheres.append(part.where)
-        labels.append(_relabel(part, names))
+        task = task_class(part.task)(names=names)
+        labels.append(task.relabel(part.labels, part.names))
         offsets.append(offsets[-1] + len(part.labels))
     bounds = np.array(offsets)
     order = list(parts)
@@ -188,22 +190,10 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
 
     splits = {s: np.arange(offsets[k], offsets[k + 1]) for k, s in enumerate(parts)}
     return Source(
-        train.kind, np.concatenate(labels), names, load, where, ids, train.input_shape,
-        encoding=train.encoding, feature_names=list(train.feature_names), splits=splits,
-        split_from=dict(shown), task=train.task,
+        train.kind, train.task, np.concatenate(labels), names, load, where, ids,
+        train.input_shape, encoding=train.encoding, feature_names=list(train.feature_names),
+        splits=splits, split_from=dict(shown),
     )  # fmt: skip
-
-
-def _relabel(part: Source, names: list[str]) -> np.ndarray:
-    """A part's targets over `names`: class indices mapped, label columns moved, values kept."""
-    if part.task == "regression":
-        return np.asarray(part.labels, dtype=np.float32)
-    position = np.array([names.index(n) for n in part.names], dtype=np.int64)
-    if part.task == "multilabel":
-        out = np.zeros((len(part.labels), len(names)), dtype=np.float32)
-        out[:, position] = part.labels
-        return out
-    return position[np.asarray(part.labels, dtype=np.int64)].astype(np.int32)
 
 
 def _aligned_load(part: Source, train: Source, shown: str) -> Any:
@@ -248,7 +238,8 @@ def split_examples(
             f"data.split: no training examples in {data.path} (the data gives only "
             f"{', '.join(given) or 'nothing'}) (example: --set data.split=random)"
         )
-    _check_train_has_every_name(source, given, came_from)
+    task = task_class(source.task)(names=source.names)
+    _check_train_has_every_name(source, task, given, came_from)
     fractions = {"validation": data.validation_fraction, "test": data.test_fraction}
     if test_fraction is not None:
         fractions["test"] = test_fraction
@@ -257,7 +248,7 @@ def split_examples(
         train = np.asarray(given["train"])
         pool = source.labels[train]
         val, test = carve.get("validation", 0.0), carve.get("test", 0.0)
-        if source.task == "classification":
+        if task.stratified:
             check_classes(source.names, pool, came_from["train"] if source.splits else "")
             parts = split_indices(pool, val, test, seed)
         else:
@@ -270,7 +261,7 @@ def split_examples(
     record = {
         "method": data.split,
         "seed": seed,
-        "stratified": source.task == "classification",
+        "stratified": task.stratified,
         "from": {s: came_from[s] for s in SPLITS if s in came_from},
         "carved": carve,
     }
@@ -278,32 +269,23 @@ def split_examples(
 
 
 def _check_train_has_every_name(
-    source: Source, given: dict[str, np.ndarray], came_from: dict[str, str]
+    source: Source, task: Any, given: dict[str, np.ndarray], came_from: dict[str, str]
 ) -> None:
     """One line for a class (or a label's positives) that a given split has and train lacks."""
-    if source.task == "regression":
+    train = task.counts(source.labels[given["train"]])
+    if train is None:  # a kind without classes to count
         return
-    train = counts(source.labels[given["train"]], source.task, len(source.names))
     for split, idx in given.items():
-        if split == "train":
-            continue
-        here = counts(source.labels[idx], source.task, len(source.names))
+        here = task.counts(source.labels[idx])
         lacking = np.flatnonzero((here > 0) & (train == 0))
-        if len(lacking):
+        if split != "train" and len(lacking):
             name = source.names[lacking[0]]
-            what = "label" if source.task == "multilabel" else "class"
             raise ConfigError(
-                f"data.split: {what} {name!r} is in {split} ({came_from.get(split, split)}: "
-                f"{here[lacking[0]]} examples) but not in train ({came_from['train']}); the model "
-                f"cannot learn it: add training examples or remove it from {split}"
+                f"data.split: {task.name_word} {name!r} is in {split} "
+                f"({came_from.get(split, split)}: {here[lacking[0]]} examples) but not in train "
+                f"({came_from['train']}); the "
+                f"model cannot learn it: add training examples or remove it from {split}"
             )
-
-
-def counts(labels: np.ndarray, task: str, width: int) -> np.ndarray:
-    """Examples per class (classification) or positives per label (multilabel)."""
-    if task == "multilabel":
-        return (np.asarray(labels).reshape(-1, width) >= 0.5).sum(axis=0).astype(np.int64)
-    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=width)
 
 
 def split_indices(
@@ -360,7 +342,7 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
     label column of mostly distinct values (a continuous target) is refused first, pointing at
     regression, rather than failing later with an empty split."""
     found = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(names))
-    numeric = all(is_number(name) for name in names)
+    numeric = all(_is_number(name) for name in names)
     hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
     if numeric and len(names) > MAX_DISTINCT_SHARE * len(labels):
         raise ConfigError(
@@ -376,6 +358,14 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
             )
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def origin_of(data: DataConfig, path: str) -> str:
     """How the record names the data a random split is drawn from: `pets/`, `houses.csv` (the
     end of `data.path`; `path` is where it was read), or the source (`digits`, `tfds mnist`)."""
@@ -385,20 +375,21 @@ def origin_of(data: DataConfig, path: str) -> str:
     return name + ("/" if locations.isdir(path) else "")
 
 
-def origin(spec: DataSpec, split: str) -> str:
+def origin(spec: DataSpec, split: str, short: bool = False) -> str:
     """Where a split's examples came from, in words: `the published test split: test.csv`, `a
-    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`."""
+    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`; `short`: as
+    `summary` says it (`test.csv`, `20 % of pets/, seed 42`)."""
     record = spec.split
-    if not record:  # prepared before splits were recorded
-        return f"the {split} split"
     came_from = record["from"].get(split, "?")
     if split in record["carved"]:
         share = f"{100 * record['carved'][split]:g} %"
+        if short:
+            return f"{share} of {came_from}, seed {record['seed']}"
         how = "stratified by class" if record["stratified"] else "not stratified"
         return f"a random {share} of {came_from} (seed {record['seed']}, {how})"
     if split == "train" and came_from in {record["from"].get(s) for s in record["carved"]}:
         return f"the rest of {came_from}"
-    return f"the published {split} split: {came_from}"
+    return came_from if short else f"the published {split} split: {came_from}"
 
 
 def describe(spec: DataSpec, split: str) -> str:
@@ -410,17 +401,8 @@ def describe(spec: DataSpec, split: str) -> str:
 def summary(spec: DataSpec) -> str:
     """The splits on one line: `train 540 (train/), validation 135 (20 % of train/, seed 42),
     test 120 (test/)`."""
-    record, parts = spec.split, []
-    for split in SPLITS:
-        n = spec.counts.get(split, 0)
-        came_from = record.get("from", {}).get(split) if record else None
-        if came_from is None:
-            parts.append(f"{split} {n}")
-        elif split in record["carved"]:
-            share = f"{100 * record['carved'][split]:g} %"
-            parts.append(f"{split} {n} ({share} of {came_from}, seed {record['seed']})")
-        elif origin(spec, split).startswith("the rest"):
-            parts.append(f"{split} {n} (the rest of {came_from})")
-        else:
-            parts.append(f"{split} {n} ({came_from})")
-    return ", ".join(parts)
+    return ", ".join(
+        f"{split} {spec.counts.get(split, 0)} ({origin(spec, split, short=True)})"
+        if split in spec.split["from"] else f"{split} {spec.counts.get(split, 0)}"
+        for split in SPLITS
+    )  # fmt: skip

@@ -12,9 +12,10 @@
   network on token ids, with `vocabulary.txt` beside it (line i = id i).
 
 Every LiteRT export is run at once by the LiteRT interpreter (`ai-edge-litert`) on the test split
-beside the Keras model: both sets of test metrics, the largest output difference and, for
-classification, how often the two pick the same class, go to `results/metrics/export.json`, the
-printed line and the model card.
+beside the Keras model: both sets of test metrics, the largest output difference and how often
+the two give the same prediction (as `predict` writes it) go to `results/metrics/export.json`
+(one entry per exported file), the printed line and the model card's "Exported files" section,
+which the command then rewrites (model_card.update_exports).
 """
 
 from __future__ import annotations
@@ -27,17 +28,21 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
-from ..task import make_task
+from ..tasks.base import make_task, task_class
 from ..training.saved_model import load_for_users
 
 LITERT_FILE = "models/model.tflite"  # under the results root: the default --output
@@ -45,12 +50,6 @@ SAVED_MODEL_DIR = "models/saved_model"
 EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 VOCABULARY = "vocabulary.txt"  # text models: beside the .tflite
 QUANTIZE = ("float16", "int8")
-# The test metrics printed and shown in the card for each kind of task (all are in export.json).
-HEADLINE = {
-    "classification": ("accuracy", "macro_f1"),
-    "multilabel": ("binary_accuracy", "f1"),
-    "regression": ("mae", "r2"),
-}
 _TFLITE_MAGIC = b"TFL3"  # bytes 4-8 of every .tflite flatbuffer
 
 
@@ -71,8 +70,6 @@ def export_saved_model(models_dir: Path, destination: Path) -> Path:
         shutil.rmtree(partial)  # our own leftover from an interrupted export
     options: dict[str, Any] = {}
     if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
-        import tensorflow as tf
-
         options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
     model.export(str(partial), format="tf_saved_model", verbose=False, **options)
     if destination.exists():
@@ -86,8 +83,7 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
 
     Through a SavedModel: quiet (Keras's own LiteRT exporter prints, and allows Flex ops unless
     told otherwise). Raises LiteRTUnsupported naming each op the builtins lack and its layer."""
-    import tensorflow as tf
-    from tensorflow.lite.python.convert_phase import ConverterError
+    from tensorflow.lite.python.convert_phase import ConverterError  # the converter: only here
 
     with tempfile.TemporaryDirectory(prefix="litert-") as folder:
         model.export(folder, format="tf_saved_model", verbose=False)
@@ -135,14 +131,14 @@ _LOCATION = re.compile(r'fused\["([A-Za-z0-9_]+):", "([^"@]+)@')
 def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
     """{'tf.Op': 'layer name'} for the ops of a failed conversion. The locations are the
     converter's wording, not an API: its structured errors are the fallback ('?' for the layer)."""
-    layers = layer_names(model)
+    names = {layer.name for layer in layers(model)}
     found: dict[str, str] = {}
     for op, scope in _LOCATION.findall(str(exc)):
         if op == "StatefulPartitionedCall":
             continue
         parts = scope.split("/")
         candidates = [c for p in parts for c in (p, re.sub(r"_\d+$", "", p))]
-        layer = next((c for c in candidates if c in layers), parts[1] if len(parts) > 1 else "?")
+        layer = next((c for c in candidates if c in names), parts[1] if len(parts) > 1 else "?")
         found.setdefault(f"tf.{op}", layer)
     if not found:
         for error in getattr(exc, "errors", []):
@@ -151,37 +147,28 @@ def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
     return found
 
 
-def layer_names(model: Any) -> set[str]:
-    """The names of every layer of `model`, nested models' layers included."""
-    names, stack = set(), list(model.layers)
+def layers(model: Any) -> list[Any]:
+    """Every layer of `model`, nested models' layers included, outer ones first."""
+    found, stack = [], list(model.layers)
     while stack:
-        layer = stack.pop()
-        names.add(layer.name)
+        layer = stack.pop(0)
+        found.append(layer)
         stack.extend(getattr(layer, "layers", []))
-    return names
+    return found
 
 
 def text_vectorizer(model: Any) -> Any:
     """The model's TextVectorization layer (a text model), or None."""
-    import keras
-
-    stack = list(model.layers)
-    while stack:
-        layer = stack.pop(0)
-        if isinstance(layer, keras.layers.TextVectorization):
-            return layer
-        stack.extend(getattr(layer, "layers", []))
-    return None
+    found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
+    return next(found, None)
 
 
 def on_token_ids(model: Any, vectorizer: Any) -> Any:
     """The part of a text model after its TextVectorization layer, taking int32 token ids
     (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
-    import keras
-
     length = vectorizer.get_config()["output_sequence_length"]
     ids = keras.Input((length,), dtype="int32", name="token_ids")
-    if hasattr(model, "network") and hasattr(model, "head"):  # text.TextModel: its parts
+    if hasattr(model, "network") and hasattr(model, "head"):  # data/text.py's TextModel: its parts
         return keras.Model(ids, model.head(model.network(ids)), name="model")
     after = keras.Model(vectorizer.output, model.output)
     return keras.Model(ids, after(keras.ops.cast(ids, vectorizer.output.dtype)), name="model")
@@ -219,29 +206,11 @@ def write_vocabulary(vectorizer: Any, folder: Path) -> Path:
     return atomic_write(folder / VOCABULARY, "\n".join(tokens) + "\n")
 
 
-def interpreter(path: Path) -> tuple[Any, str]:
-    """A LiteRT interpreter for the `.tflite` at `path`, and its name and version:
-    ai-edge-litert's (requirements.txt), else TensorFlow's own (deprecated in 2.20, same API;
-    its dynamic-range int8 kernels differ slightly)."""
-    from importlib.metadata import version
-
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-    except ModuleNotFoundError:
-        import warnings
-
-        import tensorflow as tf
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "tf.lite.Interpreter is deprecated"
-            return tf.lite.Interpreter(model_path=str(path)), f"tf.lite {tf.__version__}"
-    return Interpreter(model_path=str(path)), f"ai-edge-litert {version('ai-edge-litert')}"
-
-
 def litert_runner(path: Path) -> tuple[Any, str]:
     """inputs (a batch of any size) -> outputs of the `.tflite` at `path`, through its one
     signature (which resizes the batch); and the interpreter's name."""
-    found, name = interpreter(path)
+    found = Interpreter(model_path=str(path))
+    name = f"ai-edge-litert {version('ai-edge-litert')}"
     signature, spec = next(iter(found.get_signature_list().items()))
     (input_name,) = spec["inputs"]
     runner = found.get_signature_runner(signature)
@@ -274,8 +243,8 @@ def compare_on_test(
     params: Params, project_dir: Path, model: Any, run: Any, dtype: np.dtype
 ) -> dict[str, Any]:
     """The Keras model and the `.tflite` (`run`) on the test split: both sets of test metrics,
-    the largest difference of their outputs and (classification) the share of examples where
-    they pick the same class. A text model's `.tflite` gets the model's own token ids."""
+    the largest difference of their outputs and the share of examples where they give the same
+    prediction. A text model's `.tflite` gets the model's own token ids."""
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec)
     vectorizer = text_vectorizer(model)
@@ -291,17 +260,14 @@ def compare_on_test(
     y_all, ref_all, got_all = np.concatenate(ys), np.concatenate(ref), np.concatenate(got)
     scores = {}
     for key, outputs in (("keras", ref_all), ("litert", got_all)):
-        with _tf_warnings_off():  # the metrics' fresh tf.functions: "retracing" warnings
-            metrics = task.evaluate([(y_all, outputs)]).metrics
-        scores[key] = {k[5:]: v for k, v in metrics.items() if k.startswith("test_")}
-    same = None
-    if task.kind == "classification":
-        same = float(np.mean(ref_all.argmax(1) == got_all.argmax(1)))
+        metrics = task.evaluate([(y_all, outputs)]).metrics
+        scores[key] = {k.removeprefix("test_"): v for k, v in metrics.items()}
+    ref, got = (np.array(task.predictions(o)["prediction"]) for o in (ref_all, got_all))
     return {
         "checked_on": "test split",
         "examples": len(y_all),
         "max_abs_diff": float(np.max(np.abs(ref_all - got_all))),
-        "same_class": same,
+        "same_prediction": float(np.mean(ref == got)),  # as `predict` writes them
         **scores,
     }
 
@@ -350,15 +316,11 @@ def record_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
 
 
 def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
-    """Add (or replace) `output`'s entry in export.json, then refresh the model card's exports
-    section (when there is a card: `evaluate` writes it)."""
-    from .model_card import update_exports
-
+    """Add (or replace) `output`'s entry in export.json."""
     path = results / EXPORTS
     exports = json.loads(path.read_text()) if path.is_file() else {}
     exports[_shown(output, results)] = entry
     atomic_write(path, json.dumps(exports, indent=2) + "\n")
-    update_exports(results)
     return path
 
 
@@ -381,14 +343,14 @@ def litert_summary(output: Path, entry: dict[str, Any]) -> str:
             f"; no prepared test split here, so run on one probe example with "
             f"{entry['interpreter']}: largest difference from Keras {entry['max_abs_diff']:.1e}"
         )
-    shown = [m for m in HEADLINE.get(entry["task"], ()) if m in entry["litert"]]
+    shown = [m for m in task_class(entry["task"]).headline if m in entry["litert"]]
     metrics = ", ".join(
         f"{m} {entry['litert'][m]:.4f} (Keras {entry['keras'][m]:.4f})" for m in shown
     )
-    same = f", same class {entry['same_class']:.1%}" if entry.get("same_class") is not None else ""
     return line + (
         f"; on {entry['examples']} test examples with {entry['interpreter']}: {metrics}; "
-        f"largest output difference {entry['max_abs_diff']:.1e}{same}"
+        f"largest output difference {entry['max_abs_diff']:.1e}, same prediction "
+        f"{entry['same_prediction']:.1%}"
     )
 
 
@@ -423,16 +385,3 @@ def _check_litert_output(output: Path) -> None:
 def _head(path: Path) -> bytes:
     with open(path, "rb") as f:
         return f.read(8)
-
-
-@contextlib.contextmanager
-def _tf_warnings_off() -> Iterator[None]:
-    import tensorflow as tf
-
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel("ERROR")
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

@@ -110,7 +110,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`key was X, now Y` for every difference; derived values only when nothing else differs.
 
     A key missing from `recorded` (added to the package since) counts as its default."""
-    defaults = settings(Params())
+    defaults: dict[str, Any] = {}  # params.yaml holds every key: nothing missing to default
     found, derived = [], []
     for key, now in current.items():
         was = recorded.get(key, defaults.get(key, now))

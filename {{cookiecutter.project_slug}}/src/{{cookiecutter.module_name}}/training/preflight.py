@@ -9,8 +9,8 @@ Two are warnings, because the run can still work:
 - free space at the storage root below a checkpoint's size x (`train.keep_checkpoints` + 1):
   a checkpoint that does not fit is reported and skipped (checkpoints.py), training goes on;
 - memory below what the data path holds.
-One is a note: a training split whose rarest class (multilabel: label) has under a tenth of the
-commonest one's examples, without `train.class_weight`. With class weights, they are printed; a
+One is a note: a training split whose rarest class or label has under a tenth of the commonest
+one's examples, without `train.class_weight`. With class weights, they are printed; a
 setting that cannot apply (a class the data lacks, weights for regression) stops the run.
 """
 
@@ -21,11 +21,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import psutil
+import tensorflow as tf
+
 from ..config import ConfigError, Params
 from ..core.files import free_bytes
 from ..core.storage import COLAB_DRIVE, DRIVE_ROOT
 from ..spec import DataSpec
-from ..task import make_task
+from ..tasks.base import make_task
 from .strategy import StrategyInfo
 
 MIB = 1 << 20
@@ -60,23 +63,7 @@ def check_accelerator(params: Params, info: StrategyInfo) -> str:
 
 def variable_bytes(variables: Iterable[Any]) -> int:
     """Bytes of a list of TensorFlow/Keras variables: about the size of their checkpoint."""
-    total = 0
-    for v in variables:
-        count = 1
-        for dim in v.shape:
-            count *= int(dim)
-        total += count * _dtype_size(v.dtype)
-    return total
-
-
-def _dtype_size(dtype: Any) -> int:
-    import numpy as np
-
-    name = getattr(dtype, "name", dtype)
-    try:
-        return np.dtype(str(name)).itemsize
-    except TypeError:  # bfloat16 and other types NumPy does not know
-        return 2 if "16" in str(name) else 4
+    return sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables)
 
 
 def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 1024) -> int:
@@ -89,10 +76,8 @@ def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 10
 def available_memory() -> int | None:
     """Memory available to a new allocation (psutil's `available`), or None when unknown."""
     try:
-        import psutil
-
         return int(psutil.virtual_memory().available)
-    except (ImportError, OSError):
+    except OSError:
         return None
 
 
@@ -132,26 +117,24 @@ def memory_finding(held_bytes: int) -> str:
 def class_balance_finding(params: Params, spec: DataSpec) -> str:
     """One line on the training split's class balance and the loss's class weights ('' when
     balanced and unweighted); a `train.class_weight` that cannot apply stops the run."""
-    weights = make_task(params, spec).class_weights  # refuses a bad train.class_weight
+    task = make_task(params, spec)  # refuses a bad train.class_weight
     found = {n: c for n, c in spec.train_counts.items() if n in spec.names}
-    setting = params.train.class_weight
-    if weights:
-        shown = ", ".join(f"{n} {w:.3g}" for n, w in zip(spec.names[:12], weights, strict=False))
-        what = "positive weights per label" if spec.task == "multilabel" else "weights per class"
-        more = ", ..." if len(weights) > 12 else ""
-        name = "balanced" if setting == "balanced" else "a map"
-        return f"Preflight: train.class_weight {name}: {what} {shown}{more}"
+    if task.class_weights:
+        shown = ", ".join(
+            f"{n} {w:.3g}" for n, w in zip(spec.names[:12], task.class_weights, strict=False)
+        )
+        more = ", ..." if len(task.class_weights) > 12 else ""
+        name = "balanced" if params.train.class_weight == "balanced" else "a map"
+        return f"Preflight: train.class_weight {name}: weights per {task.name_word} {shown}{more}"
     if len(found) < 2 or max(found.values()) == 0:
         return ""
     rare, common = min(found, key=found.get), max(found, key=found.get)
     if found[rare] >= IMBALANCE * found[common]:
         return ""
-    what = "label" if spec.task == "multilabel" else "class"
-    unit = "positive examples" if spec.task == "multilabel" else "examples"
     return (
-        f"NOTE: preflight: the training split is imbalanced: {what} {rare!r} has {found[rare]} "
-        f"{unit}, {common!r} {found[common]} (under a tenth); --set train.class_weight=balanced "
-        "weighs the loss by class"
+        f"NOTE: preflight: the training split is imbalanced: {task.name_word} {rare!r} has "
+        f"{found[rare]} examples, {common!r} {found[common]} (under a tenth); --set "
+        f"train.class_weight=balanced weighs the loss by {task.name_word}"
     )
 
 

@@ -1,10 +1,11 @@
 """The model users get: raw inputs in, outputs in their units out, with `model.json` beside it.
 
 `train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
-`results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task,
-the class or label names, the input kind and shape, the feature names (for text: the text column).
-A text model also starts with its vectoriser (text.TextModel), so it takes raw strings.
-`evaluate`, `predict` and `export` load the two back with `load_for_users`, and need nothing else.
+`results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task's
+kind, the class or label names, the input kind and shape, the feature names (for text: the text
+column). A text model also starts with its vectoriser (data/text.py's TextModel), so it takes raw
+strings. `evaluate`, `predict` and `export` load the two back with `load_for_users`, and need
+nothing else.
 """
 
 from __future__ import annotations
@@ -13,10 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import keras
+
+from ..architectures.text import keras_hub
 from ..config import COMMAND, ConfigError
 from ..core.storage import MODEL_FILE, SIDECAR_FILE
+from ..data.text import TextModel
+from ..registry import import_all
 from ..spec import DataSpec
-from ..task import Task
+from ..tasks.base import Task
 
 MODEL = Path(MODEL_FILE).name
 SIDECAR = Path(SIDECAR_FILE).name
@@ -25,11 +31,7 @@ SIDECAR = Path(SIDECAR_FILE).name
 def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any:
     """Raw inputs -> outputs in the user's units (probabilities, or the value). Text: strings,
     through `vectorizer` (the input pipeline's) to the logits model's token ids."""
-    import keras
-
     if vectorizer is not None:
-        from ..text import TextModel
-
         return TextModel(vectorizer, logits_model, task.output_layer(), name="model")
     outputs = task.output_layer()(logits_model.outputs[0])
     # One input tensor, not a list: the exported `serve` signature then takes a plain array.
@@ -37,8 +39,8 @@ def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any
 
 
 def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str, Any]:
-    """What `model.json` holds beside the model: the task, class names and the inputs (for text,
-    whose tokenizer: prepare's vocabulary or a keras-hub preset's)."""
+    """What `model.json` holds beside the model: the task's kind, its names and the inputs (for
+    text, whose tokenizer: prepare's vocabulary or a keras-hub preset's)."""
     tokenizer = type(vectorizer).__module__.split(".")[0] if vectorizer is not None else None
     return {
         "task": task.kind,
@@ -46,7 +48,6 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
         "input_kind": spec.kind,
         "input_shape": list(spec.input_shape),
         "feature_names": spec.feature_names,
-        "threshold": 0.5,
         # Images: how the shards store them (png / jpeg); `predict` makes the same pixels.
         "image_encoding": spec.extra.get("encoding") if spec.kind == "image" else None,
         **({"tokenizer": tokenizer} if tokenizer else {}),
@@ -54,18 +55,14 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
 
 
 def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """The saved model and its sidecar; model.py and text.py are imported so their custom layers
-    load (and keras_hub, for a model on a keras-hub preset)."""
-    import keras
-
-    from .. import model as _custom_layers  # noqa: F401 - registers BackbonePreprocessing
-    from .. import text as _text_layers  # noqa: F401 - registers TextModel, standardize
-
+    """The saved model and its sidecar. Every registered module is imported first, so that
+    Keras knows their custom layers (a backbone's preprocessing, yours)."""
     target, sidecar = models_dir / MODEL, models_dir / SIDECAR
     for path in (target, sidecar):
         if not path.is_file():
             raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")
     info = json.loads(sidecar.read_text())
+    import_all()
     if info.get("tokenizer") == "keras_hub":
-        _text_layers.keras_hub()
+        keras_hub()
     return keras.models.load_model(target, compile=False), info

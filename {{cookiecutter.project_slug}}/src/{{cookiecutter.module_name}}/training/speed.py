@@ -5,7 +5,7 @@ after one warm-up chunk (tracing, the pipeline's first fill), with the strategy,
 model, optimizer and `train.steps_per_execution` of `train`:
 
   input     the input path alone: each step's batches handed to the replicas and summed;
-  compute   training steps on one synthetic batch already on each replica's device;
+  compute   training steps on one batch of the data already on each replica's device;
   together  training steps on the input path: what `train` runs.
 
 The slower of input and compute is the bottleneck. `speed` builds its own model, optimizer and
@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import tensorflow as tf
+
 from .. import registry
 from ..config import COMMAND, Params
 from ..core.environment import utc_now
 from ..core.storage import results_root
 from ..data.feed import make_feed, on_replicas
-from ..data.pipeline import Prepared, for_model
+from ..data.pipeline import Prepared, eval_dataset, for_model
 from ..loop import make_chunk_function
 from .run_record import build_record, list_runs, new_run_id, write_run_record
 from .seeding import seed_everything
@@ -60,8 +62,6 @@ def measure(
     params: Params, strategy: Any, info: StrategyInfo, data: Prepared, steps: int
 ) -> dict[str, float]:
     """Examples/s of the three measurements, printed as they come."""
-    import tensorflow as tf
-
     cfg = params.train
     plan = make_plan(params, info, data)
     parts = build_parts(params, strategy, info, data, plan)
@@ -99,7 +99,7 @@ def measure(
         return run, real.args
 
     def compute_alone() -> tuple[Any, Any]:
-        batch = synthetic_batch(strategy, data, plan.global_batch // info.replicas, params.seed)
+        batch = device_batch(strategy, data, plan.global_batch // info.replicas)
         return make_chunk_function(parts, cfg, lambda fed, i: fed), lambda step: batch
 
     def together() -> tuple[Any, Any]:
@@ -123,8 +123,6 @@ def measure(
 def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> float:
     """Steps per second of `fn(args(step), n)` over `steps` steps after a warm-up chunk; chunks
     as `train` cuts them (never across an epoch end)."""
-    import tensorflow as tf
-
     step = 0
 
     def run(count: int) -> None:
@@ -140,25 +138,11 @@ def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> floa
     return steps / (time.perf_counter() - started)
 
 
-def synthetic_batch(strategy: Any, data: Prepared, batch: int, seed: int) -> Any:
-    """One random (inputs, targets) batch of the pipeline's shapes and types, on every replica."""
-    import tensorflow as tf
-
-    spec, key = data.spec, tf.constant([seed, 1], tf.int64)
-    if spec.kind == "text":  # token ids, as the vectoriser gives them
-        from ..text import vocabulary_size
-
-        top = vocabulary_size(data.vectorize)
-        x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=top, dtype=tf.int32)
-    else:
-        high = 255.0 if spec.kind == "image" else 1.0
-        x = tf.random.stateless_uniform([batch, *spec.input_shape], key, maxval=high)
-    if spec.task == "classification":
-        y = tf.random.stateless_uniform([batch], key, maxval=len(spec.names), dtype=tf.int32)
-    elif spec.task == "multilabel":
-        y = tf.cast(tf.random.stateless_uniform([batch, len(spec.names)], key) < 0.5, tf.float32)
-    else:
-        y = tf.random.stateless_normal([batch], key)
+def device_batch(strategy: Any, data: Prepared, batch: int) -> Any:
+    """One batch of the training split as the pipeline gives it (token ids for text), on every
+    replica: what the compute measurement trains on, again and again."""
+    examples = eval_dataset(data, "train", batch).unbatch().repeat().batch(batch)
+    x, y = next(iter(examples))
     return on_replicas(strategy, x), on_replicas(strategy, y)
 
 
@@ -198,8 +182,6 @@ def record(
 ) -> None:
     """A run record of kind "speed" and TensorBoard scalars `speed/*` (its own folder under
     the run's, step = the number of earlier speed records of this run_name)."""
-    import tensorflow as tf
-
     earlier = [r for r in list_runs(project_dir)
                if r.get("kind") == "speed" and r.get("run_name") == params.run_name]  # fmt: skip
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"

@@ -1,4 +1,4 @@
-"""Your text: how a string becomes token ids (`data.text`, `data.source: text`).
+"""Text: how a string becomes token ids (`data.text`, `data.source: text`).
 
 `prepare` learns the vocabulary from the training split only (`learn_vocabulary`) and writes it
 beside the shards, `data/processed/vocabulary.txt`: one token per line, most frequent first, the
@@ -12,7 +12,7 @@ The vectoriser: `standardize` (lower case, punctuation and symbols dropped), spl
 each word to its id (1: a word not in the vocabulary), cut or padded with 0 to
 `data.sequence_length`. With `model.architecture: backbone` the keras-hub preset's own tokenizer
 takes its place (its vocabulary comes with the preset). Tokenise differently by editing
-`standardize`, then run `prepare` again: the vocabulary depends on it.
+`standardize` here, then run `prepare` again: the vocabulary depends on it.
 """
 
 from __future__ import annotations
@@ -21,21 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import tensorflow as tf
 
-from .config import ConfigError, ModelConfig
-from .spec import DataSpec
+from ..architectures.text import from_preset, keras_hub
+from ..config import ModelConfig
+from ..spec import DataSpec
 
 VOCABULARY = "vocabulary.txt"  # in data/processed, beside spec.json
 RESERVED = 2  # id 0: padding; id 1: a word that is not in the vocabulary ([UNK])
-PRESET_EXAMPLE = "bert_tiny_en_uncased"
 
 
 @keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
 def standardize(text: Any) -> Any:
     """Lower case in every alphabet (Keras's default lowers ASCII only: `Über` would stay), then
     drop punctuation and symbols (Unicode classes P and S: `«»`, `—`, `€`, emoji too)."""
-    import tensorflow as tf
-
     text = tf.strings.lower(text, encoding="utf-8")
     return tf.strings.regex_replace(text, r"[\p{P}\p{S}]", "")
 
@@ -115,34 +114,3 @@ class TextModel(keras.Model):
         for name in ("vectorizer", "network", "head"):
             config[name] = keras.saving.deserialize_keras_object(config[name])
         return cls(**config)
-
-
-def keras_hub() -> Any:
-    """The keras_hub module, or a one-line error naming the package. It is no requirement of the
-    project (only a preset needs it; Colab preinstalls it): its tokenizers need tensorflow-text,
-    which must match TensorFlow's version, else pip replaces TensorFlow."""
-    try:
-        import keras_hub as hub
-    except ImportError as exc:
-        import tensorflow as tf
-
-        major_minor = ".".join(tf.__version__.split(".")[:2])
-        raise ConfigError(
-            f"model.backbone: a text preset needs the package keras-hub ({exc}): "
-            f"pip install keras-hub 'tensorflow-text~={major_minor}.0' "
-            f"(example: --set model.backbone={PRESET_EXAMPLE})"
-        ) from None
-    return hub
-
-
-def from_preset(cls: Any, preset: str, **kwargs: Any) -> Any:
-    """`cls.from_preset(preset, ...)`: a built-in name (downloaded once), `kaggle://`, `hf://` or a
-    local folder made by `save_to_preset`; a preset it cannot load is one line naming the key."""
-    try:
-        return cls.from_preset(preset, **kwargs)
-    except (ValueError, OSError, ImportError, KeyError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise ConfigError(
-            f"model.backbone: {preset!r} is not a keras-hub text preset this can load ({first}) "
-            f"(example: --set model.backbone={PRESET_EXAMPLE})"
-        ) from None

@@ -1,0 +1,1 @@
+"""The built-in augmentations beside augment.py's worked example (`flip`)."""

@@ -1,0 +1,1 @@
+"""The built-in readers (`data.source`) beside sources.py's worked example (`images`)."""

@@ -1,0 +1,92 @@
+"""`data.source: csv`: one example per row of a CSV with a header row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..config import ConfigError, DataConfig
+from ..core import locations
+from ..sources import MissingLabels, Source, source
+from ..spec import SPLIT_NAMES, split_named
+from ..tasks.base import encode
+
+
+@source("csv")
+def read_csv(path: str, data: DataConfig, kind: str) -> Source:
+    """`data.label` is the target column (a class, labels joined by `|`, or a number: as the
+    task's kind reads it), every other column a number; with `data.text`, that column's text is
+    the input instead and the other columns are unused. With `data.split: column`, the column
+    `data.split_column` names each row's split."""
+    if locations.isdir(path):
+        raise ConfigError(
+            f"data.path: {data.path} is a folder; source csv needs a file "
+            "(example: --set data.path=data/external/my.csv)"
+        )
+    try:
+        with locations.open_binary(path) as f:
+            table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{path}: not a readable CSV ({first})") from None
+    label = _column(table, data.label, "data.label", path, "target", MissingLabels)
+    splits, split_from = None, {}
+    if data.split == "column":  # the split column says each row's split; it is no feature
+        column = _column(table, data.split_column, "data.split_column", path, "fold")
+        splits, split_from = given_splits(table.pop(column).tolist(), f"column {column!r}")
+    try:  # the task's kind reads the labels (a missing one may be none: multilabel)
+        y, names = encode(kind, table[label].tolist(), label)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    rows = dict(where=lambda i: f"{path}: line {i + 2}", ids=lambda i: str(i + 1), splits=splits)
+    if data.text:
+        text = _column(table, data.text, "data.text", path, "review")
+        if text == label:
+            raise ConfigError(f"data.text: column {text!r} is data.label too (example: review)")
+        unused = [str(c) for c in table.columns if c not in (text, label)]
+        if unused:
+            print(f"Note: data.text: the input is column {text!r}; not used: {', '.join(unused)}")
+        texts = table[text].tolist()
+        return Source("text", kind, y, names, texts.__getitem__, **rows, feature_names=[text],
+                      split_from=split_from)  # fmt: skip
+    features = table.drop(columns=[label])
+    numbers = features.apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna().to_numpy()
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        cell = features.iloc[row, col]
+        raise ConfigError(
+            f"{path}: line {row + 2}, column {features.columns[col]!r}: "
+            f"{'a missing value' if cell == '' else 'not a number'} (every column but "
+            "data.label must be a number, in every row)"
+        )
+    x = numbers.to_numpy(dtype=np.float32)
+    return Source("vector", kind, y, names, x.__getitem__, **rows, input_shape=x.shape[1:],
+                  feature_names=list(features.columns), split_from=split_from)  # fmt: skip
+
+
+def _column(
+    table: pd.DataFrame, name: str, key: str, path: str, example: str, error: type = ConfigError
+) -> str:
+    """`name`, or one line naming `key` when the CSV's header lacks it."""
+    if name not in table.columns:
+        raise error(
+            f"{key}: column {name!r} not in the header of {path} (columns: "
+            f"{', '.join(list(table.columns)[:8])}) (example: --set {key}={example})"
+        )
+    return name
+
+
+def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Each example's split from its split name (a `data.split_column` cell: `train`, `val`,
+    `test`, ...): (indices per split, where each came from). One line for a name that is none."""
+    chosen = np.array([split_named(str(v)) for v in values], dtype=object)
+    bad = next((i for i, name in enumerate(chosen) if name is None), None)
+    if bad is not None:
+        known = ", ".join(n for aliases in SPLIT_NAMES.values() for n in aliases)
+        raise ConfigError(
+            f"data.split_column: {values[bad]!r} in {where} (row {bad + 2}) is not a split name "
+            f"(one of {known}) (example: train)"
+        )
+    splits = {s: np.flatnonzero(chosen == s) for s in SPLIT_NAMES if (chosen == s).any()}
+    return splits, {s: f"{where} = {s}" for s in splits}

@@ -1,0 +1,43 @@
+"""`data.source: text`: `.txt` files in class subfolders, one example per file."""
+
+from __future__ import annotations
+
+from ..config import ConfigError, DataConfig
+from ..core import locations
+from ..sources import Source, class_files, source
+from ..tasks.base import encode
+
+
+@source("text")
+def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
+    """`.txt` files in class subfolders (`reviews/pos/1.txt`, `reviews/neg/2.txt`), UTF-8, one
+    example per file; read one at a time by `prepare`. A model trained on them reads a `text`
+    column in `predict`'s CSVs."""
+    if not locations.isdir(path):
+        raise ConfigError(
+            f"data.path: {data.path} is not a folder; source text reads class subfolders of .txt "
+            "files (example: data/external/reviews; a CSV: --set data.source=csv --set "
+            "data.text=review)"
+        )
+    example = "reviews/pos/1.txt, reviews/neg/2.txt"
+    paths, classes = class_files(path, data, (".txt",), "text files", example)
+    labels, names = encode(kind, classes, f"data.path {data.path} (class folders)")
+
+    def load(i: int) -> str:
+        with locations.open_binary(paths[i]) as f:
+            return decode_text(f.read(), paths[i])
+
+    return Source(
+        "text", kind, labels, names, load, paths.__getitem__,
+        lambda i: locations.relative(paths[i], path), feature_names=["text"],
+    )  # fmt: skip
+
+
+def decode_text(payload: bytes, where: str) -> str:
+    """UTF-8 bytes (a byte-order mark dropped) as text; anything else one line naming the file."""
+    try:
+        return payload.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None

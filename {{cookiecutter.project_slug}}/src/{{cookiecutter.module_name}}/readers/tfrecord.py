@@ -1,0 +1,88 @@
+"""`data.source: tfrecord`: your own `tf.train.Example` records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ..config import ConfigError, DataConfig
+from ..core import locations
+from ..sources import MissingLabels, Source, source
+from ..tasks.base import encode
+
+
+@source("tfrecord", patterns=True)
+def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
+    """TFRecord file(s) whose `data.features` holds an encoded image (`data.feature_kind: image`)
+    or numbers (`vector`), and `data.label` the target: one value (a class as an integer or a
+    string, a number), or several (label strings, a 0/1 vector) for a kind that takes them.
+    `path`: a file, a folder of them, or a glob pattern (`records/train-*.tfrecord`).
+
+    The serialized records are held in memory while `prepare` runs (TFRecords have no random
+    access, and prepare writes them in a seeded random order); `train` then streams the shards."""
+    if "*" in path:
+        files = sorted(tf.io.gfile.glob(path))
+    else:
+        files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+
+    def named(file: str, k: int) -> str:  # an id: the index in its file, after the file's name
+        if file == path:
+            return str(k)
+        return f"{file.rsplit('/', 1)[-1] if '*' in path else locations.relative(file, path)}:{k}"
+
+    inputs: list[Any] = []
+    labels: list[Any] = []
+    ids: list[str] = []
+    for file in files:
+        for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
+            feature = tf.train.Example.FromString(raw).features.feature
+            inputs.append(_input(feature, data, f"record {len(ids)} in {path}"))
+            labels.append(_values(feature[data.label]))
+            ids.append(named(file, k))
+    single = all(len(v) == 1 for v in labels)
+    y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
+    where = lambda i: f"{path}: record {i}"  # noqa: E731
+    if data.feature_kind == "image":
+        return Source("image", kind, y, names, inputs.__getitem__, where, ids.__getitem__)
+    widths = {len(v) for v in inputs}
+    if len(widths) != 1:
+        raise ConfigError(
+            f"data.features: {data.features!r} in {path} has {sorted(widths)} values per record; "
+            "every record needs the same number"
+        )
+    return Source("vector", kind, y, names, inputs.__getitem__, where, ids.__getitem__,
+                  (widths.pop(),))  # fmt: skip
+
+
+def _input(feature: Any, data: DataConfig, where: str) -> Any:
+    """One record's input: the encoded image's bytes, or its numbers as float32."""
+    if data.features in feature and data.label not in feature:
+        raise MissingLabels(
+            f"data.label: {where} has no feature {data.label!r} (features: {sorted(feature)}) "
+            "(example: --set data.label=label)"
+        )
+    if data.features not in feature:
+        raise ConfigError(
+            f"data.features / data.label: {where} has features {sorted(feature)} "
+            "(example: --set data.features=image --set data.label=label)"
+        )
+    x = feature[data.features]
+    if data.feature_kind != "image":
+        return np.array(x.float_list.value or x.int64_list.value, np.float32)
+    if not x.bytes_list.value:
+        raise ConfigError(
+            f"data.feature_kind: {data.features!r} in {where} is not an encoded image "
+            "(example: --set data.feature_kind=vector)"
+        )
+    return x.bytes_list.value[0]
+
+
+def _values(label: Any) -> list[Any]:
+    """A label feature's values: integers, numbers or strings."""
+    return (
+        list(label.int64_list.value)
+        or list(label.float_list.value)
+        or [v.decode() for v in label.bytes_list.value]
+    )

@@ -1,0 +1,2 @@
+"""The built-in task kinds beside task.py's worked example: what they share (base.py), one per
+module."""
