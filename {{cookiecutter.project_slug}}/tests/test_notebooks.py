@@ -32,6 +32,7 @@ from {{ cookiecutter.module_name }}.colab.restore import (
     keep_model,
     restore_for_evaluation,
     restore_for_training,
+    run_facts,
 )
 from {{ cookiecutter.module_name }}.colab.runtime_check import NotebookStop
 from {{ cookiecutter.module_name }}.config import load_params
@@ -41,6 +42,7 @@ from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore
 
 MODULE = "{{ cookiecutter.module_name }}"
+MODEL = "models/model.keras"
 PROJECT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((PROJECT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 REPO = "{{ cookiecutter.github_owner }}/{{ cookiecutter.project_slug }}"
@@ -262,21 +264,33 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
     (results / "models").mkdir(parents=True, exist_ok=True)
     (results / "models" / "model.keras").write_bytes(b"a model")
     (results / "models" / "model.json").write_text("{}")
-    record = {"run_name": "baseline", "data_hash": digest, "history": []}
+    numbers = {"val_loss": 0.5, "history": []}  # train.json: numbers only
     (results / "metrics").mkdir(parents=True, exist_ok=True)
-    (results / "metrics" / "train.json").write_text(json.dumps(record))
+    (results / "metrics" / "train.json").write_text(json.dumps(numbers))
+    # The run's facts are in its run record, which lists the model file among its artifacts;
+    # another run's record (another model) is not taken for it.
+    model = {"path": "results/models/model.keras", "sha256": file_sha256(results / MODEL)}
+    for run_id, facts, artifacts in (
+        ("20260101T000000Z-baseline-0001", {"run_name": "baseline", "data_hash": digest}, [model]),
+        ("20260102T000000Z-other-0002", {"run_name": "other"}, [{**model, "sha256": "0" * 64}]),
+    ):
+        (results / "runs" / run_id).mkdir(parents=True)
+        record = {"run_id": run_id, "facts": facts, "artifacts": artifacts}
+        (results / "runs" / run_id / "manifest.json").write_text(json.dumps(record))
+    assert run_facts(first) == {"run_name": "baseline", "data_hash": digest}
+    assert run_facts(new_vm(tmp_path, "no-model")) == {}, "no model: no facts"
     kept = storage / "models" / "baseline"
-    assert keep_model(first, storage) == (
-        f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)"
-    )
+    done = keep_state_on_storage(first, storage)  # on Colab: the model and run records on Drive
+    assert f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)" in done
     assert keep_model(first, storage) == f"Model of run 'baseline': in {kept} already"
+    assert (kept / "model.keras").read_bytes() == b"a model"
     assert keep_model(new_vm(tmp_path, "empty"), storage) is None  # no model: nothing kept
     # VM 3: the model from Drive, its data from the DVC remote.
     third = new_vm(tmp_path, "vm3", remote)
     line = restore_for_evaluation(third)
     assert line.startswith(f"Model: run 'baseline' restored from {kept}; Data: the data the model")
     assert (third / "results/models/model.keras").read_bytes() == b"a model"
-    assert json.loads((third / "results/metrics/train.json").read_text()) == record
+    assert json.loads((third / "results/metrics/train.json").read_text()) == numbers
     assert same_files(third, doc)
     assert restore_for_evaluation(third).startswith(
         f"Model: models/model.keras of run 'baseline' on this VM; Data: {MANIFEST} on this VM"
@@ -289,9 +303,12 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
 
 
 def copy_project(tmp_path: Path) -> Path:
-    """This project's files (no results, data or environments) in a new git repository."""
+    """This project's files (no results, data or environments) in a new git repository: a new
+    VM's clone, so without the DVC cache that this checkout may hold after `dvc repro`."""
     project = tmp_path / "project"
     copy_checkout(project)
+    for folder in ("cache", "tmp"):
+        shutil.rmtree(project / ".dvc" / folder, ignore_errors=True)
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     return project
 
@@ -458,6 +475,5 @@ def test_the_sweep_notebook_searches_shows_the_trials_and_promotes_the_best(tmp_
     assert "Promoted trial " in printed
     promoted = load_params(project / "params.yaml")
     assert promoted.run_name in ("nb-0", "nb-1")
-    record = json.loads((project / "results" / "metrics" / "train.json").read_text())
-    assert record["run_name"] == promoted.run_name
+    assert run_facts(project).get("run_name") == promoted.run_name
     assert (project / "results" / "models" / "model.keras").is_file()
