@@ -34,7 +34,7 @@ from {{ cookiecutter.module_name }}.colab.restore import (
     restore_for_training,
     run_facts,
 )
-from {{ cookiecutter.module_name }}.colab.runtime_check import NotebookStop
+from {{ cookiecutter.module_name }}.colab.runtime_check import TPU_STOP, NotebookStop
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.files import file_digests, file_sha256
 from {{ cookiecutter.module_name }}.data.manifest import MANIFEST, data_hash
@@ -117,6 +117,40 @@ def test_notebook_parameters_take_params_yaml_unless_set():
             if name in declared:
                 assert declared[name]["default"] == "None", f"{path.name}: {name}"
         assert declared["allow_reinstall"]["default"] == "False", path.name
+
+
+def test_on_a_colab_tpu_runtime_the_setup_stops_after_the_clone_in_one_line(tmp_path, monkeypatch):
+    """01 in a kernel that looks like Colab's TPU runtime (its variables; GitHub is a local
+    repository): the setup cell clones, then stops in one line, before Drive (google.colab is
+    not importable here: reaching it would fail otherwise) and before any %pip."""
+    origin = tmp_path / "origin.git"
+    source = copy_project(tmp_path / "source")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    for command in (["add", "-A"], ["commit", "-qm", "init", "-n"], ["branch", "-M", "main"]):
+        subprocess.run([*git, *command], cwd=source, check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(source), str(origin)], check=True)
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text(f'[url "{origin}"]\n    insteadOf = https://github.com/{REPO}.git\n')
+    checkout = tmp_path / "content" / "project"
+    for name, value in {
+        "COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00",
+        "COLAB_TPU_1VM": "1",
+        "TPU_ACCELERATOR_TYPE": "v5e-1",
+        "PROJECT_CHECKOUT_DIR": str(checkout),
+        "GIT_CONFIG_GLOBAL": str(gitconfig),
+    }.items():
+        monkeypatch.setenv(name, value)
+    notebook = next(p for p in NOTEBOOKS if p.name.startswith("01_"))
+    with pytest.raises(papermill.PapermillExecutionError) as stopped:
+        papermill.execute_notebook(str(notebook), str(tmp_path / "01.ipynb"), cwd=str(tmp_path),
+                                   kernel_name="python3", progress_bar=False)  # fmt: skip
+    assert stopped.value.ename == "NotebookStop"
+    cells = code_cells(tmp_path / "01.ipynb")
+    setup = next(c for c in cells if "start_session(" in c.source)
+    (error,) = [o for o in setup.outputs if o.output_type == "error"]
+    assert error.traceback == [TPU_STOP] and len(setup.outputs) == 1, setup.outputs
+    assert (checkout / ".git").is_dir() and not (checkout / "results").exists()
+    assert all(c.execution_count is None for c in cells[cells.index(setup) + 1 :])
 
 
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
