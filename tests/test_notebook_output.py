@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
+
+import project_env
 
 NOTEBOOKS = ("01", "02", "03", "04")
 # Tiny runs: one epoch, one trial (04), the run's own name.
@@ -75,13 +76,13 @@ def run_notebooks(project: Path, python: Path, storage: Path) -> dict[str, nbfor
 
 
 @pytest.fixture(scope="module")
-def executed(default_project: Path, project_python: Path, tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
-    """The notebooks of a copy of `default_project`, run once for every test here. A project the
-    user has already used (its data prepared, a run trained) fits here the same way: copied."""
+def executed(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
+    """The notebooks of a project baked for this file (default answers), run once for every test
+    here. A project the user has already used (data prepared, a run trained) can take its place:
+    copy it into `folder` and run it the same way."""
     folder = tmp_path_factory.mktemp("notebook-output")
-    project = folder / default_project.name
-    shutil.copytree(default_project, project, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    return run_notebooks(project, project_python, folder / "storage")
+    project = project_env.bake(folder)
+    return run_notebooks(project, project_env.locked_python(project), folder / "storage")
 
 
 @pytest.mark.parametrize("number", NOTEBOOKS)
