@@ -2,8 +2,8 @@
 
 Each command is one small function that calls one module; add a command by writing a
 `cmd_<name>` function and registering it in `build_parser`. The modules that prepare, train,
-evaluate or export import TensorFlow (10-20 s): each is imported by its command when it runs, so
-that `--help`, `env` or `hooks` start at once, also where TensorFlow is not installed.
+evaluate or export, and what they import (TensorFlow: 10-20 s), are imported by their command when
+it runs, so that `--help`, `env` or `hooks` start at once, also where TensorFlow is not installed.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ RUN_ERRORS = (StrategyError, ResultsWriteError)
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
     """Train, resuming the run named `run_name` (--fresh: deleting its checkpoints first)."""
-    from .training.trainer import train  # TensorFlow: imported when the command runs
+    from .training.trainer import train  # when the command runs
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in args.argv if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
 {%- if cookiecutter.vertex_ai == "yes" %}
     if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
-        from .cloud.tuning import run_tuning_trial  # TensorFlow
+        from .cloud.tuning import run_tuning_trial  # when the command runs
 
         return run_tuning_trial(
             params, args.project, args.sweep_trial, args.extra, args.overrides, args.params_file
@@ -58,7 +58,7 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_speed(args: argparse.Namespace, params: Params) -> int:
     """Time the input pipeline, the training step and both; name the bottleneck."""
-    from .training.speed import speed  # TensorFlow
+    from .training.speed import speed  # when the command runs
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
@@ -70,17 +70,17 @@ def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
     """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
     best trial."""
     if args.best:
-        from .training.sweep_best import promote_best  # TensorFlow
+        from .training.sweep_best import promote_best  # when the command runs
 
         return promote_best(params, args.project, args.params_file)
-    from .training.sweep import run_sweep  # TensorFlow, Optuna
+    from .training.sweep import run_sweep  # when the command runs
 
     return run_sweep(params, args.project, args.params_file, args.overrides)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
     """Write data/raw, the seeded split in data/processed and data/manifest.json."""
-    from .data.prepare import prepare  # TensorFlow (readers, TFDS)
+    from .data.prepare import prepare  # when the command runs
 
     prepare(params, args.project)
     return 0
@@ -88,7 +88,7 @@ def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
     """Evaluate results/models/model.keras on the test split."""
-    from .evaluation.evaluate import evaluate  # TensorFlow
+    from .evaluation.evaluate import evaluate  # when the command runs
 
     evaluate(params, args.project)
     return 0
@@ -96,7 +96,7 @@ def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_predict(args: argparse.Namespace, params: Params) -> int:
     """Score a CSV, images or .txt files with results/models/model.keras."""
-    from .evaluation.predict import predict  # TensorFlow
+    from .evaluation.predict import predict  # when the command runs
 
     results = results_root(args.project)
     output = Path(args.output) if args.output else results / "predictions.csv"
@@ -107,7 +107,7 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_export(args: argparse.Namespace, params: Params) -> int:
     """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
-    from .evaluation import export  # TensorFlow
+    from .evaluation import export  # when the command runs
 
     results = results_root(args.project)
     if args.format == "litert":
@@ -137,7 +137,7 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
-    from .cloud.vertex import run_vertex  # TensorFlow (the tuning trials' entry point)
+    from .cloud.vertex import run_vertex  # when the command runs
 
     return run_vertex(
         params,
@@ -159,7 +159,7 @@ def cmd_env(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
-    from .colab.notebooks import NotebookError, parse_parameters, run_notebooks  # data: TensorFlow
+    from .colab.notebooks import NotebookError, parse_parameters, run_notebooks  # when the command runs
 
     try:
         run_notebooks(args.project, parse_parameters(args.parameter), args.only, args.timeout)
