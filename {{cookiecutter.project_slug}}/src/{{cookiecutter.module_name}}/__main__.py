@@ -159,11 +159,12 @@ def cmd_env(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
-    from .colab.notebooks import NotebookError, parse_parameters, run_notebooks  # when the command runs
+    from .colab import notebooks  # when the command runs
 
     try:
-        run_notebooks(args.project, parse_parameters(args.parameter), args.only, args.timeout)
-    except (NotebookError, ValueError) as exc:
+        parameters = notebooks.parse_parameters(args.parameter)
+        notebooks.run_notebooks(args.project, parameters, args.only, args.timeout)
+    except (notebooks.NotebookError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
