@@ -119,26 +119,34 @@ def test_notebook_parameters_take_params_yaml_unless_set():
         assert declared["allow_reinstall"]["default"] == "False", path.name
 
 
-def test_on_a_colab_tpu_runtime_the_setup_stops_after_the_clone_in_one_line(tmp_path, monkeypatch):
-    """01 in a kernel that looks like Colab's TPU runtime (its variables; GitHub is a local
-    repository): the setup cell clones, then stops in one line, before Drive (google.colab is
-    not importable here: reaching it would fail otherwise) and before any %pip."""
-    origin = tmp_path / "origin.git"
-    source = copy_project(tmp_path / "source")
+@pytest.mark.parametrize("tpu", [True, False], ids=["tpu-runtime", "gpu-runtime-moved-on"])
+def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monkeypatch, tpu):
+    """01 in a kernel that looks like Colab's (GitHub a local repository, Drive a stand-in that
+    notes its mount). A TPU runtime: the setup clones, then stops in one line before Drive and any
+    %pip. A GPU runtime (this interpreter's packages are not Colab's): Drive is mounted, then the
+    runtime check stops in one line, still before %pip."""
+    origin, source = tmp_path / "origin.git", copy_project(tmp_path / "source")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
     for command in (["add", "-A"], ["commit", "-qm", "init", "-n"], ["branch", "-M", "main"]):
         subprocess.run([*git, *command], cwd=source, check=True, capture_output=True)
     subprocess.run(["git", "clone", "-q", "--bare", str(source), str(origin)], check=True)
-    gitconfig = tmp_path / "gitconfig"
-    gitconfig.write_text(f'[url "{origin}"]\n    insteadOf = https://github.com/{REPO}.git\n')
+    (tmp_path / "gitconfig").write_text(
+        f'[url "{origin}"]\n insteadOf = https://github.com/{REPO}.git\n'
+    )
+    stand_in = tmp_path / "stand-in" / "google" / "colab"  # `google` stays a namespace package
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("")
+    mounted = tmp_path / "mounted"
+    (stand_in / "drive.py").write_text(
+        f"def mount(path):\n    open({str(mounted)!r}, 'w').close()\n"
+    )
     checkout = tmp_path / "content" / "project"
-    for name, value in {
-        "COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00",
-        "COLAB_TPU_1VM": "1",
-        "TPU_ACCELERATOR_TYPE": "v5e-1",
-        "PROJECT_CHECKOUT_DIR": str(checkout),
-        "GIT_CONFIG_GLOBAL": str(gitconfig),
-    }.items():
+    colab = {"COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00", "COLAB_TPU_1VM": ""}
+    tpu_env = {"COLAB_TPU_1VM": "1", "TPU_ACCELERATOR_TYPE": "v5e-1"} if tpu else {}
+    for name, value in {**colab, **tpu_env, "PROJECT_CHECKOUT_DIR": str(checkout),
+                        "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+                        "PROJECT_STORAGE_DIR": str(tmp_path / "drive"),
+                        "PYTHONPATH": str(stand_in.parents[1])}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     notebook = next(p for p in NOTEBOOKS if p.name.startswith("01_"))
     with pytest.raises(papermill.PapermillExecutionError) as stopped:
@@ -148,7 +156,12 @@ def test_on_a_colab_tpu_runtime_the_setup_stops_after_the_clone_in_one_line(tmp_
     cells = code_cells(tmp_path / "01.ipynb")
     setup = next(c for c in cells if "start_session(" in c.source)
     (error,) = [o for o in setup.outputs if o.output_type == "error"]
-    assert error.traceback == [TPU_STOP] and len(setup.outputs) == 1, setup.outputs
+    assert len(error.traceback) == 1 and len(setup.outputs) == 1, setup.outputs
+    if tpu:
+        assert error.traceback == [TPU_STOP] and not mounted.exists()
+    else:
+        assert error.traceback[0].startswith("This Colab runtime is not the one requirements.txt")
+        assert mounted.exists() and list((tmp_path / "drive").glob("colab-pip-freeze-gpu-*.txt"))
     assert (checkout / ".git").is_dir() and not (checkout / "results").exists()
     assert all(c.execution_count is None for c in cells[cells.index(setup) + 1 :])
 
