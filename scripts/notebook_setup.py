@@ -44,19 +44,20 @@ SETUP_TITLE = "## Setup (the same first cells in every notebook)"
 SETUP_TEXT = f"""\
 {SETUP_TITLE}
 
-On Colab: mounts Google Drive, clones the repository onto the VM's own disk
-(`/content/{{{{ cookiecutter.project_slug }}}}`; on a VM that has it already, fetches `branch` and moves to
-its latest commit), then checks that this runtime is the one the lock was made for: Python,
-TensorFlow, Keras, NumPy and Colab's other packages at the versions of the lock's snapshot of
-Colab. A runtime that moved on stops there, in one line that names what differs and the ways out
-(lock to this runtime, pick a pinned runtime version, or `allow_reinstall = True`). Then it
-installs the pinned requirements (Colab's own packages are already at those versions but one, see
-`docs/reproducibility.md`, so only the missing ones are installed) and this package. What must
-outlive the VM lives in the storage folder on Drive: checkpoints, TensorBoard logs, a copy of each
-run record and the DVC remote. Edits you make to the code here are lost with the VM unless you
-commit and push them (see `docs/troubleshooting.md`). In local Jupyter it uses the checkout this
-notebook is in (install it with `make setup`). Then it registers the git hooks, logs the
-environment to `results/environment.json` and seeds every random number generator."""
+On Colab: clones the repository onto the VM's own disk (`/content/{{{{ cookiecutter.project_slug }}}}`; on a VM
+that has it already, fetches `branch` and moves to its latest commit), and stops at once on a TPU
+runtime: Colab's TPU runtimes have no TensorFlow. Then it mounts Google Drive and checks that this
+runtime is the one the lock was made for: Python, TensorFlow, Keras, NumPy and Colab's other
+packages at the versions of the lock's snapshot of Colab. A runtime that moved on stops there, in
+one line that names what differs and the ways out (lock to this runtime, pick a pinned runtime
+version, or `allow_reinstall = True`). Then it installs the pinned requirements (Colab's own
+packages are already at those versions but one, see `docs/reproducibility.md`, so only the missing
+ones are installed) and this package. What must outlive the VM lives in the storage folder on
+Drive: checkpoints, TensorBoard logs, a copy of each run record and the DVC remote. Edits you make
+to the code here are lost with the VM unless you commit and push them (see
+`docs/troubleshooting.md`). In local Jupyter it uses the checkout this notebook is in (install it
+with `make setup`). Then it registers the git hooks, logs the environment to
+`results/environment.json` and seeds every random number generator."""
 
 SETUP_CODE = f"""\
 import os
@@ -67,9 +68,6 @@ from pathlib import Path
 REPO_URL = "https://github.com/{REPO}.git"
 IN_COLAB = "COLAB_RELEASE_TAG" in os.environ
 if IN_COLAB:
-    from google.colab import drive
-
-    drive.mount("/content/drive")
     # The code on the VM's own disk (fast; one clone per VM); what must outlive the VM goes to the
     # storage folder on Drive (checkpoints, TensorBoard logs, run records, the DVC remote).
     CHECKOUT = "/content/{{{{ cookiecutter.project_slug }}}}"
@@ -97,8 +95,12 @@ os.chdir(PROJECT)
 # This checkout's package, importable at once (an editable install needs a kernel restart).
 sys.path.insert(0, str(PROJECT / "src"))
 if IN_COLAB:
-    from {MODULE}.colab.runtime_check import check_runtime
+    from {MODULE}.colab.runtime_check import check_runtime, stop_on_tpu
 
+    stop_on_tpu()  # Colab's TPU runtimes have no TensorFlow: one line, before Drive or %pip
+    from google.colab import drive
+
+    drive.mount("/content/drive")
     # Before installing anything: a runtime that differs from the lock's stops here, in one line.
     check_runtime(PROJECT, allow_reinstall)
     %pip install -q -r requirements.txt

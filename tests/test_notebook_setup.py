@@ -47,3 +47,12 @@ def test_the_setup_renders_the_answers() -> None:
     assert 'REPO_URL = "https://github.com/{{ cookiecutter.github_owner }}/{{ cookiecutter.project_slug }}.git"' in notebook_setup.SETUP_CODE
     assert "/content/{{ cookiecutter.project_slug }}" in notebook_setup.SETUP_CODE
     assert "your-github-user" not in notebook_setup.SETUP_CODE + notebook_setup.BADGE
+
+
+def test_on_colab_the_setup_stops_on_a_tpu_before_drive_and_any_install() -> None:
+    """Colab's TPU runtimes have no TensorFlow: the setup refuses them right after the clone (the
+    package is needed to say so in one line), before asking for Drive or installing anything."""
+    code = notebook_setup.SETUP_CODE
+    order = ["git\", \"clone", "stop_on_tpu()", "drive.mount(", "check_runtime(", "%pip install"]
+    assert [code.index(step) for step in order] == sorted(code.index(step) for step in order)
+    assert code.count("stop_on_tpu()") == 1 and "TPU runtime" in notebook_setup.SETUP_TEXT

@@ -33,8 +33,9 @@ from {{ cookiecutter.module_name }}.colab.restore import (
     keep_model,
     restore_for_evaluation,
     restore_for_training,
+    run_facts,
 )
-from {{ cookiecutter.module_name }}.colab.runtime_check import NotebookStop
+from {{ cookiecutter.module_name }}.colab.runtime_check import TPU_STOP, NotebookStop
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.files import file_digests, file_sha256
 from {{ cookiecutter.module_name }}.data.manifest import MANIFEST, data_hash
@@ -42,6 +43,7 @@ from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore
 
 MODULE = "{{ cookiecutter.module_name }}"
+MODEL = "models/model.keras"
 PROJECT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((PROJECT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 REPO = "{{ cookiecutter.github_owner }}/{{ cookiecutter.project_slug }}"
@@ -116,6 +118,53 @@ def test_notebook_parameters_take_params_yaml_unless_set():
             if name in declared:
                 assert declared[name]["default"] == "None", f"{path.name}: {name}"
         assert declared["allow_reinstall"]["default"] == "False", path.name
+
+
+@pytest.mark.parametrize("tpu", [True, False], ids=["tpu-runtime", "gpu-runtime-moved-on"])
+def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monkeypatch, tpu):
+    """01 in a kernel that looks like Colab's (GitHub a local repository, Drive a stand-in that
+    notes its mount). A TPU runtime: the setup clones, then stops in one line before Drive and any
+    %pip. A GPU runtime (this interpreter's packages are not Colab's): Drive is mounted, then the
+    runtime check stops in one line, still before %pip."""
+    origin, source = tmp_path / "origin.git", copy_project(tmp_path / "source")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    for command in (["add", "-A"], ["commit", "-qm", "init", "-n"], ["branch", "-M", "main"]):
+        subprocess.run([*git, *command], cwd=source, check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(source), str(origin)], check=True)
+    (tmp_path / "gitconfig").write_text(
+        f'[url "{origin}"]\n insteadOf = https://github.com/{REPO}.git\n'
+    )
+    stand_in = tmp_path / "stand-in" / "google" / "colab"  # `google` stays a namespace package
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("")
+    mounted = tmp_path / "mounted"
+    (stand_in / "drive.py").write_text(
+        f"def mount(path):\n    open({str(mounted)!r}, 'w').close()\n"
+    )
+    checkout = tmp_path / "content" / "project"
+    colab = {"COLAB_RELEASE_TAG": "release-colab_20260819-060000_RC00", "COLAB_TPU_1VM": ""}
+    tpu_env = {"COLAB_TPU_1VM": "1", "TPU_ACCELERATOR_TYPE": "v5e-1"} if tpu else {}
+    for name, value in {**colab, **tpu_env, "PROJECT_CHECKOUT_DIR": str(checkout),
+                        "GIT_CONFIG_GLOBAL": str(tmp_path / "gitconfig"),
+                        "PROJECT_STORAGE_DIR": str(tmp_path / "drive"),
+                        "PYTHONPATH": str(stand_in.parents[1])}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    notebook = next(p for p in NOTEBOOKS if p.name.startswith("01_"))
+    with pytest.raises(papermill.PapermillExecutionError) as stopped:
+        papermill.execute_notebook(str(notebook), str(tmp_path / "01.ipynb"), cwd=str(tmp_path),
+                                   kernel_name="python3", progress_bar=False)  # fmt: skip
+    assert stopped.value.ename == "NotebookStop"
+    cells = code_cells(tmp_path / "01.ipynb")
+    setup = next(c for c in cells if "start_session(" in c.source)
+    (error,) = [o for o in setup.outputs if o.output_type == "error"]
+    assert len(error.traceback) == 1 and len(setup.outputs) == 1, setup.outputs
+    if tpu:
+        assert error.traceback == [TPU_STOP] and not mounted.exists()
+    else:
+        assert error.traceback[0].startswith("This Colab runtime is not the one requirements.txt")
+        assert mounted.exists() and list((tmp_path / "drive").glob("colab-pip-freeze-gpu-*.txt"))
+    assert (checkout / ".git").is_dir() and not (checkout / "results").exists()
+    assert all(c.execution_count is None for c in cells[cells.index(setup) + 1 :])
 
 
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
@@ -263,21 +312,33 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
     (results / "models").mkdir(parents=True, exist_ok=True)
     (results / "models" / "model.keras").write_bytes(b"a model")
     (results / "models" / "model.json").write_text("{}")
-    record = {"run_name": "baseline", "data_hash": digest, "history": []}
+    numbers = {"val_loss": 0.5, "history": []}  # train.json: numbers only
     (results / "metrics").mkdir(parents=True, exist_ok=True)
-    (results / "metrics" / "train.json").write_text(json.dumps(record))
+    (results / "metrics" / "train.json").write_text(json.dumps(numbers))
+    # The run's facts are in its run record, which lists the model file among its artifacts;
+    # another run's record (another model) is not taken for it.
+    model = {"path": "results/models/model.keras", "sha256": file_sha256(results / MODEL)}
+    for run_id, facts, artifacts in (
+        ("20260101T000000Z-baseline-0001", {"run_name": "baseline", "data_hash": digest}, [model]),
+        ("20260102T000000Z-other-0002", {"run_name": "other"}, [{**model, "sha256": "0" * 64}]),
+    ):
+        (results / "runs" / run_id).mkdir(parents=True)
+        record = {"run_id": run_id, "facts": facts, "artifacts": artifacts}
+        (results / "runs" / run_id / "manifest.json").write_text(json.dumps(record))
+    assert run_facts(first) == {"run_name": "baseline", "data_hash": digest}
+    assert run_facts(new_vm(tmp_path, "no-model")) == {}, "no model: no facts"
     kept = storage / "models" / "baseline"
-    assert keep_model(first, storage) == (
-        f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)"
-    )
+    done = keep_state_on_storage(first, storage)  # on Colab: the model and run records on Drive
+    assert f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)" in done
     assert keep_model(first, storage) == f"Model of run 'baseline': in {kept} already"
+    assert (kept / "model.keras").read_bytes() == b"a model"
     assert keep_model(new_vm(tmp_path, "empty"), storage) is None  # no model: nothing kept
     # VM 3: the model from Drive, its data from the DVC remote.
     third = new_vm(tmp_path, "vm3", remote)
     line = restore_for_evaluation(third)
     assert line.startswith(f"Model: run 'baseline' restored from {kept}; Data: the data the model")
     assert (third / "results/models/model.keras").read_bytes() == b"a model"
-    assert json.loads((third / "results/metrics/train.json").read_text()) == record
+    assert json.loads((third / "results/metrics/train.json").read_text()) == numbers
     assert same_files(third, doc)
     assert restore_for_evaluation(third).startswith(
         f"Model: models/model.keras of run 'baseline' on this VM; Data: {MANIFEST} on this VM"
@@ -290,9 +351,12 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
 
 
 def copy_project(tmp_path: Path) -> Path:
-    """This project's files (no results, data or environments) in a new git repository."""
+    """This project's files (no results, data or environments) in a new git repository: a new
+    VM's clone, so without the DVC cache that this checkout may hold after `dvc repro`."""
     project = tmp_path / "project"
     copy_checkout(project)
+    for folder in ("cache", "tmp"):
+        shutil.rmtree(project / ".dvc" / folder, ignore_errors=True)
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     return project
 
@@ -460,6 +524,5 @@ def test_the_sweep_notebook_searches_shows_the_trials_and_promotes_the_best(tmp_
     assert "Promoted trial " in printed
     promoted = load_params(project / "params.yaml")
     assert promoted.run_name in ("nb-0", "nb-1")
-    record = json.loads((project / "results" / "metrics" / "train.json").read_text())
-    assert record["run_name"] == promoted.run_name
+    assert run_facts(project).get("run_name") == promoted.run_name
     assert (project / "results" / "models" / "model.keras").is_file()

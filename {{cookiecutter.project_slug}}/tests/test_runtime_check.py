@@ -1,5 +1,6 @@
-"""The notebooks' runtime check: a Colab runtime other than the lock's snapshot is refused in one
-line naming the differences and the ways out; the snapshot passes; off Colab it is skipped."""
+"""The notebooks' runtime check: a Colab TPU runtime is refused at once, in one line; a Colab
+runtime other than the lock's snapshot is refused in one line naming the differences and the ways
+out; the snapshot passes; off Colab it is skipped."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import pytest
 from conftest import MODULE, PROJECT, SRC
 
 from {{ cookiecutter.module_name }}.colab import runtime_check
+from {{ cookiecutter.module_name }}.colab.notebooks import check_accelerator
 from {{ cookiecutter.module_name }}.colab.runtime_check import (
+    TPU_STOP,
     NotebookStop,
     check_runtime,
-    marker_holds,
     matching_runtimes,
     read_pins,
+    stop_on_tpu,
 )
+from {{ cookiecutter.module_name }}.core import hardware
+from {{ cookiecutter.module_name }}.training import strategy
 
 GPU = read_pins(PROJECT / "requirements" / "colab-constraints.txt")
 TPU = read_pins(PROJECT / "requirements" / "colab-constraints-tpu.txt")
@@ -92,21 +97,48 @@ def test_another_preinstalled_pin_that_differs_is_named_and_a_missing_one_is_not
     assert line.count(" (lock: ") == 1 and f"pillow 12.0.0 (lock: {LOCK['pillow']})" in line
 
 
-def test_a_tpu_runtime_is_compared_with_the_tpu_freeze(tmp_path):
-    # No TensorFlow on a TPU runtime, none in its freeze: not a difference there. Its other
-    # packages (protobuf 7, ...) are not the lock's: refused, with the TPU runtime's freeze saved.
-    assert "tensorflow" not in TPU
-    with pytest.raises(NotebookStop) as stop:
-        check(tmp_path, TPU, TPU_ACCELERATOR_TYPE="v5litepod-1")
-    line = str(stop.value)
-    assert "tensorflow" not in line.split("; installing")[0]
-    assert line.count(" (lock: ") == runtime_check.SHOWN and " more" in line
-    every = runtime_check.differences(LOCK_PYTHON, TPU, TPU, LOCK, OVERRIDES, LOCK_PYTHON)
-    assert f"protobuf {TPU['protobuf']} (lock: {LOCK['protobuf']})" in every
-    assert list(tmp_path.glob("colab-pip-freeze-tpu-*.txt"))
-    # The same packages on a GPU runtime: TensorFlow is missing there.
-    with pytest.raises(NotebookStop, match=r"tensorflow not installed \(lock: 2\."):
-        check(tmp_path, TPU)
+@pytest.fixture
+def no_tpu_here(monkeypatch):
+    """This machine's own TPU signals hidden: only the faked ones count."""
+    for name in (*hardware.TPU_VARIABLES, "COLAB_TPU_1VM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(hardware, "TPU_DEVICE_FILES", ())
+
+
+def test_a_colab_tpu_runtime_stops_at_once_in_one_line(tmp_path, no_tpu_here, monkeypatch):
+    # What Colab's TPU runtimes set (v5e-1: COLAB_TPU_1VM=1, TPU_ACCELERATOR_TYPE=v5e-1, ...),
+    # each signal alone; their packages (no TensorFlow, protobuf 7, ...) are never compared.
+    signals = [{"COLAB_TPU_1VM": "1"}, {"TPU_ACCELERATOR_TYPE": "v5e-1"}, {"TPU_WORKER_ID": "0"}]
+    for signal in signals:
+        with pytest.raises(NotebookStop) as stop:
+            check(tmp_path, TPU, **signal)
+        assert str(stop.value) == TPU_STOP and stop.value._render_traceback_() == [TPU_STOP]
+        with pytest.raises(NotebookStop, match="^Colab's TPU runtimes have no TensorFlow; pick"):
+            stop_on_tpu({**COLAB, **signal})
+        assert stop_on_tpu(signal) is None, "off Colab (a Cloud TPU VM): not refused"
+    assert "Runtime > Change runtime type > T4 GPU" in TPU_STOP and "\n" not in TPU_STOP
+    assert not list(tmp_path.iterdir()), "refused before saving anything"
+    # A v5e or v6e chip is a VFIO device (/dev/vfio/0), an older TPU /dev/accel0.
+    (tmp_path / "vfio").mkdir()
+    (tmp_path / "vfio" / "0").touch()
+    monkeypatch.setattr(hardware, "TPU_DEVICE_FILES", (str(tmp_path / "vfio" / "[0-9]*"),))
+    with pytest.raises(NotebookStop, match="^Colab's TPU runtimes have no TensorFlow"):
+        stop_on_tpu(COLAB)
+    # A GPU runtime sets COLAB_TPU_1VM empty: compared with the lock as usual.
+    monkeypatch.setattr(hardware, "TPU_DEVICE_FILES", ())
+    assert check(tmp_path, GPU, COLAB_TPU_1VM="") == []
+
+
+def test_tpu_strategy_off_colab_names_tensorflow_tpu_and_on_colab_a_gpu_runtime(monkeypatch):
+    cfg = strategy.DistributeConfig(strategy="tpu")
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    with pytest.raises(strategy.StrategyError, match=r"install `tensorflow-tpu==2\."):
+        strategy.make_strategy(cfg, hw=strategy.Hardware(tpu=True))
+    monkeypatch.setenv("COLAB_RELEASE_TAG", COLAB["COLAB_RELEASE_TAG"])
+    with pytest.raises(strategy.StrategyError) as refused:
+        strategy.make_strategy(cfg, hw=strategy.Hardware(tpu=True))
+    assert "pick a GPU runtime (Runtime > Change runtime type > T4 GPU)" in str(refused.value)
+    assert "tensorflow-tpu" not in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_allow_reinstall_says_what_is_replaced_and_goes_on(tmp_path, capsys):
@@ -118,28 +150,27 @@ def test_allow_reinstall_says_what_is_replaced_and_goes_on(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize(
-    ("marker", "python", "holds"),
-    [
-        ("", "3.13", True),
-        ('python_version >= "3.11"', "3.13", True),
-        ('python_version < "3.11"', "3.13", False),
-        ('python_version >= "3.11" and python_version < "3.13"', "3.12", True),
-        ('python_version >= "3.11" and python_version < "3.13"', "3.13", False),
-        ('python_version == "3.10" or python_version == "3.12"', "3.12", True),
-    ],
-)
-def test_lock_markers(marker, python, holds):
-    assert marker_holds(marker, python) is holds
+def test_lock_markers_hold_for_the_python_asked(tmp_path):
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(
+        "# a comment\n--extra-index-url https://example.org\nnumpy==2.0.2\n"
+        'old==1.0 ; python_version < "3.12"\n'
+        'new==2.0 ; python_version >= "3.12" and python_version < "3.14"\n'
+        'either==3.0 ; python_version == "3.10" or python_version == "3.13"\n'
+        "torch @ https://example.org/torch-2.9.0.whl\n"
+    )
+    assert read_pins(lock) == {"numpy": "2.0.2", "old": "1.0", "new": "2.0", "either": "3.0"}
+    assert read_pins(lock, "3.11.2") == {"numpy": "2.0.2", "old": "1.0"}
+    assert read_pins(lock, "3.13") == {"numpy": "2.0.2", "new": "2.0", "either": "3.0"}
 
 
 def test_check_accelerator_stops_on_a_cpu_in_one_line_and_passes_a_gpu(monkeypatch, capsys):
-    from {{ cookiecutter.module_name }}.training import strategy
+    from {{ cookiecutter.module_name }}.colab import notebooks
 
-    monkeypatch.setattr(strategy, "detect_hardware", lambda: strategy.Hardware(gpus=0))
+    monkeypatch.setattr(notebooks, "detect_hardware", lambda: strategy.Hardware(gpus=0))
     with pytest.raises(NotebookStop, match=r"^No GPU or TPU on this runtime") as stop:
-        runtime_check.check_accelerator()
+        check_accelerator()
     assert "\n" not in str(stop.value) and "require_accelerator = False" in str(stop.value)
-    monkeypatch.setattr(strategy, "detect_hardware", lambda: strategy.Hardware(gpus=1))
-    assert runtime_check.check_accelerator() == "1 GPU(s)"
+    monkeypatch.setattr(notebooks, "detect_hardware", lambda: strategy.Hardware(gpus=1))
+    assert check_accelerator() == "1 GPU(s)"
     assert capsys.readouterr().out == "Accelerator: 1 GPU(s)\n"

@@ -1,50 +1,53 @@
 """Command line: `python -m <module> COMMAND [--params FILE] [--set KEY=VALUE ...]`.
 
 Each command is one small function that calls one module; add a command by writing a
-`cmd_<name>` function and registering it in `build_parser`.
+`cmd_<name>` function and registering it in `build_parser`. The modules that prepare, train,
+evaluate or export, and what they import (TensorFlow: 10-20 s), are imported by their command when
+it runs, so that `--help`, `env` or `hooks` start at once, also where TensorFlow is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from pathlib import Path
 
+from .colab.githooks import install
+from .colab.runtime_check import TPU_STOP, on_colab_tpu
 from .config import COMMAND, ConfigError, Params, load_params
+from .core.environment import log_environment
+from .core.storage import results_root
 from .data.manifest import ManifestMismatch
-from .data.staging import StagingError
+from .data.staging import StagingError, stage
 from .training.checkpoints import CheckpointMismatch, ResultsWriteError
 from .training.lease import EXIT_LEASE_HELD, LeaseHeld
 from .training.strategy import StrategyError
 
-# TensorFlow's C++ INFO/WARNING lines (CUDA probing, oneDNN notices) drown the useful output.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 PROG = COMMAND
+# A setting or the data (exit code 2), the hardware or the storage (1): docs/training-faults.md.
+USER_ERRORS = (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError)
+RUN_ERRORS = (StrategyError, ResultsWriteError)
 
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
     """Train, resuming the run named `run_name` (--fresh: deleting its checkpoints first)."""
-    from .training.trainer import train
+    from .training.trainer import train  # when the command runs
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
-    argv = [a for a in (args.argv or []) if a not in ("--fresh", "--take-over")]
+    argv = [a for a in args.argv if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*PROG.split(), *argv])
-    project_dir = Path(args.params).resolve().parent
 {%- if cookiecutter.vertex_ai == "yes" %}
     if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
-        from .cloud.tuning import run_tuning_trial
+        from .cloud.tuning import run_tuning_trial  # when the command runs
 
-        params_file = Path(args.params).resolve()
         return run_tuning_trial(
-            params, project_dir, args.sweep_trial, args.extra, args.overrides, params_file
+            params, args.project, args.sweep_trial, args.extra, args.overrides, args.params_file
         )
 {%- endif %}
     result = train(
         params,
-        project_dir,
+        args.project,
         args.fresh,
         resume,
         take_over=args.take_over,
@@ -55,50 +58,47 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_speed(args: argparse.Namespace, params: Params) -> int:
     """Time the input pipeline, the training step and both; name the bottleneck."""
-    from .training.speed import speed
+    from .training.speed import speed  # when the command runs
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
-    command = shlex.join([*PROG.split(), *(args.argv or [])])
-    speed(params, Path(args.params).resolve().parent, args.steps, command)
+    speed(params, args.project, args.steps, shlex.join([*PROG.split(), *args.argv]))
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
     """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
     best trial."""
-    params_file = Path(args.params).resolve()
     if args.best:
-        from .training.sweep_best import promote_best
+        from .training.sweep_best import promote_best  # when the command runs
 
-        return promote_best(params, params_file.parent, params_file)
-    from .training.sweep import run_sweep
+        return promote_best(params, args.project, args.params_file)
+    from .training.sweep import run_sweep  # when the command runs
 
-    return run_sweep(params, params_file.parent, params_file, args.overrides)
+    return run_sweep(params, args.project, args.params_file, args.overrides)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
     """Write data/raw, the seeded split in data/processed and data/manifest.json."""
-    from .data.prepare import prepare
+    from .data.prepare import prepare  # when the command runs
 
-    prepare(params, Path(args.params).resolve().parent)
+    prepare(params, args.project)
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
     """Evaluate results/models/model.keras on the test split."""
-    from .evaluation.evaluate import evaluate
+    from .evaluation.evaluate import evaluate  # when the command runs
 
-    evaluate(params, Path(args.params).resolve().parent)
+    evaluate(params, args.project)
     return 0
 
 
 def cmd_predict(args: argparse.Namespace, params: Params) -> int:
     """Score a CSV, images or .txt files with results/models/model.keras."""
-    from .core.storage import results_root
-    from .evaluation.predict import predict
+    from .evaluation.predict import predict  # when the command runs
 
-    results = results_root(Path(args.params).resolve().parent)
+    results = results_root(args.project)
     output = Path(args.output) if args.output else results / "predictions.csv"
     count = predict(Path(args.input), output, results / "models")
     print(f"Wrote {count} predictions to {output}", flush=True)
@@ -107,15 +107,13 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_export(args: argparse.Namespace, params: Params) -> int:
     """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
-    from .core.storage import results_root
-    from .evaluation import export
+    from .evaluation import export  # when the command runs
     from .evaluation.model_card import update_exports
 
-    project_dir = Path(args.params).resolve().parent
-    results = results_root(project_dir)
+    results = results_root(args.project)
     if args.format == "litert":
         output = Path(args.output) if args.output else results / export.LITERT_FILE
-        entry = export.export_litert(params, project_dir, output, args.quantize)
+        entry = export.export_litert(params, args.project, output, args.quantize)
         update_exports(results, export.load_exports(results))
         print(export.litert_summary(output, entry), flush=True)
         return 0
@@ -126,7 +124,7 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
         )
     output = Path(args.output) if args.output else results / export.SAVED_MODEL_DIR
     export.export_saved_model(results / "models", output)
-    export.record_saved_model(project_dir, output)
+    export.record_saved_model(args.project, output)
     update_exports(results, export.load_exports(results))
     print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
     return 0
@@ -134,8 +132,6 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_stage(args: argparse.Namespace, params: Params) -> int:
     """Copy SRC to DEST (fast local disk), skipping what is already there."""
-    from .data.staging import stage
-
     print(stage(args.src, args.dest, verify=args.verify).summary())
     return 0
 
@@ -144,16 +140,15 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
-    from .cloud.vertex import run_vertex
+    from .cloud.vertex import run_vertex  # when the command runs
 
-    params_file = Path(args.params).resolve()
     return run_vertex(
         params,
-        params_file.parent,
+        args.project,
         args.dry_run,
         args.output,
         args.overrides,
-        params_file,
+        args.params_file,
         sweep=args.sweep,
     )
 {%- endif %}
@@ -161,21 +156,18 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_env(args: argparse.Namespace, params: Params) -> int:
     """Print the environment (packages, TensorFlow build, devices, git, data) and save it."""
-    from .core.environment import log_environment
-
-    project_dir = Path(args.params).resolve().parent
-    log_environment(project_dir, args.output, packages=not args.brief)
+    log_environment(args.project, args.output, packages=not args.brief)
     return 0
 
 
 def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
-    from .colab.notebooks import NotebookError, parse_parameters, run_notebooks
+    from .colab import notebooks  # when the command runs
 
-    project_dir = Path(args.params).resolve().parent
     try:
-        run_notebooks(project_dir, parse_parameters(args.parameter), args.only, args.timeout)
-    except (NotebookError, ValueError) as exc:
+        parameters = notebooks.parse_parameters(args.parameter)
+        notebooks.run_notebooks(args.project, parameters, args.only, args.timeout)
+    except (notebooks.NotebookError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -183,19 +175,14 @@ def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_hooks(args: argparse.Namespace, params: Params) -> int:
     """Register nbstripout (git filter), nbdime (diff/merge drivers) and pre-commit."""
-    from .colab.githooks import install
-
-    for line in install(Path(args.params).resolve().parent):
-        print(line)
+    print(*install(args.project), sep="\n")
     return 0
 
 
-def _common_options() -> argparse.ArgumentParser:
-    """--params and --set, shared by every command."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per `cmd_<name>` function, each with --params and --set."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--params", default="params.yaml", help="params file (default: %(default)s)"
-    )
+    common.add_argument("--params", default="params.yaml", help="default: %(default)s")
     common.add_argument(
         "--set",
         dest="overrides",
@@ -204,12 +191,6 @@ def _common_options() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a params key, e.g. --set train.epochs=5 (repeatable)",
     )
-    return common
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: one subcommand per `cmd_<name>` function."""
-    common = _common_options()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_data_commands(sub, common)
@@ -347,27 +328,22 @@ def main(argv: list[str] | None = None) -> int:
 {%- endif %}
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv, args.extra = argv, extra
+    args.params_file = Path(args.params).resolve()
+    args.project = args.params_file.parent
     try:
-        params = load_params(args.params, args.overrides)
-        return args.func(args, params)
-    except (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return args.func(args, load_params(args.params, args.overrides))
     except LeaseHeld as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_LEASE_HELD
-    except (StrategyError, ResultsWriteError) as exc:
+    except (*USER_ERRORS, *RUN_ERRORS) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, USER_ERRORS) else 1
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("tensorflow", "keras", "optuna"):
-            print(
-                f"error: {exc.name} is not installed. Run `pip install -r requirements.txt` "
-                "(Colab's TPU runtime ships no TensorFlow; a GPU runtime has it).",
-                file=sys.stderr,
-            )
-            return 1
-        raise
+        if (exc.name or "").split(".")[0] not in ("tensorflow", "keras", "optuna"):
+            raise
+        fix = TPU_STOP if on_colab_tpu() else "run `pip install -r requirements.txt`."
+        print(f"error: {exc.name} is not installed: {fix}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

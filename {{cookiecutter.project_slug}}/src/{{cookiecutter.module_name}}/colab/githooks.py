@@ -1,16 +1,11 @@
-"""Notebook hygiene in git: nbstripout as a filter, nbdime for diffs and merges, pre-commit.
+"""Notebook hygiene in git, registered by `install` (`make hooks`, every notebook's setup):
 
-`make hooks` (and the first cell of every notebook) calls `install`. What it registers:
-
-- nbstripout as the clean filter of `*.ipynb` (the attribute is in the committed
-  `.gitattributes`): outputs, execution counts and Colab's churn never reach git, whatever the
-  working copy holds. The runtime a notebook was written for (`metadata.accelerator`,
-  `metadata.colab.gpuType`, the kernelspec) is kept: it tells a reader which GPU it expects.
-- nbdime's diff and merge drivers. Both tools set the `diff` attribute of `*.ipynb`; the committed
-  `.gitattributes` names nbdime's (`diff=jupyternotebook`), and nbstripout is installed against
-  that same file, so it sees a diff attribute and adds none of its own. Nothing is lost: nbdime's
-  driver runs the nbstripout filter before diffing, so diffs show stripped notebooks.
-- the pre-commit hook (when pre-commit is installed: it is a dev tool, not on Colab).
+- nbstripout, the clean filter of `*.ipynb` (named in the committed `.gitattributes`): outputs,
+  counts and Colab's churn never reach git; the runtime the notebook expects is kept.
+- nbdime's diff and merge drivers. `.gitattributes` names nbdime's (`diff=jupyternotebook`) and
+  nbstripout is installed against that file, so it adds no `diff=` of its own; nbdime's driver
+  runs the filter first, so diffs show stripped notebooks.
+- the pre-commit hook, when pre-commit is installed (a dev tool, not on Colab).
 """
 
 from __future__ import annotations

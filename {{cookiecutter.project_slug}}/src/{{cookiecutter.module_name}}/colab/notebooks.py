@@ -1,21 +1,21 @@
 """The notebooks' side of the package: the shared start of a session, and headless runs.
 
-- `start_session` is what every notebook's setup cell calls once the package is importable:
-  git hooks, the environment log, the seed; on Colab also `keep_state_on_storage`.
-- `keep_state_on_storage`: on Colab the checkout is on the VM's disk, so what must outlive the VM
-  goes to the storage folder on Drive: TensorBoard logs, a copy of each run record, the trained
-  model (restore.py brings it back on a new VM), the DVC remote.
-- `stop_unless_trained`: 02's train cell ends with one line of advice for `train`'s exit code;
-  `stop_unless_swept` does the same for 04's `sweep`.
-- `push_stage`: record a stage that ran in `dvc.lock` and push it, with DVC's run cache, to the
-  remote, so another machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
+- `start_session`, called by every notebook's setup cell once the package is importable: git
+  hooks, the environment log, the seed; on Colab also `keep_state_on_storage`, which puts what
+  must outlive the VM in the storage folder on Drive (TensorBoard logs, run records, the trained
+  model, which restore.py brings back on a new VM, the DVC remote).
+- `check_accelerator` (02), and `stop_unless_trained` / `stop_unless_swept`: one line of advice
+  for `train`'s or `sweep`'s exit code.
+- `push_stage`: record a stage that ran in `dvc.lock` and push it with DVC's run cache, so another
+  machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
 - `run_notebooks` (`make notebooks`, `python -m <module> notebooks`) executes every numbered
-  notebook with papermill, in order, on the bundled data, and writes each executed notebook and
-  an HTML report of it to `results/reports/`.
+  notebook with papermill, in order, and writes each executed notebook and its HTML report to
+  `results/reports/`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,8 +25,14 @@ from typing import Any
 
 import yaml
 
+from ..config import load_params, parse_assignment
+from ..core.environment import log_environment
+from ..core.storage import on_colab, storage_root
 from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
 from ..training.policy import EXIT_BUDGET
+from ..training.seeding import seed_everything
+from ..training.strategy import detect_hardware
+from .githooks import install
 from .restore import keep_model
 from .runtime_check import NotebookStop
 
@@ -38,53 +44,45 @@ class NotebookError(RuntimeError):
     """A notebook failed; the message names it and the report that shows where."""
 
 
-def start_session(project_dir: Path, seed: int | None = None, hooks: bool = True) -> Any:
+def start_session(project_dir: Path, seed: int | None = None) -> Any:
     """Register the git hooks, log the environment, seed everything; return the params.
-
-    `seed` overrides params.yaml's `seed` (a notebook parameter); None keeps it.
-    """
-    from ..config import load_params
-    from ..core.environment import log_environment
-    from ..training.seeding import seed_everything
-    from .githooks import install
-
+    `seed` overrides params.yaml's `seed` (a notebook parameter); None keeps it."""
     project_dir = Path(project_dir)
     params = load_params(project_dir / "params.yaml", [f"seed={seed}"] if seed is not None else [])
-    from ..core.storage import on_colab, storage_root
-
     if on_colab():
-        for line in keep_state_on_storage(project_dir, storage_root(project_dir)):
-            print(line)
-    if hooks:
-        try:
-            for line in install(project_dir):
-                print(line)
-        except (subprocess.CalledProcessError, OSError) as exc:
-            detail = getattr(exc, "stderr", "") or exc
-            print(f"WARNING: git hooks not registered ({detail}); run `make hooks`")
-    log_environment(project_dir)
+        print(*keep_state_on_storage(project_dir, storage_root(project_dir)), sep="\n")
     try:
-        seeded = seed_everything(params.seed, params.repro.deterministic)
-    except ModuleNotFoundError as exc:  # Colab's TPU runtime ships no TensorFlow
-        print(
-            f"WARNING: {exc.name} is not installed: nothing was seeded, nothing can train here; "
-            "use a GPU or CPU runtime, or `pip install tensorflow-tpu` on a TPU VM"
-        )
-        return params
+        print(*install(project_dir), sep="\n")
+    except (subprocess.CalledProcessError, OSError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        print(f"WARNING: git hooks not registered ({detail}); run `make hooks`")
+    log_environment(project_dir)
+    seeded = seed_everything(params.seed, params.repro.deterministic)
     print(f"Seed {params.seed} ({', '.join(seeded)})")
     return params
 
 
-def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
-    """Put what must outlive this VM in `storage`, and bring back what earlier VMs left there.
+def check_accelerator() -> str:
+    """Stop (NotebookStop, one line) when TensorFlow finds no GPU or TPU here; else say what it
+    found. Looks at the hardware only: nothing trains, nothing is written."""
+    hw = detect_hardware()
+    if not (hw.gpus or hw.tpu):
+        raise NotebookStop(
+            "No GPU or TPU on this runtime, only the CPU: Runtime > Change runtime type > T4 GPU, "
+            "then run the notebook again; to train on the CPU anyway, set "
+            "require_accelerator = False in the parameters cell."
+        )
+    found = f"{hw.gpus} GPU(s)" if hw.gpus else "a TPU"
+    print(f"Accelerator: {found}", flush=True)
+    return found
 
-    - `results/tensorboard` becomes a link to `<storage>/tensorboard` (the logs are no DVC output);
-    - run records are copied both ways between `results/runs/` and `<storage>/runs/` (new folders
-      only: nothing is overwritten), so every VM's notebook compares every run;
-    - the trained model, model.json and train.json go to `<storage>/models/<run_name>/`;
-    - the DVC remote on Drive follows `storage` (a local setting, `.dvc/config.local`).
-    Returns what was done, one line each. Safe to run again.
-    """
+
+def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
+    """Put what must outlive this VM in `storage`, and bring back what earlier VMs left there:
+    `results/tensorboard` becomes a link to `<storage>/tensorboard`; run records are copied both
+    ways with `<storage>/runs/` (new ones only), so every VM compares every run; the trained
+    model goes to `<storage>/models/<run_name>/`; the DVC remote on Drive follows `storage`
+    (`.dvc/config.local`). Returns what was done, one line each. Safe to run again."""
     project_dir, storage = Path(project_dir), Path(storage)
     if project_dir.resolve() == storage.resolve():
         return []
@@ -101,18 +99,15 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
     if kept:
         done.append(kept)
 {%- if cookiecutter.dvc_remote == "drive" %}
+    from dvc.config import Config  # DVC's config alone (0.5 s), here only
+
     remote = storage / "dvc-storage"
-    run = subprocess.run(
-        [sys.executable, "-m", "dvc", "remote", "modify", "--local", "storage", "url", str(remote)],
-        cwd=project_dir,
-        capture_output=True,
-        text=True,
-    )
-    if run.returncode == 0:
+    try:  # what `dvc remote modify --local storage url <remote>` writes, in .dvc/config.local
+        with Config(dvc_dir=str(project_dir / ".dvc")).edit("local") as conf:
+            conf.setdefault("remote", {}).setdefault("storage", {})["url"] = str(remote)
         done.append(f"DVC remote: {remote} (the cache stays in .dvc/cache, on this VM's disk)")
-    else:
-        reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
-        done.append(f"WARNING: DVC remote not moved to {remote}: {reason}")
+    except Exception as exc:  # not a DVC project, a config DVC cannot read
+        done.append(f"WARNING: DVC remote not moved to {remote}: {exc}")
 {%- endif %}
     return done
 
@@ -183,11 +178,8 @@ def sync_run_records(runs: Path, kept: Path) -> int:
 
 def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None = None) -> bool:
     """Record `stage` (just run by the package) in `dvc.lock` and push its outputs and the run
-    cache to the DVC remote. True when pushed.
-
-    A stage is what `params.yaml` says: a run with other values (`overrides`, the notebook's
-    parameters) is not recorded, and the note says which values differ.
-    """
+    cache to the DVC remote; True when pushed. A run with values other than params.yaml's
+    (`overrides`, the notebook's parameters) is not the stage: the note says which differ."""
     project_dir = Path(project_dir)
     saved = yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8"))
     differ = [
@@ -224,8 +216,6 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
 
 def parse_parameters(items: list[str]) -> dict[str, Any]:
     """`["epochs=1", "run_name=nb"]` -> {"epochs": 1, "run_name": "nb"} (YAML types)."""
-    from ..config import parse_assignment
-
     return dict(parse_assignment(item, "-p", "epochs=1") for item in items)
 
 
@@ -235,16 +225,16 @@ def run_notebooks(
     only: list[str] | None = None,
     timeout_s: int = 1800,
 ) -> list[Path]:
-    """Execute the numbered notebooks in order; return the HTML reports written.
-
-    Each notebook gets those of `parameters` that its `parameters` cell declares; a name that no
-    notebook declares is an error (a typo would otherwise be ignored). `only` selects notebooks
-    by name prefix, e.g. ["01", "02"].
-    """
+    """Execute the numbered notebooks (`only`: those with these prefixes, e.g. ["01", "02"]) in
+    order; return the HTML reports written. Each gets the `parameters` its parameters cell
+    declares; a name no notebook declares is an error (a typo would otherwise be ignored)."""
+    # Only this command needs them (about 2 s to import): not every notebook's setup.
     import nbformat
     import papermill
     from nbconvert import HTMLExporter
 
+    # The kernels' debugger would warn about frozen modules at each start, on this terminal.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     project_dir = Path(project_dir).resolve()
     notebooks = sorted((project_dir / "notebooks").glob(PATTERN))
     if only:

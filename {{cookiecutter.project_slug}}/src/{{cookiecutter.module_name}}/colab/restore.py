@@ -1,19 +1,15 @@
 """What a new Colab VM brings back before a notebook trains or evaluates.
 
-A new VM has a fresh clone: no `data/manifest.json` (it is a DVC output, not always committed), no
-`data/raw`, `data/processed` or `results/models`. What it needs lives in the storage folder (Drive
-on Colab) and the DVC remote:
-- `<storage>/checkpoints/<run_name>/`: every checkpoint's run fingerprint names the hash of the
-  data the run was trained on (training/fingerprint.py);
-- `<storage>/manifests/<data hash>.json`: that data's manifest (`prepare` and `train` keep it);
-- the DVC remote: every data file under its MD5 (notebook 01's `push_stage`, or `dvc push`);
-- `<storage>/models/<run_name>/`: the trained model with `model.json` and `train.json`
-  (`keep_model`, run by 02's last cell).
-`restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring
-back what is missing and return one line that says what they did. Data comes from DVC's cache or
-remote when they hold every file, else `prepare` runs again: it is deterministic, and the line
-says whether its output is exactly the recorded data. Nothing on the VM is overwritten: data that
-is there stays.
+A new VM has a fresh clone: no data (a DVC output), no `results/models`. What it needs lives in
+the storage folder (Drive on Colab) and the DVC remote: each checkpoint's fingerprint names the
+hash of its run's data (training/fingerprint.py); `<storage>/manifests/<data hash>.json` is that
+data's manifest; the DVC remote holds every data file under its MD5 (01's `push_stage`, or `dvc
+push`); `<storage>/models/<run_name>/` the trained model with `model.json` and `train.json`
+(`keep_model`, 02's last cell); `<storage>/runs/` the run records.
+`restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring back
+what is missing and say what they did in one line. Data comes from DVC's cache or remote when they
+hold every file, else `prepare` runs again (deterministic: the line says whether it made exactly
+the recorded data). Nothing on the VM is overwritten.
 """
 
 from __future__ import annotations
@@ -66,6 +62,25 @@ def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None
     return restore_data(project_dir, params, storage, data_hash, f"sweep '{name}'")
 
 
+def run_facts(project_dir: Path, storage: Path | None = None) -> dict[str, Any]:
+    """The facts (run_name, data_hash, ...) of the run that trained results/models/model.keras:
+    those of the run record, in results/runs/ or `<storage>/runs/`, that lists this very file
+    among its artifacts; {} when none does. Keys may be missing: read them with `.get`."""
+    results = results_root(Path(project_dir))
+    if not (results / MODEL_FILE).is_file():
+        return {}
+    digest = file_sha256(results / MODEL_FILE)
+    folders = [results / "runs", *([Path(storage) / "runs"] if storage else [])]
+    paths = [p for folder in folders for p in folder.glob("*/manifest.json")]
+    for path in sorted(paths, key=lambda p: p.parent.name, reverse=True):  # the newest first
+        record = json.loads(path.read_text())
+        if any(a.get("sha256") == digest for a in record.get("artifacts") or []):
+            # A record from before the facts had a mapping of their own: what it has.
+            old = {"run_name": record.get("run_name"), **(record.get("metrics") or {})}
+            return record.get("facts") or old
+    return {}
+
+
 def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> str:
     """Before 03 evaluates: the model (this VM's, else run `run_name`'s from the storage folder)
     and the data it was trained on; one line saying what was done."""
@@ -73,8 +88,8 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
     params = load_run_params(project_dir, {"run_name": run_name} if run_name else None)
     storage, results = storage_root(project_dir), results_root(project_dir)
     if all((results / rel).is_file() for rel in KEPT_FILES.values()):
-        record = json.loads((results / TRAIN_METRICS).read_text())
-        said = f"Model: {MODEL_FILE} of run '{record.get('run_name')}' on this VM"
+        facts = run_facts(project_dir, storage)
+        said = f"Model: {MODEL_FILE} of run '{facts.get('run_name') or '?'}' on this VM"
     else:
         kept = storage / MODELS / params.run_name
         if not all((kept / name).is_file() for name in KEPT_FILES):
@@ -83,19 +98,19 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
                 "train it first (02_train.ipynb)"
             )
         for name, rel in KEPT_FILES.items():
-            _copy_atomic(kept / name, results / rel)
-        record = json.loads((results / TRAIN_METRICS).read_text())
+            atomic_write(results / rel, (kept / name).read_bytes())
+        facts = run_facts(project_dir, storage)
         said = f"Model: run '{params.run_name}' restored from {kept}"
-    whose = f"the model of run '{record.get('run_name', params.run_name)}'"
-    return f"{said}; {restore_data(project_dir, params, storage, record.get('data_hash'), whose)}"
+    whose = f"the model of run '{facts.get('run_name') or params.run_name}'"
+    return f"{said}; {restore_data(project_dir, params, storage, facts.get('data_hash'), whose)}"
 
 
 def restore_data(
     project_dir: Path, params: Params, storage: Path, data_hash: str | None, whose: str
 ) -> str:
     """data/manifest.json and its files on this VM: kept when there; else the data `data_hash`
-    names (when None: the data dvc.lock records) from DVC's cache or remote; else `prepare`
-    again, saying whether it made exactly that data."""
+    names (None: dvc.lock's) from DVC's cache or remote; else `prepare` again, saying whether it
+    made exactly that data."""
     here = manifest.load(project_dir)
     if here is not None:
         mine = manifest.data_hash(here)
@@ -149,10 +164,9 @@ def dvc_lock_manifest(project_dir: Path, storage: Path) -> Path | None:
 
 
 def fetch_from_dvc(project_dir: Path, doc: dict[str, Any]) -> tuple[int, str]:
-    """Copy every file of the manifest `doc` from DVC's cache or its default remote (each file is
-    stored there under its MD5) into place, checking its SHA-256. Returns (files copied, where
-    from), or (0, why not) with nothing written when a file is missing or one of another content
-    is in the way."""
+    """Copy every file of the manifest `doc` from DVC's cache or default remote (under its MD5)
+    into place, checking its SHA-256: (files copied, where from), or (0, why not) with nothing
+    written when a file is missing or another is in the way."""
     try:
         from dvc.repo import Repo
 
@@ -204,7 +218,7 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
     files = {name: results / rel for name, rel in KEPT_FILES.items()}
     if not all(path.is_file() for path in files.values()):
         return None
-    run_name = json.loads(files["train.json"].read_text()).get("run_name", "run")
+    run_name = run_facts(project_dir, storage).get("run_name") or "run"
     target = Path(storage) / MODELS / run_name
     if (target / "train.json").is_file() and (target / "train.json").read_bytes() == files[
         "train.json"
@@ -221,12 +235,3 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
     os.replace(partial, target)
     shutil.rmtree(old, ignore_errors=True)
     return f"Model of run '{run_name}': {target} (model.keras, model.json, train.json)"
-
-
-def _copy_atomic(source: Path, target: Path) -> None:
-    tmp = temp_file(target)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

@@ -1,18 +1,14 @@
-"""Before anything is installed on Colab: is this runtime the one the lock was made for?
+"""Before anything is installed on Colab: can this runtime run the project as locked?
 
-`requirements.txt` pins Colab's preinstalled packages at the versions of one snapshot of Colab
-(`requirements/colab-constraints.txt` for the GPU runtime, `requirements/colab-constraints-tpu.txt`
-for the TPU runtime; `make lock` resolves against them). Colab moves its runtime on a few times a
-year; `%pip install -r requirements.txt` on a newer runtime would replace TensorFlow, Keras or
-NumPy and then need a restart. So every notebook's setup cell calls `check_runtime` first: it
-compares the Python minor version, tensorflow, keras and numpy with the snapshot of this runtime
-kind, and every other preinstalled package with its pin in requirements.txt (the deliberate
-OVERRIDES of tools/lock.py excepted). Where they differ it stops with one line that names the
-differences and the ways out, after saving this runtime's `pip freeze` to the storage folder on
-Drive (for `make lock COLAB_FREEZE=<file>`). Off Colab it does nothing.
-
-This module runs before the project's requirements are installed, straight from the checkout:
-it imports only the standard library (`check_accelerator` imports the package lazily).
+`stop_on_tpu` refuses a TPU runtime at once: Colab's have had no TensorFlow since 2025-03, and no
+`tensorflow-tpu` build works beside their JAX and libtpu. `check_runtime` compares the runtime
+with the snapshot of Colab's GPU runtime that requirements.txt was locked to: Python, tensorflow,
+keras and numpy, and every other preinstalled package with its pin (tools/lock.py's OVERRIDES
+excepted). Installing the lock over a runtime that moved on would replace TensorFlow, Keras or
+NumPy and need a restart: where they differ it stops in one line naming them and the ways out,
+and saves this runtime's `pip freeze` to the storage folder (`make lock COLAB_FREEZE=<file>`).
+Off Colab both do nothing. Runs from the checkout before anything is installed: the standard
+library only (core.hardware too).
 """
 
 from __future__ import annotations
@@ -27,15 +23,15 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..core.hardware import tpu_present
+
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
-# The snapshot of each Colab runtime kind that the lock was made for.
-SNAPSHOTS = {
-    "gpu": Path("requirements") / "colab-constraints.txt",
-    "tpu": Path("requirements") / "colab-constraints-tpu.txt",
-}
-# Compared with the snapshot of this runtime kind, installed or not (TPU runtimes ship no
-# TensorFlow: there the snapshot has none either).
-HEADLINE = ("tensorflow", "keras", "numpy")
+SNAPSHOT = Path("requirements") / "colab-constraints.txt"  # Colab's GPU runtime, as locked
+HEADLINE = ("tensorflow", "keras", "numpy")  # compared with the snapshot, installed or not
+TPU_STOP = (
+    "Colab's TPU runtimes have no TensorFlow; pick a GPU runtime (Runtime > Change runtime type "
+    "> T4 GPU), then run the notebook again."
+)
 # Colab's past runtime versions that a notebook can pin (Runtime > Change runtime type >
 # Runtime version), from googlecolab/backend-info: Python minor, tensorflow, numpy.
 PINNED_RUNTIMES = {
@@ -44,8 +40,6 @@ PINNED_RUNTIMES = {
     "2025.07": ("3.11", "2.18.0", "2.0.2"),
 }
 SHOWN = 6  # differences named in the line; the rest are counted
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)\s*(?:;\s*(.*))?$")
-_MARKER = re.compile(r"""^python_version\s*(==|!=|<=|>=|<|>)\s*["']([0-9.]+)["']$""")
 
 
 class NotebookStop(Exception):
@@ -61,10 +55,6 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
-
-
 def same_version(a: str | None, b: str | None) -> bool:
     """`2.20.0` and `2.20` are the same version; `2.20.0` and `2.20.0rc1` are not."""
     if a is None or b is None:
@@ -73,39 +63,23 @@ def same_version(a: str | None, b: str | None) -> bool:
     return trim(a) == trim(b)
 
 
-def marker_holds(marker: str, python: str) -> bool:
-    """Whether a lock line's marker holds on Python `python` (X.Y). The lock's markers are
-    `python_version` comparisons joined by `and` / `or`; any other marker is taken as true."""
-    if not marker.strip():
-        return True
-    ops = {
-        "==": lambda a, b: a == b,
-        "!=": lambda a, b: a != b,
-        "<": lambda a, b: a < b,
-        "<=": lambda a, b: a <= b,
-        ">": lambda a, b: a > b,
-        ">=": lambda a, b: a >= b,
-    }
-    here = _version_tuple(python)[:2]
-
-    def term(text: str) -> bool:
-        match = _MARKER.match(text.strip().strip("()"))
-        return ops[match[1]](here, _version_tuple(match[2])) if match else True
-
-    return any(
-        all(term(part) for part in alternative.split(" and "))
-        for alternative in marker.split(" or ")
-    )
-
-
 def read_pins(path: Path, python: str | None = None) -> dict[str, str]:
-    """`name==version` lines of a requirements or freeze file, by normalized name; with `python`,
-    only the lines whose marker holds there."""
+    """`name==version` lines of a requirements or freeze file, by normalized name; with `python`
+    (X.Y[.Z]), only the lines whose marker holds there."""
+    # packaging is preinstalled on Colab; imported here so that the module itself needs only the
+    # standard library.
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    where = {"python_version": ".".join(python.split(".")[:2])} if python else None
     pins = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():
-        match = _PIN.match(line.strip())
-        if match and (python is None or marker_holds(match[3] or "", python)):
-            pins[normalize(match[1])] = match[2]
+        try:
+            req = Requirement(line.split(" #")[0].strip())
+        except InvalidRequirement:  # a comment, an option, a blank line
+            continue
+        pinned = [spec.version for spec in req.specifier if spec.operator == "=="]
+        if pinned and (not (where and req.marker) or req.marker.evaluate(where)):
+            pins[normalize(req.name)] = pinned[0]
     return pins
 
 
@@ -123,12 +97,18 @@ def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
     return overrides, found[1] if found else str(module.freeze_python(module.COLAB_CONSTRAINTS))
 
 
-def runtime_kind(environ: Mapping[str, str] | None = None) -> str:
-    """`tpu` on a TPU runtime (a TPU device, or the variables Colab's TPU VMs set), else `gpu`
-    (GPU and CPU runtimes share one image)."""
-    from ..core.hardware import tpu_present
+def on_colab_tpu(environ: Mapping[str, str] | None = None) -> bool:
+    """A Colab TPU runtime: Colab's variable, a TPU's device files or variables (v5e-1 sets
+    COLAB_TPU_1VM=1 and TPU_ACCELERATOR_TYPE=v5e-1; GPU runtimes set COLAB_TPU_1VM empty)."""
+    environ = os.environ if environ is None else environ
+    tpu = tpu_present(environ) or environ.get("COLAB_TPU_1VM") == "1"
+    return "COLAB_RELEASE_TAG" in environ and tpu
 
-    return "tpu" if tpu_present(environ) else "gpu"
+
+def stop_on_tpu(environ: Mapping[str, str] | None = None) -> None:
+    """Stop (NotebookStop, one line) on a Colab TPU runtime; nothing elsewhere."""
+    if on_colab_tpu(environ):
+        raise NotebookStop(TPU_STOP)
 
 
 def installed_versions() -> dict[str, str]:
@@ -150,11 +130,10 @@ def differences(
     lock_python: str,
 ) -> list[str]:
     """What differs between this runtime and the one the lock was made for, one item each:
-    the Python minor version; tensorflow, keras and numpy against the snapshot of this runtime
-    kind; any other installed package whose pin in the lock is another version (but the
-    OVERRIDES, which the lock replaces on purpose)."""
+    the Python minor version; tensorflow, keras and numpy against the snapshot; any other
+    installed package pinned at another version in the lock (but the OVERRIDES)."""
     found = []
-    if _version_tuple(python)[:2] != _version_tuple(lock_python)[:2]:
+    if python.split(".")[:2] != lock_python.split(".")[:2]:
         found.append(f"Python {python} (lock: {lock_python})")
     for name in HEADLINE:
         have, want = installed.get(name), snapshot.get(name)
@@ -186,18 +165,18 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) 
     return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
 
 
-def save_freeze(folder: Path, kind: str, environ: Mapping[str, str] | None = None) -> Path:
+def save_freeze(folder: Path, environ: Mapping[str, str] | None = None) -> Path:
     """This runtime's `pip freeze`, with a header naming the runtime, in `folder`; its path."""
     environ = os.environ if environ is None else environ
     tag = environ.get("COLAB_RELEASE_TAG", "") or time.strftime("%Y%m%d")
-    path = Path(folder) / f"colab-pip-freeze-{kind}-{re.sub(r'[^A-Za-z0-9._-]+', '-', tag)}.txt"
+    path = Path(folder) / f"colab-pip-freeze-gpu-{re.sub(r'[^A-Za-z0-9._-]+', '-', tag)}.txt"
     run = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
     freeze = run.stdout
     if run.returncode != 0:  # no pip here (a uv environment): the same list from the metadata
         freeze = "".join(f"{n}=={v}\n" for n, v in sorted(installed_versions().items()))
     python = ".".join(map(str, sys.version_info[:3]))
     header = (
-        f"# pip freeze of the Colab {kind.upper()} runtime {tag}, Python {python}, saved "
+        f"# pip freeze of the Colab GPU runtime {tag}, Python {python}, saved "
         f"{time.strftime('%Y-%m-%d')} by the notebooks' runtime check.\n"
         f"# Lock to it: make lock COLAB_FREEZE={path}\n"
     )
@@ -233,16 +212,17 @@ def check_runtime(
     installed: Mapping[str, str] | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """On Colab: compare this runtime with the lock's snapshot; stop (NotebookStop, one line)
-    where they differ, unless `allow_reinstall`. Returns the differences ([] off Colab)."""
+    """On Colab: stop on a TPU runtime; compare this runtime with the lock's snapshot and stop
+    (NotebookStop, one line) where they differ, unless `allow_reinstall`. Returns the
+    differences ([] off Colab)."""
     environ = os.environ if environ is None else environ
     if "COLAB_RELEASE_TAG" not in environ:
         return []
+    stop_on_tpu(environ)
     project_dir = Path(project_dir)
-    kind = runtime_kind(environ)
     python = python or ".".join(map(str, sys.version_info[:3]))
     overrides, lock_python = lock_settings(project_dir)
-    snapshot = read_pins(project_dir / SNAPSHOTS[kind])
+    snapshot = read_pins(project_dir / SNAPSHOT)
     lock = read_pins(project_dir / "requirements.txt", python)
     installed = installed_versions() if installed is None else installed
     found = differences(python, installed, snapshot, lock, overrides, lock_python)
@@ -257,25 +237,8 @@ def check_runtime(
         )
         return found
     try:
-        freeze = str(save_freeze(storage_folder(project_dir, environ), kind, environ))
+        freeze = str(save_freeze(storage_folder(project_dir, environ), environ))
     except OSError as exc:
         freeze = f"<file> (saving this runtime's pip freeze failed: {exc}; `pip freeze > <file>`)"
     runtimes = matching_runtimes(lock_python, snapshot)
     raise NotebookStop(refusal(found, freeze, runtimes))
-
-
-def check_accelerator() -> str:
-    """Stop (NotebookStop, one line) when TensorFlow finds no GPU or TPU here; else say what it
-    found. Looks at the hardware only: nothing trains, nothing is written."""
-    from ..training.strategy import detect_hardware
-
-    hw = detect_hardware()
-    if not (hw.gpus or hw.tpu):
-        raise NotebookStop(
-            "No GPU or TPU on this runtime, only the CPU: Runtime > Change runtime type > T4 GPU, "
-            "then run the notebook again; to train on the CPU anyway, set "
-            "require_accelerator = False in the parameters cell."
-        )
-    found = f"{hw.gpus} GPU(s)" if hw.gpus else "a TPU"
-    print(f"Accelerator: {found}", flush=True)
-    return found

@@ -239,8 +239,13 @@ def _tpu_strategy(tf):
         return tf.distribute.TPUStrategy(resolver)
     except Exception as exc:  # TF raises several kinds here (NotFound, InvalidArgument, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        fix = (  # Colab's TPU runtimes have no TensorFlow, and no tensorflow-tpu works there
+            "Colab's TPU runtimes have no TensorFlow; pick a GPU runtime (Runtime > Change "
+            "runtime type > T4 GPU)"
+            if "COLAB_RELEASE_TAG" in os.environ
+            else f"on a Cloud TPU VM, install `tensorflow-tpu=={tf.__version__}` in place of "
+            "`tensorflow` (docs/scaling.md, TPU)"
+        )
         raise StrategyError(
-            "A TPU was found but this TensorFlow cannot use it (Colab's TPU runtime ships no "
-            "TensorFlow; install the `tensorflow-tpu` build matching TensorFlow "
-            f"{tf.__version__}, or pick a GPU runtime). TensorFlow said: {first}"
+            f"A TPU was found but this TensorFlow cannot use it: {fix}. TensorFlow said: {first}"
         ) from None
