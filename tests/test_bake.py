@@ -128,8 +128,7 @@ PACKAGE_FILES = {
     "training/strategy.py",
     "training/sweep.py",
     "training/sweep_best.py",
-    "training/sweep_results.py",
-    "training/sweep_store.py",
+    "training/sweep_study.py",
     "training/tracking.py",
     "training/trainer.py",
 }
@@ -169,6 +168,7 @@ TEST_FILES = {
     "test_splits.py",
     "test_staging.py",
     "test_sweep.py",
+    "test_sweep_database.py",
     "test_stop.py",
     "test_storage_faults.py",
     "test_strategy.py",

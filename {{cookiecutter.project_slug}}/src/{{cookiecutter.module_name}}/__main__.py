@@ -74,7 +74,7 @@ def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
         return promote_best(params, params_file.parent, params_file)
     from .training.sweep import run_sweep
 
-    return run_sweep(params, params_file.parent, params_file, args.overrides)
+    return run_sweep(params, params_file.parent, params_file, args.overrides, args.take_over)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
@@ -265,6 +265,11 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         "--best",
         action="store_true",
         help="promote the best trial: its model to results/models, its settings to params.yaml",
+    )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="run this sweep even if another session holds it (that one then stops)",
     )
     p.set_defaults(func=cmd_sweep)
 

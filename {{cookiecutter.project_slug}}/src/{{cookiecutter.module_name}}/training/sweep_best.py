@@ -15,12 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..config import COMMAND, ConfigError, Params, load_params, sweep_space, yaml_text
+from ruamel.yaml import YAML
+
+from ..config import COMMAND, ConfigError, Params, load_params, yaml_text
 from ..core.files import atomic_write, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .policy import RunHooks
-from .sweep import Sweep, best_trial, open_store, trial_params
-from .sweep_results import flat_params, write_trials
+from .sweep import Sweep, direction, flat_params, open_storage, open_study, trial_params
+from .sweep_study import JOURNAL, quiet_optuna, study_folder, trials_table, values_of, write_trials
+from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
 NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% endif %})  # how the trial was searched or submitted, not what it is
@@ -28,29 +31,36 @@ NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% en
 
 def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
     """Promote the best complete trial of `sweep.name`; one line of error when there is none."""
-    store = open_store(project_dir, params.sweep.name)
-    sweep = Sweep(params, params_file, project_dir, [], sweep_space(params), store)
-    view = store.view()
-    best = best_trial(view, sweep.direction)
-    if best is None:
-        raise ConfigError(
-            f"sweep.name: the study '{params.sweep.name}' in {store.folder.parent} has no complete "
-            f"trial yet; run `{COMMAND} sweep` first (example: --set sweep.name=lr-dropout)"
+    name = params.sweep.name
+    none_yet = ConfigError(
+        f"sweep.name: the study '{name}' has no complete trial yet; run `{COMMAND} sweep` first "
+        "(example: --set sweep.name=lr-dropout)"
+    )
+    if not params.sweep.storage and not (study_folder(project_dir, name) / JOURNAL).is_file():
+        raise none_yet
+    with quiet_optuna():
+        storage = open_storage(params, project_dir)
+        study = open_study(params, storage)
+        if not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):
+            raise none_yet
+        best = study.best_trial
+        sweep = Sweep(
+            params, params_file, project_dir, best.user_attrs["overrides"], study, storage
         )
-    owner = view.sessions[best.owner].header
-    sweep.overrides = list(owner.get("overrides") or [])  # the trial's own base
-    trial = trial_params(sweep, best.params, sweep.run_name(best.number))
-    source = sweep.results / str(best.number)
-    if not all((source / name).is_file() for name in PROMOTED):
-        _results_from_checkpoint(trial, project_dir, source)
-    target = results_root(project_dir)
-    for name in PROMOTED:
-        atomic_write(target / name, (source / name).read_bytes())
-    write_trials(view, sweep.dims, sweep.direction, sweep.monitor, sweep.results)
+        run = best.user_attrs["run"]
+        trial = trial_params(sweep, values_of(sweep.dims, best.params), run)
+        source = sweep.results / run.rsplit("-", 1)[1]
+        if not all((source / name).is_file() for name in PROMOTED):
+            _results_from_checkpoint(trial, project_dir, source)
+        target = results_root(project_dir)
+        for name in PROMOTED:
+            atomic_write(target / name, (source / name).read_bytes())
+        table = trials_table(study, sweep.dims, sweep.monitor)
+        write_trials(table, sweep.dims, direction(params), sweep.results)
     changed = write_params(params_file, trial)
     print(
-        f"Promoted trial {best.number} ({sweep.run_name(best.number)}, {sweep.monitor} "
-        f"{best.value:.4g}): {', '.join(str(target / n) for n in PROMOTED)}",
+        f"Promoted trial {best.number} ({run}, {sweep.monitor} {best.value:.4g}): "
+        f"{', '.join(str(target / n) for n in PROMOTED)}",
         flush=True,
     )
     shown = "; ".join(f"{k}: {yaml_text(a)} -> {yaml_text(b)}" for k, (a, b) in changed.items())
@@ -66,19 +76,15 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
 def _results_from_checkpoint(trial: Params, project_dir: Path, source: Path) -> None:
     """The trial's model and train.json from its checkpoint (`train` of a complete run trains no
     step; it restores the best weights and writes the results)."""
-    from .trainer import train
-
     print(f"Writing {source} from the checkpoints of run '{trial.run_name}'", flush=True)
     result = train(trial, project_dir, hooks=RunHooks(results=source))
-    if result.status != "completed" or result.metrics.get("steps") is None:
+    if result.status != "completed":
         raise ConfigError(f"run_name: the run '{trial.run_name}' is not complete; run the sweep")
 
 
 def write_params(path: Path, trial: Params) -> dict[str, tuple[Any, Any]]:
     """Write the keys in which `trial` differs from the params file into it (ruamel.yaml keeps
     its comments and layout); returns {key: (old, new)}."""
-    from ruamel.yaml import YAML
-
     current = flat_params(load_params(path).to_dict())
     wanted = flat_params(trial.to_dict())
     changed = {
