@@ -127,7 +127,7 @@ PACKAGE_FILES = {
     "training/speed.py",
     "training/strategy.py",
     "training/sweep.py",
-    "training/sweep_best.py",
+    "training/sweep_results.py",
     "training/sweep_study.py",
     "training/tracking.py",
     "training/trainer.py",

@@ -26,6 +26,7 @@ from {{ cookiecutter.module_name }}.training.sweep_study import (
     distributions,
     journal_storage,
     make_sampler,
+    study_folder,
     values_of,
 )
 
@@ -136,17 +137,16 @@ def test_a_journal_cut_in_its_last_line_is_mended_before_the_next_write(tmp_path
     assert [t.state.name for t in again.get_trials()] == ["COMPLETE"] * 3
 
 
-def test_a_study_of_the_old_event_files_is_refused_and_kept(tmp_path: Path) -> None:
-    old = tmp_path / "lr-dropout" / "sessions"
+def test_a_study_of_the_old_event_files_is_refused_and_kept(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
+    old = tmp_path / "sweeps" / "lr-dropout" / "sessions"
     old.mkdir(parents=True)
     (old / "vm-1-2-3.jsonl").write_text('{"op": "start"}\n')
     with pytest.raises(ConfigError) as err:
-        journal_storage(old.parent, mend=True)
+        study_folder(PROJECT, "lr-dropout")
     assert str(err.value).startswith("sweep.name: the study in ") and "\n" not in str(err.value)
     assert "--set sweep.name=lr-dropout-2" in str(err.value)
-    assert (old / "vm-1-2-3.jsonl").is_file() and sorted(p.name for p in old.parent.iterdir()) == [
-        "sessions"
-    ]
+    assert [p.name for p in old.parent.iterdir()] == ["sessions"] and len(list(old.iterdir())) == 1
 
 
 def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path) -> None:

@@ -1,21 +1,18 @@
-"""Where a sweep's Optuna study lives, and what it holds.
+"""A sweep's Optuna study: where it is stored, how it samples and prunes.
 
-- `sweep.storage` empty: one session at a time, on Optuna's JournalStorage in
-  `<storage>/sweeps/<name>/journal.log` (Drive on Colab, so a new VM goes on where the last one
-  stopped). The sweep's lease (`lease.json` beside it) makes that session the journal's only
-  writer, so the journal takes no file lock (Optuna's default lock is a symlink, which Drive
-  lacks). Drive can lose or cut a VM's last writes: a cut last line is dropped before the next
-  append, since Optuna's reader fails on a line that follows one.
-- `sweep.storage` a database URL (`postgresql://user@host:5432/db`): every session is a worker of
-  one study in Optuna's RDBStorage, its trials kept alive by Optuna's heartbeat. The password comes
-  from `SWEEP_STORAGE_PASSWORD`, Colab's secrets or `~/.pgpass`, never from the URL.
+- No `sweep.storage`: Optuna's JournalStorage in `<storage>/sweeps/<name>/journal.log` (Drive on
+  Colab: a new VM goes on where the last one stopped). The sweep's lease beside it makes one
+  session the only writer, so the journal takes no file lock (Optuna's default lock is a symlink,
+  which Drive lacks). Drive can cut a VM's last write: a cut last line is dropped before the next
+  append (Optuna's reader fails on the line that follows one).
+- A database URL: Optuna's RDBStorage shared by every worker, with Optuna's heartbeat. The
+  password comes from `SWEEP_STORAGE_PASSWORD`, Colab's secrets or `~/.pgpass`, never the URL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import os
 import random
 import time
@@ -25,28 +22,74 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pandas as pd
 import sqlalchemy
 import yaml
-from matplotlib.figure import Figure
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from ..config import ConfigError, Dimension, Params, yaml_text
-from ..core.files import atomic_write
-from ..core.storage import storage_root
-from .lease import HEARTBEAT_S, STALE_AFTER
+from ..config import ConfigError, Dimension, Params, load_params, sweep_space, yaml_text
+from ..core.storage import results_root, storage_root
+from .early_stopping import mode_for
+from .lease import HEARTBEAT_S, STALE_AFTER, Lease
 
 JOURNAL = "journal.log"
-PASSWORD_VARIABLE = "SWEEP_STORAGE_PASSWORD"
+PASSWORD = "SWEEP_STORAGE_PASSWORD"
 URL_EXAMPLE = "postgresql://user@host:5432/db"
-MARKERS = {"COMPLETE": ("o", "C0"), "PRUNED": ("x", "C3")}
+
+
+class Sweep:
+    """A session's sweep: its settings, its study, where things go."""
+
+    def __init__(
+        self,
+        params: Params,
+        params_file: Path,
+        project_dir: Path,
+        overrides: list[str],
+        lease: Lease | None = None,
+    ) -> None:
+        self.params, self.params_file, self.project_dir = params, params_file, project_dir
+        self.overrides = overrides  # the command's `--set` items: the base of every trial
+        self.lease = lease  # one session's sweep: it writes the journal; None: a database
+        self.cfg, self.monitor, self.dims = params.sweep, params.train.monitor, sweep_space(params)
+        self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
+        self.results = results_root(project_dir) / "sweeps" / self.cfg.name
+        with quiet_optuna():
+            if self.cfg.storage:
+                self.storage: Any = database_storage(self.cfg.storage)
+            else:
+                folder = study_folder(project_dir, self.cfg.name)
+                self.storage = journal_storage(folder, mend=lease is not None)
+            self.study = optuna.create_study(
+                storage=self.storage,
+                study_name=self.cfg.name,
+                direction=self.direction,
+                sampler=make_sampler(params, self.dims),
+                pruner=make_pruner(params),
+                load_if_exists=True,
+            )
+
+    def trial_params(self, values: dict[str, Any], run: str, overrides: list[str]) -> Params:
+        """A trial's params: the params file, `overrides`, the trial's values, its run name."""
+        sets = [self.dims[k].override(v) for k, v in values.items()]
+        return load_params(self.params_file, [*overrides, *sets, f"run_name={run}"])
+
+
+def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'epochs': 3}} -> {'train.epochs': 3} (lists and the space stay whole)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and key != "space":
+            flat.update(flat_params(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 @contextlib.contextmanager
 def quiet_optuna() -> Iterator[None]:
-    """Optuna's INFO lines and the warnings of what this module uses on purpose: the heartbeat,
-    its retry callback and `fail_stale_trials` are marked experimental; `ask` outside `optimize`
-    with a heartbeat (the loop beats itself); a resumed epoch reported again (the first stands)."""
+    """No INFO lines, and none of the warnings about what is used here on purpose: the heartbeat,
+    its retry and `fail_stale_trials` are marked experimental; `ask` with a heartbeat outside
+    `optimize` (the loop beats itself); an epoch reported again after a resume (the first stays)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -56,12 +99,19 @@ def quiet_optuna() -> Iterator[None]:
 
 
 def study_folder(project_dir: Path, name: str) -> Path:
-    """`<storage>/sweeps/<name>`: the journal and the sweep's lease."""
-    return storage_root(project_dir) / "sweeps" / name
+    """`<storage>/sweeps/<name>`: the journal and the sweep's lease; one that an older version
+    wrote (event files) is refused and kept."""
+    folder = storage_root(project_dir) / "sweeps" / name
+    if (folder / "sessions").is_dir():
+        raise ConfigError(
+            f"sweep.name: the study in {folder} was written by an older version of this project "
+            f"(its files are kept); start a new one (example: --set sweep.name={name}-2)"
+        )
+    return folder
 
 
-class _LeaseIsTheLock:
-    """The journal's file lock: none, the sweep's lease keeps every other writer away."""
+class _NoLock:
+    """The journal's file lock: none needed, the sweep's lease keeps other writers away."""
 
     def acquire(self) -> bool:
         return True
@@ -71,92 +121,82 @@ class _LeaseIsTheLock:
 
 
 def journal_storage(folder: Path, mend: bool) -> optuna.storages.JournalStorage:
-    """The one-session study in `folder`; `mend` (the lease holder only) drops a cut last line."""
-    if (folder / "sessions").is_dir():
-        raise ConfigError(
-            f"sweep.name: the study in {folder} was written by an older version of this project "
-            "(its event files are kept); start a new study under another name "
-            f"(example: --set sweep.name={folder.name}-2)"
-        )
+    """The one-session study in `folder`; `mend` (the lease holder) drops a cut last line."""
     path = folder / JOURNAL
     data = path.read_bytes() if path.is_file() else b""
-    if mend and data and not data.endswith(b"\n"):
+    if mend and not data.endswith(b"\n") and data:
         with open(path, "r+b") as f:
             f.truncate(data.rfind(b"\n") + 1)
             os.fsync(f.fileno())
         print(f"{path}: its last line was cut off (a write lost with a VM); dropped.", flush=True)
     folder.mkdir(parents=True, exist_ok=True)
-    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=_LeaseIsTheLock())
+    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=_NoLock())
     return optuna.storages.journal.JournalStorage(backend)
 
 
 def database_url(text: str) -> sqlalchemy.URL:
-    """`sweep.storage` checked: a SQLAlchemy URL without a password, with a driver that
-    installs from a wheel (Colab's psycopg2 where present, else psycopg 3)."""
+    """`sweep.storage` checked: a URL without a password; `postgresql://` gets Colab's psycopg2
+    where it is installed, else psycopg 3 (a wheel in requirements.txt)."""
     try:
         url = sqlalchemy.make_url(text)
     except sqlalchemy.exc.ArgumentError:
         raise ConfigError(f"sweep.storage: not a database URL (example: {URL_EXAMPLE})") from None
     if url.password is not None:
         raise ConfigError(
-            f"sweep.storage: {url.render_as_string()} holds a password; leave it out of the URL "
-            f"and set {PASSWORD_VARIABLE} or ~/.pgpass (example: {URL_EXAMPLE})"
+            f"sweep.storage: {url.render_as_string()} holds a password; leave it out and set "
+            f"{PASSWORD} or ~/.pgpass (example: {URL_EXAMPLE})"
         )
     if url.drivername == "postgresql":
-        psycopg2 = importlib.util.find_spec("psycopg2") is not None
-        url = url.set(drivername="postgresql+psycopg2" if psycopg2 else "postgresql+psycopg")
+        found = importlib.util.find_spec("psycopg2") is not None
+        url = url.set(drivername="postgresql+psycopg2" if found else "postgresql+psycopg")
     return url
 
 
 def storage_password() -> str | None:
-    """`$SWEEP_STORAGE_PASSWORD`, else Colab's secret of that name; None leaves it to libpq
-    (`~/.pgpass`)."""
-    if os.environ.get(PASSWORD_VARIABLE):
-        return os.environ[PASSWORD_VARIABLE]
-    if importlib.util.find_spec("google.colab") is None:
-        return None
+    """`$SWEEP_STORAGE_PASSWORD`, else Colab's secret of that name, else None (libpq then reads
+    `~/.pgpass`)."""
+    if os.environ.get(PASSWORD) or importlib.util.find_spec("google.colab") is None:
+        return os.environ.get(PASSWORD) or None
     from google.colab import userdata  # only on Colab
 
-    try:
-        return userdata.get(PASSWORD_VARIABLE)
-    except (userdata.SecretNotFoundError, userdata.NotebookAccessError):
-        return None
+    with contextlib.suppress(userdata.SecretNotFoundError, userdata.NotebookAccessError):
+        return userdata.get(PASSWORD)
+    return None
 
 
 def database_storage(text: str) -> optuna.storages.RDBStorage:
-    """The study's database (`sweep.storage`), its tables made if it is empty; a wrong URL, an
-    unreachable server or a refused login is one ConfigError line naming sweep.storage."""
+    """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
+    server or a refused login is one ConfigError line naming sweep.storage."""
     url = database_url(text)
-    password = storage_password()
-    connect: dict[str, Any] = {"password": password} if password else {}
+    connect: dict[str, Any] = {"password": storage_password()}
     if url.get_backend_name() == "postgresql":
         connect["connect_timeout"] = 10
     for attempt in range(1, 6):
         try:
             with quiet_optuna():
-                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    inherit_intermediate_values=True  # its earlier epochs, for the pruner
-                )
                 return optuna.storages.RDBStorage(
                     url.render_as_string(hide_password=False),
-                    engine_kwargs={"connect_args": connect},
+                    engine_kwargs={"connect_args": {k: v for k, v in connect.items() if v}},
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
-                    heartbeat_stale_trial_callback=retry,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        inherit_intermediate_values=True  # the retry's earlier epochs: pruning
+                    ),
                 )
         except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
-            # Workers starting together on an empty database race to create its tables
+            # Workers that start together on an empty database race to create its tables
             # (optuna#1092): the losers try again once the winner's tables are there.
             racing = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
             if not isinstance(exc, racing) or attempt == 5:
                 why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-                where = url.render_as_string()
-                raise ConfigError(f"sweep.storage: cannot open {where}: {why}") from None
+                raise ConfigError(
+                    f"sweep.storage: cannot open {url.render_as_string()}: {why}"
+                ) from None
             time.sleep(random.uniform(0.2, 1.0))
-    raise AssertionError("five attempts, each returns or raises")
+    raise AssertionError("each attempt returns or raises")
 
 
-# -- the search space in Optuna's terms -------------------------------------------------------
+# -- the search space, the sampler and the pruner ---------------------------------------------
 def _encoded(dim: Dimension) -> bool:
     """Choices that Optuna cannot store (lists, mappings) go to it as their YAML text."""
     return any(isinstance(c, (list, dict)) for c in dim.choices)
@@ -177,17 +217,16 @@ def distributions(dims: dict[str, Dimension]) -> dict[str, Any]:
 
 
 def values_of(dims: dict[str, Dimension], params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's params as the params file takes them (encoded choices decoded)."""
+    """A trial's Optuna params as the params file takes them."""
     return {k: yaml.safe_load(v) if _encoded(dims[k]) else v for k, v in params.items()}
 
 
 class PerTrialSeed(optuna.samplers.BaseSampler):
-    """`sweep.sampler` seeded by each trial's number: workers that ask at the same moment get
-    different values, and a sweep started again proposes what an uninterrupted one would."""
+    """A sampler seeded by each trial's number: workers that ask at once get different values,
+    and a sweep started again proposes what an uninterrupted one would."""
 
     def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
-        self.make, self.seed = make, seed
-        self.inner = make(seed)
+        self.make, self.seed, self.inner = make, seed, make(seed)
 
     def before_trial(self, study: optuna.Study, trial: Any) -> None:
         self.inner = self.make(self.seed * 100_003 + trial.number)
@@ -203,18 +242,18 @@ class PerTrialSeed(optuna.samplers.BaseSampler):
         return self.inner.sample_independent(study, trial, name, dist)
 
     def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Any) -> None:
-        pass  # the grid's only use of it is to stop `optimize`; the loop counts trials itself
+        pass  # the grid's would stop `optimize`, which is not used: the loop counts trials
 
 
 def make_sampler(params: Params, dims: dict[str, Dimension]) -> PerTrialSeed:
-    """`sweep.sampler`: tpe (Optuna's TPESampler), random or grid, seeded per trial."""
+    """`sweep.sampler`: tpe (Optuna's TPESampler), random or grid."""
     cfg = params.sweep
-    if cfg.sampler == "random":
-        return PerTrialSeed(lambda seed: optuna.samplers.RandomSampler(seed=seed), params.seed)
-    if cfg.sampler == "grid":  # shuffled once by the seed; trial n takes point n of it
+    if cfg.sampler == "grid":  # shuffled once by the seed; trial n takes the grid's point n
         points = {k: list(d.choices) for k, d in distributions(dims).items()}
         grid = optuna.samplers.GridSampler(points, seed=params.seed)
         return PerTrialSeed(lambda seed: grid, params.seed)
+    if cfg.sampler == "random":
+        return PerTrialSeed(lambda seed: optuna.samplers.RandomSampler(seed=seed), params.seed)
     return PerTrialSeed(
         lambda seed: optuna.samplers.TPESampler(
             seed=seed, constant_liar=True, n_startup_trials=cfg.startup_trials
@@ -228,57 +267,4 @@ def make_pruner(params: Params) -> optuna.pruners.BasePruner:
     cfg = params.sweep
     if cfg.pruner == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(
-        n_startup_trials=cfg.startup_trials, n_warmup_steps=cfg.warmup_epochs
-    )
-
-
-# -- what the study shows -------------------------------------------------------------------------
-def trials_table(study: optuna.Study, dims: dict[str, Dimension], monitor: str) -> pd.DataFrame:
-    """One row per trial of the whole study: number, state, the searched values, `monitor`."""
-    frame = study.trials_dataframe(attrs=("number", "state", "value", "params"))
-    frame = frame.rename(columns={f"params_{k}": k for k in dims} | {"value": monitor})
-    return frame.reindex(columns=["number", "state", *dims, monitor])
-
-
-def write_trials(table: pd.DataFrame, dims: dict[str, Dimension], direction: str, folder: Path):
-    """trials.csv and trials.png in `folder` (atomic writes); returns the table's path."""
-    path = atomic_write(folder / "trials.csv", table.to_csv(index=False))
-    buffer = io.BytesIO()
-    plot_trials(table, dims, direction).savefig(buffer, format="png", dpi=100)
-    atomic_write(folder / "trials.png", buffer.getvalue())
-    return path
-
-
-def plot_trials(table: pd.DataFrame, dims: dict[str, Dimension], direction: str) -> Figure:
-    """The value per trial with the best so far, then the value against each searched key
-    (circles complete, crosses pruned). A Figure, no pyplot: no window, any backend."""
-    monitor = table.columns[-1]
-    dists = distributions(dims)
-    choices = {
-        k: list(d.choices) for k, d in dists.items() if isinstance(d, CategoricalDistribution)
-    }
-    figure = Figure(figsize=(4.2 * (1 + len(dims)), 3.6), layout="constrained")
-    axes = figure.subplots(1, 1 + len(dims), squeeze=False)[0]
-    for state, (marker, color) in MARKERS.items():
-        rows = table[(table.state == state) & table[monitor].notna()]
-        axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
-        for ax, (key, dim) in zip(axes[1:], dims.items(), strict=True):
-            xs = [choices[key].index(v) for v in rows[key]] if dim.choices else rows[key]
-            ax.scatter(xs, rows[monitor], marker=marker, color=color)
-    done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
-    if len(done):
-        best = done[monitor].cummin() if direction == "minimize" else done[monitor].cummax()
-        axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
-    axes[0].set(xlabel="trial", ylabel=monitor, title=f"{direction} {monitor}")
-    axes[0].xaxis.get_major_locator().set_params(integer=True)
-    axes[0].legend(fontsize="small")
-    for ax, (key, dim) in zip(axes[1:], dims.items(), strict=True):
-        if dim.choices:
-            ax.set_xticks(range(len(dim.choices)), [yaml_text(c) for c in dim.choices])
-            ax.set_xlim(-0.5, len(dim.choices) - 0.5)
-        else:
-            ax.set_xscale("log" if dim.log else "linear")
-            ax.set_xlim(dim.low, dim.high)  # the whole range searched
-        ax.set(xlabel=key, ylabel=monitor)
-    return figure
+    return optuna.pruners.MedianPruner(cfg.startup_trials, n_warmup_steps=cfg.warmup_epochs)
