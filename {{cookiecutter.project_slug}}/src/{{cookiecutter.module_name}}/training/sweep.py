@@ -122,7 +122,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
             trial = optuna.trial.Trial(sweep.study, trial_id(sweep, adopt.number))
         else:
             trial = sweep.study.ask(distributions(sweep.dims))
-        code = run_trial(sweep, trial, adopt is not None, deadline, take_over)
+        code = run_trial(sweep, trial, adopt is not None, deadline, take_over and bool(adopt))
         write_trials(sweep)
         kept = keep_best_checkpoints(sweep)
         if kept:
@@ -147,8 +147,9 @@ def run_trial(
     trial.set_user_attr("overrides", sweep.overrides)
     values = values_of(sweep.dims, trial.params)
     how = " was cut off; resuming it with its values" if resumed else ""
-    if "failed_trial" in trial.system_attrs:
-        how = f", the retry of trial {trial.system_attrs['failed_trial']} (its worker stopped)"
+    retried = sweep.storage.get_trial_system_attrs(trial_id(sweep, trial.number))
+    if "failed_trial" in retried:
+        how = f", the retry of trial {retried['failed_trial']} (its worker stopped)"
     shown = " ".join(sweep.dims[k].override(v) for k, v in values.items())
     print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
     stop, pruned = threading.Event(), []

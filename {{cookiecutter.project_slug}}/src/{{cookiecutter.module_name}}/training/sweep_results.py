@@ -81,12 +81,19 @@ def keep_best_checkpoints(sweep: Sweep) -> str:
     their step folders and free lease, nothing the project did not write. One line, or ''."""
     trials = sweep.study.get_trials(deepcopy=False)
     sign = 1 if sweep.direction == "minimize" else -1
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    best = sorted(complete, key=lambda t: sign * t.value)[: sweep.cfg.keep_best]
-    open_ = [t for t in trials if not t.state.is_finished()]  # running, or a retry waiting
-    keep = {t.user_attrs.get("run") for t in [*best, *open_]}
+    complete = sorted(
+        (t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: sign * t.value
+    )
+    finished = {
+        t.user_attrs.get("run")
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    }
+    # Kept: the best, and every run a trial may still train (running, or a retry waiting).
+    keep = {t.user_attrs.get("run") for t in complete[: sweep.cfg.keep_best]}
+    keep |= {t.user_attrs.get("run") for t in trials if not t.state.is_finished()}
     deleted = []
-    for run in sorted({t.user_attrs.get("run") for t in trials} - keep - {None}):
+    for run in sorted(finished - keep - {None}):
         folder = storage_root(sweep.project_dir) / "checkpoints" / run
         if not folder.is_dir() or why_free(read_lease(folder / LEASE_FILE), time.time()) is None:
             continue  # none, or a live session trains it

@@ -180,7 +180,8 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
                     heartbeat_interval=HEARTBEAT_S,
                     grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
                     heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        inherit_intermediate_values=True  # the retry's earlier epochs: pruning
+                        max_retry=3,  # a trial that kills its worker each time is given up
+                        inherit_intermediate_values=True,  # its earlier epochs, for the pruner
                     ),
                 )
         except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
