@@ -190,8 +190,11 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
             racing = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
             if not isinstance(exc, racing) or attempt == 5:
                 why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+                if "password" in why:
+                    why += f" (the password: {PASSWORD} or ~/.pgpass)"
                 raise ConfigError(
-                    f"sweep.storage: cannot open {url.render_as_string()}: {why}"
+                    f"sweep.storage: cannot open {url.render_as_string()}: {why} "
+                    f"(example: {URL_EXAMPLE})"
                 ) from None
             time.sleep(random.uniform(0.2, 1.0))
     raise AssertionError("each attempt returns or raises")
