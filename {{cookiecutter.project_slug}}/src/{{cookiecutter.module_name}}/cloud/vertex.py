@@ -1,11 +1,10 @@
 """`python -m <module> vertex [--dry-run]`: the same training, as a Vertex AI custom job.
 
-From `vertex.*` in params.yaml this writes a CustomJobSpec (the YAML file that
-`gcloud ai custom-jobs create --config` reads), then submits it with gcloud, or with `--dry-run`
-prints the exact gcloud command. What needs no catalogue of Google Cloud is checked first (the
-job's shape, the bucket, where the code comes from); the names of machine types, accelerators and
-regions are Vertex AI's to check when the job is submitted, and its error is shown in one line.
-`vertex --sweep` writes a hyperparameter tuning job instead (tuning.py builds it around this job).
+From `vertex.*` in params.yaml this writes a CustomJobSpec (the file `gcloud ai custom-jobs
+create --config` reads), then submits it with gcloud, or prints that command (`--dry-run`).
+Checked here: what needs no catalogue of Google Cloud (the job's shape, the bucket, the image).
+Machine types, accelerators and regions are checked by Vertex AI on submission; its error is
+shown in one line. `--sweep`: a tuning job around this job instead (tuning.py).
 
 How the job runs the same code: worker pool 0 is the chief (exactly one replica) and pool 1 the
 workers. Vertex AI sets `TF_CONFIG` on each replica ({"cluster": {"chief": [...], "worker": [...]},
@@ -280,11 +279,12 @@ def submit(commands: list[list[str]]) -> int:
     service's check of machine types, accelerators, regions, quotas) shown in one line."""
     for cmd in commands:
         print(f"$ {shlex.join(cmd)}", flush=True)
-        done = subprocess.run(cmd, check=False, stderr=subprocess.PIPE, text=True)
-        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        # No prompt (stdin is not a terminal): its default answer, and an error if that is no.
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not done.returncode:
-            print(*lines, sep="\n", file=sys.stderr, flush=True)  # its progress and the job's name
+            sys.stderr.write(done.stderr)  # its progress and the job's name
             continue
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         said = [line for line in lines if line.startswith("ERROR:")] or lines[-1:] or ["(silent)"]
         print(f"error: {' '.join(cmd[:4])} failed: {said[0]}", file=sys.stderr, flush=True)
         return done.returncode
