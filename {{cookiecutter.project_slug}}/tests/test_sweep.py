@@ -1,5 +1,6 @@
-"""`sweep`: the search space, the shared study (claims, liveness, resume), pruning, `--best`,
-a SIGKILL in the middle of a trial, and two sweep processes on one study."""
+"""`sweep` on one machine: the search space, the study's journal (a cut last line, an old study),
+seeds per trial, pruning, `--best`, a SIGKILL in the middle of a trial, the sweep's lease.
+The database and its workers: test_sweep_database.py."""
 
 from __future__ import annotations
 
