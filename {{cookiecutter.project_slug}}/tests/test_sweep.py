@@ -308,7 +308,7 @@ def test_sigkill_in_the_middle_of_trial_2_then_the_sweep_finishes_it_and_the_res
     assert [(r["number"], r["state"]) for r in rows] == [(str(n), "COMPLETE") for n in range(4)]
     values = {tuple(r.values())[2:-1] for r in rows}
     assert len(values) == 4  # four points, none twice
-    print(second[second.index("Trial 1 (kill-1)") :].split("\n", 3)[0])  # for the closing note
+    print(f"killed at step {killed_at};", *re.findall(r".*(?:kill-1\)|'kill-1' from).*", second))
 
 
 @pytest.mark.slow

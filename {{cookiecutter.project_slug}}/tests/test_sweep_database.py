@@ -252,7 +252,11 @@ def test_two_workers_one_killed_and_started_again_finish_the_study(
         "val_loss",
     ]
     assert sorted(table.number) == [t.number for t in trials]
-    print(table.to_string(index=False))  # the closing note's table (pytest -s)
+    print(
+        table.to_string(index=False),
+        *re.findall(rf".*(?:Trial|Resuming).*{killed_run}\b.*", both),
+        sep="\n",
+    )
 
     best = min(complete, key=lambda t: t.value)
     promote = cli(
