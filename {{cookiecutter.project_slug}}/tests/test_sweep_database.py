@@ -4,6 +4,7 @@ and errors. The server runs from a temporary folder (`make postgres` installs it
 from __future__ import annotations
 
 import glob
+import importlib.machinery
 import os
 import pwd
 import re
@@ -11,9 +12,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +29,11 @@ from conftest import cli, cli_env, copy_checkout, sets
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.sweep_study import database_storage, database_url
+from {{ cookiecutter.module_name }}.training.sweep_study import (
+    database_storage,
+    database_url,
+    storage_password,
+)
 
 PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
 
@@ -174,6 +181,54 @@ def test_a_bad_storage_stops_the_sweep_before_anything_is_written(
     assert len(err.err.splitlines()) == 1 and "Traceback" not in err.err
     assert "hunter2" not in err.err + err.out and PASSWORD not in err.err + err.out
     assert not (tmp_path / "storage").exists() and not (project / "results" / "sweeps").exists()
+
+
+@pytest.mark.slow
+def test_the_password_from_pgpass(database: str, tmp_path: Path, monkeypatch) -> None:
+    """Without SWEEP_STORAGE_PASSWORD, libpq reads ~/.pgpass (here PGPASSFILE); without either,
+    the refusal says where the password comes from."""
+    monkeypatch.delenv("SWEEP_STORAGE_PASSWORD")
+    url = database_url(database)
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"{url.host}:{url.port}:*:{url.username}:{PASSWORD}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    database_storage(database)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match=r"no password supplied.*SWEEP_STORAGE_PASSWORD or"):
+        database_storage(database)
+
+
+def test_the_password_from_colab_secrets(monkeypatch) -> None:
+    """On Colab (google.colab importable) the secret SWEEP_STORAGE_PASSWORD, when the notebook
+    may read it; the environment variable first."""
+    userdata = types.ModuleType("google.colab.userdata")
+    userdata.SecretNotFoundError = type("SecretNotFoundError", (Exception,), {})
+    userdata.NotebookAccessError = type("NotebookAccessError", (Exception,), {})
+    secrets = {"SWEEP_STORAGE_PASSWORD": "from-colab"}
+
+    def get(key: str) -> str:
+        if key not in secrets:
+            raise userdata.SecretNotFoundError(key)
+        return secrets[key]
+
+    userdata.get = get
+    for name, module in (
+        ("google", None),
+        ("google.colab", None),
+        ("google.colab.userdata", userdata),
+    ):
+        module = module or types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(sys.modules["google.colab"], "userdata", userdata, raising=False)
+    monkeypatch.delenv("SWEEP_STORAGE_PASSWORD", raising=False)
+    assert storage_password() == "from-colab"
+    monkeypatch.setenv("SWEEP_STORAGE_PASSWORD", "from-env")
+    assert storage_password() == "from-env"
+    monkeypatch.delenv("SWEEP_STORAGE_PASSWORD")
+    secrets.clear()
+    assert storage_password() is None  # libpq then reads ~/.pgpass
 
 
 def test_a_postgresql_url_gets_a_driver_that_installs_from_a_wheel() -> None:
