@@ -105,16 +105,13 @@ def trial_values(argv: list[str], dims: dict[str, Dimension]) -> dict[str, Any]:
 
 
 def trial_id() -> str:
-    """Vertex AI's trial id: `$CLOUD_ML_TRIAL_ID`, else the trial folder of `$AIP_MODEL_DIR`."""
-    found = os.environ.get("CLOUD_ML_TRIAL_ID", "")
-    if not found and os.environ.get("AIP_MODEL_DIR"):
-        found = Path(os.environ["AIP_MODEL_DIR"].rstrip("/")).parent.name
-    if not found:
+    """Vertex AI's trial id, `$CLOUD_ML_TRIAL_ID`."""
+    if not os.environ.get("CLOUD_ML_TRIAL_ID"):
         raise ConfigError(
             "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
             f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
         )
-    return found
+    return os.environ["CLOUD_ML_TRIAL_ID"]
 
 
 def run_tuning_trial(

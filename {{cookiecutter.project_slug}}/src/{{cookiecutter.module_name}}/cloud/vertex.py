@@ -258,18 +258,14 @@ def run_vertex(
 
 def _summary(params: Params, spec: dict[str, Any], tuning: bool) -> str:
     """What the job runs on, in words."""
-    cfg, pools = params.vertex, spec["workerPoolSpecs"]
-    machine = pools[0]["machineSpec"]
+    cfg, sweep, machine = params.vertex, params.sweep, spec["workerPoolSpecs"][0]["machineSpec"]
     gear = "no accelerator"
     if "acceleratorType" in machine:
         gear = f"{machine['acceleratorCount']} x {machine['acceleratorType']}"
-    trials = ""
-    if tuning:
-        sweep = params.sweep
-        trials = f"{sweep.n_trials} trials of '{sweep.name}', {cfg.parallel_trials} at once, each "
+    trials = f"{sweep.n_trials} trials of '{sweep.name}', {cfg.parallel_trials} at once, each "
     return (
-        f"{trials}{sum(p['replicaCount'] for p in pools)} replica(s) of {cfg.machine_type} with "
-        f"{gear} (1 chief + {cfg.worker_replicas} worker(s)); checkpoints and results in "
+        f"{trials if tuning else ''}{1 + cfg.worker_replicas} replica(s) of {cfg.machine_type} "
+        f"with {gear} (1 chief + {cfg.worker_replicas} worker(s)); checkpoints and results in "
         f"{cfg.bucket}"
     )
 
