@@ -23,7 +23,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from ..config import COMMAND, ConfigError, Params, sweep_space, yaml_text
-from .lease import HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
+from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
 from .sweep_study import Sweep, distributions, flat_params, quiet_optuna, study_folder, values_of
@@ -100,6 +100,9 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
     """The session's loop: the next trial, train it, tidy up; returns the exit code."""
     said = False
     while deadline is None or time.monotonic() < deadline:
+        if sweep.lease is not None and sweep.lease.lost:  # `sweep --take-over` elsewhere
+            print(f"Stopped: {sweep.lease.lost}.", flush=True)
+            return EXIT_LEASE_LOST
         if sweep.lease is None:  # a database: a worker whose heartbeat stopped is gone
             optuna.storages.fail_stale_trials(sweep.study)
         trials = sweep.study.get_trials(deepcopy=False)
