@@ -45,7 +45,11 @@ FREE_KEYS = (
 
 
 def run_sweep(
-    params: Params, project_dir: Path, params_file: Path, overrides: list[str], take_over=False
+    params: Params,
+    project_dir: Path,
+    params_file: Path,
+    overrides: list[str],
+    take_over: bool = False,
 ) -> int:
     """Run trials until the study has `sweep.n_trials` finished ones, the time budget ends or a
     stop; the exit code is `train`'s (0 done, 3 time budget, 130/143 interrupted: run it again)."""
