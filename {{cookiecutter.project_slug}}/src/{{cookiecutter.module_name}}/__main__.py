@@ -70,12 +70,12 @@ def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
     """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
     best trial."""
     if args.best:
-        from .training.sweep_best import promote_best  # when the command runs
+        from .training.sweep_results import promote_best  # when the command runs
 
         return promote_best(params, args.project, args.params_file)
     from .training.sweep import run_sweep  # when the command runs
 
-    return run_sweep(params, args.project, args.params_file, args.overrides)
+    return run_sweep(params, args.project, args.params_file, args.overrides, args.take_over)
 
 
 def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
@@ -140,7 +140,8 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
 
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     """Write a Vertex AI custom job spec; submit it with gcloud (or print the command)."""
-    from .cloud.vertex import run_vertex  # when the command runs
+    from .cloud.tuning import tuning_job  # when the command runs
+    from .cloud.vertex import run_vertex
 
     return run_vertex(
         params,
@@ -149,7 +150,7 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
         args.output,
         args.overrides,
         args.params_file,
-        sweep=args.sweep,
+        tuning_job=tuning_job if args.sweep else None,  # --sweep: trials that run the job
     )
 {%- endif %}
 
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_data_commands(sub, common)
     _add_model_commands(sub, common)
+    _add_search_commands(sub, common)
     _add_tool_commands(sub, common)
     return parser
 
@@ -212,7 +214,7 @@ def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
 
 
 def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, speed, sweep, evaluate, predict, export{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    """train, speed, evaluate, predict, export."""
     p = sub.add_parser("train", parents=[common], help="train (resumes the run named run_name)")
     p.add_argument(
         "--fresh",
@@ -244,14 +246,6 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
     p.add_argument("--steps", type=int, default=50, help="steps per measurement (default: 50)")
     p.set_defaults(func=cmd_speed)
 
-    p = sub.add_parser("sweep", parents=[common], help="hyperparameter search (resumes the study)")
-    p.add_argument(
-        "--best",
-        action="store_true",
-        help="promote the best trial: its model to results/models, its settings to params.yaml",
-    )
-    p.set_defaults(func=cmd_sweep)
-
     p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
     p.set_defaults(func=cmd_evaluate)
 
@@ -279,6 +273,22 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         help="default: results/models/saved_model, or results/models/model.tflite (litert)",
     )
     p.set_defaults(func=cmd_export)
+
+
+def _add_search_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """sweep{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
+    p = sub.add_parser("sweep", parents=[common], help="hyperparameter search (resumes the study)")
+    p.add_argument(
+        "--best",
+        action="store_true",
+        help="promote the best trial: its model to results/models, its settings to params.yaml",
+    )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="run this sweep even if another session holds it (that one then stops)",
+    )
+    p.set_defaults(func=cmd_sweep)
 {%- if cookiecutter.vertex_ai == "yes" %}
 
     p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")

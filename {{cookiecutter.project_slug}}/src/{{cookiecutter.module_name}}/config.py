@@ -241,6 +241,8 @@ class SweepConfig:
     warmup_epochs: Int = _field("2", ge=0)  # a trial trains this many epochs before pruning
     keep_best: Int = _field("3", ge=1)  # finished trials whose checkpoints are kept
     time_budget_minutes: Float = _field("690", ge=0.0)  # 0 = no budget
+    # "" = one session, the study on the storage root; a database URL = every session a worker
+    storage: Text = _field("postgresql://user@host:5432/db")
     space: dict[Text, dict[Text, Any]] = _field(
         "{train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}}",
         "a mapping of dotted params keys to {low, high[, log]} or {choices: [...]}",

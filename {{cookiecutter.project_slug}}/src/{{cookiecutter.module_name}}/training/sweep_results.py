@@ -1,163 +1,197 @@
-"""What a sweep leaves behind: the trials table and figure, and the checkpoints worth keeping.
+"""What a sweep leaves: the trials table and figure, the checkpoints kept, and `sweep --best`.
 
-- `results/sweeps/<name>/trials.csv`: `number, state, value`, one column per searched key, then
-  `duration_s` (the time its sessions spent on it); `value` is `train.monitor` at the trial's
-  best epoch (COMPLETE), its last reported epoch (PRUNED), or empty.
-- `results/sweeps/<name>/trials.png`: the value of each trial and the best so far, and the value
-  against each searched key.
-Both are written from the study's events, so any session (or `sweep --best`) writes the same.
+- `results/sweeps/<name>/trials.csv`: the whole study, every worker's trials: `number`, `state`,
+  one column per searched key, then `train.monitor` (a complete trial's best epoch, a pruned
+  one's last); `trials.png`: that value per trial with the best so far, and against each key.
+- `sweep --best` copies the best trial's model and train.json to `results/models/` and
+  `results/metrics/`, and writes its settings into the params file (comments kept), `run_name`
+  included: params, model and metrics then agree, so `dvc commit train` records them as the
+  `train` stage. A trial trained on another machine gets its results from its checkpoint first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from ..config import Dimension, yaml_text
-from ..core.files import atomic_write
+import pandas as pd
+from matplotlib.figure import Figure
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+from ruamel.yaml import YAML
+
+from ..config import COMMAND, ConfigError, Params, load_params, yaml_text
+from ..core.files import atomic_write, temp_file
+from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from .checkpoints import list_checkpoints
 from .lease import LEASE_FILE, read_lease, why_free
-from .sweep_store import TrialView, View
+from .policy import RunHooks
+from .sweep_study import JOURNAL, Sweep, distributions, flat_params, study_folder, values_of
+from .trainer import train
 
-MARKERS = {"COMPLETE": ("o", "C0"), "PRUNED": ("x", "C3")}
-
-
-def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'train': {'epochs': 3}} -> {'train.epochs': 3} (lists stay lists)."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value and key != "space":
-            flat.update(flat_params(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
+NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% endif %})  # how the trial was searched or submitted, not what it is
 
 
-def _cell(value: Any) -> Any:
-    return "" if value is None else yaml_text(value) if isinstance(value, (list, dict)) else value
-
-
-def trials_rows(view: View, dims: dict[str, Dimension]) -> list[dict[str, Any]]:
-    """One row per trial, by number: the columns of trials.csv."""
-    rows = []
-    for trial in sorted(view.trials.values(), key=lambda t: t.number):
-        row = {"number": trial.number, "state": trial.state, "value": _value(trial)}
-        row.update({key: _cell(trial.params.get(key)) for key in dims})
-        row["duration_s"] = round(trial.duration_s, 1)
-        rows.append(row)
-    return rows
-
-
-def _value(trial: TrialView) -> Any:
-    if trial.state == "PRUNED" and trial.value is None and trial.steps:
-        return trial.steps[max(trial.steps)]
-    return "" if trial.value is None else trial.value
-
-
-def write_trials(
-    view: View, dims: dict[str, Dimension], direction: str, monitor: str, folder: Path
-) -> Path:
-    """Write trials.csv and trials.png into `folder` (atomically); return the table's path."""
-    rows = trials_rows(view, dims)
-    text = io.StringIO()
-    writer = csv.DictWriter(text, ["number", "state", "value", *dims, "duration_s"])
-    writer.writeheader()
-    writer.writerows(rows)
-    table = atomic_write(folder / "trials.csv", text.getvalue())
-    figure = plot_trials(rows, dims, direction, monitor)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    atomic_write(folder / "trials.png", buffer.getvalue())
+def write_trials(sweep: Sweep) -> pd.DataFrame:
+    """trials.csv and trials.png (atomic writes); returns the table."""
+    frame = sweep.study.trials_dataframe(attrs=("number", "state", "value", "params"))
+    frame = frame.rename(columns={f"params_{k}": k for k in sweep.dims} | {"value": sweep.monitor})
+    table = frame.reindex(columns=["number", "state", *sweep.dims, sweep.monitor])
+    atomic_write(sweep.results / "trials.csv", table.to_csv(index=False))
+    image = io.BytesIO()
+    plot_trials(sweep, table).savefig(image, format="png", dpi=100)
+    atomic_write(sweep.results / "trials.png", image.getvalue())
     return table
 
 
-def plot_trials(
-    rows: list[dict[str, Any]], dims: dict[str, Dimension], direction: str, monitor: str
-) -> Any:
-    """A matplotlib Figure: the value per trial with the best so far, then the value against
-    each searched key (circles complete, crosses pruned). No pyplot: no window, any backend."""
-    from matplotlib.figure import Figure
-
-    scored = [r for r in rows if r["value"] != "" and r["state"] in MARKERS]
-    figure = Figure(figsize=(4.2 * (1 + len(dims)), 3.6), layout="constrained")
-    axes = figure.subplots(1, 1 + len(dims), squeeze=False)[0]
-    for state, (marker, color) in MARKERS.items():
-        mine = [r for r in scored if r["state"] == state]
-        axes[0].scatter(
-            [r["number"] for r in mine],
-            [r["value"] for r in mine],
-            marker=marker,
-            color=color,
-            label=state.lower(),
-        )
-    best, line = None, []
-    for row in sorted((r for r in scored if r["state"] == "COMPLETE"), key=lambda r: r["number"]):
-        better = best is None or (
-            row["value"] < best if direction == "minimize" else row["value"] > best
-        )
-        best = row["value"] if better else best
-        line.append((row["number"], best))
-    if line:
-        xs, ys = zip(*line, strict=True)
-        axes[0].step(xs, ys, where="post", color="C2", marker=".", label="best so far")
-    axes[0].set(xlabel="trial", ylabel=monitor, title=f"{direction} {monitor}")
-    axes[0].xaxis.get_major_locator().set_params(integer=True)
+def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
+    """The value per trial with the best so far, then against each searched key (circles
+    complete, crosses pruned). A Figure, no pyplot: no window, any backend."""
+    monitor, dists = sweep.monitor, distributions(sweep.dims)
+    figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
+    axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
+    for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
+        rows = table[(table.state == state) & table[monitor].notna()]
+        axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
+        for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
+            categorical = isinstance(dist, CategoricalDistribution)
+            xs = [dist.choices.index(v) for v in rows[key]] if categorical else rows[key]
+            ax.scatter(xs, rows[monitor], marker=marker, color=color)
+            ax.set(xlabel=key, ylabel=monitor)
+            if categorical:
+                ax.set_xticks(range(len(dist.choices)), [str(c) for c in dist.choices])
+            else:
+                ax.set(xscale="log" if dist.log else "linear", xlim=(dist.low, dist.high))
+    done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
+    best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
+    axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
+    axes[0].set(xlabel="trial", ylabel=monitor, title=f"{sweep.direction} {monitor}")
     axes[0].legend(fontsize="small")
-    for ax, (key, dim) in zip(axes[1:], dims.items(), strict=True):
-        _plot_key(ax, scored, key, dim, monitor)
     return figure
 
 
-def _plot_key(ax: Any, rows: list[dict[str, Any]], key: str, dim: Dimension, monitor: str) -> None:
-    labels = [yaml_text(c) for c in dim.choices]
-    for state, (marker, color) in MARKERS.items():
-        mine = [r for r in rows if r["state"] == state]
-        xs = [labels.index(yaml_text(r[key])) if dim.choices else r[key] for r in mine]
-        ax.scatter(xs, [r["value"] for r in mine], marker=marker, color=color)
-    if dim.choices:
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlim(-0.5, len(labels) - 0.5)
-    else:
-        ax.set_xscale("log" if dim.log else "linear")
-        ax.set_xlim(dim.low, dim.high)  # the whole range searched
-    ax.set(xlabel=key, ylabel=monitor)
-
-
-def keep_best_checkpoints(view: View, sweep: Any, storage: Path) -> str:
-    """Delete the checkpoints of finished trials but the `sweep.keep_best` best complete ones
-    (Drive's quota): their step folders and their free lease, nothing the project did not write.
-    Returns a one-line note, or ''."""
-    finished = [t for t in view.trials.values() if t.finished]
+def keep_best_checkpoints(sweep: Sweep) -> str:
+    """Delete the checkpoints of finished runs but the `sweep.keep_best` best (Drive's quota):
+    their step folders and free lease, nothing the project did not write. One line, or ''."""
+    trials = sweep.study.get_trials(deepcopy=False)
     sign = 1 if sweep.direction == "minimize" else -1
     complete = sorted(
-        (t for t in finished if t.state == "COMPLETE" and t.value is not None),
-        key=lambda t: (sign * t.value, t.number),
+        (t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: sign * t.value
     )
-    keep = {t.number for t in complete[: sweep.cfg.keep_best]}
+    finished = {
+        t.user_attrs.get("run")
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    }
+    # Kept: the best, and every run a trial may still train (running, or a retry waiting).
+    keep = {t.user_attrs.get("run") for t in complete[: sweep.cfg.keep_best]}
+    keep |= {t.user_attrs.get("run") for t in trials if not t.state.is_finished()}
     deleted = []
-    for trial in sorted(finished, key=lambda t: t.number):
-        folder = storage / "checkpoints" / sweep.run_name(trial.number)
-        if trial.number in keep or not folder.is_dir():
-            continue
-        if why_free(read_lease(folder / LEASE_FILE), time.time()) is None:
-            continue  # a live session trains this run (by hand?): leave it alone
+    for run in sorted(finished - keep - {None}):
+        folder = storage_root(sweep.project_dir) / "checkpoints" / run
+        if not folder.is_dir() or why_free(read_lease(folder / LEASE_FILE), time.time()) is None:
+            continue  # none, or a live session trains it
         for _, step in list_checkpoints(folder):
             shutil.rmtree(step, ignore_errors=True)
-        for child in folder.glob(".tmp-*"):
-            shutil.rmtree(child, ignore_errors=True)
         (folder / LEASE_FILE).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
-        deleted.append(str(trial.number))
-    if not deleted:
-        return ""
-    kept = ", ".join(str(n) for n in sorted(keep)) or "none yet"
-    return (
-        f"Checkpoints deleted for finished trials {', '.join(deleted)}; kept for the "
-        f"{sweep.cfg.keep_best} best (trials {kept})."
+        deleted.append(run)
+    return f"Checkpoints deleted for finished runs {', '.join(deleted)}." if deleted else ""
+
+
+def summary(sweep: Sweep, table: pd.DataFrame) -> None:
+    """Where the sweep stands, in a few lines."""
+    counts = ", ".join(f"{v} {k.lower()}" for k, v in table.state.value_counts().items())
+    print(
+        f"\nSweep '{sweep.cfg.name}': {len(table)} trials ({counts}) for {sweep.cfg.n_trials} "
+        f"wanted; table {sweep.results / 'trials.csv'}, figure {sweep.results / 'trials.png'}",
+        flush=True,
     )
+    with contextlib.suppress(ValueError):  # no complete trial yet
+        best = sweep.study.best_trial
+        values = values_of(sweep.dims, best.params)
+        shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
+        print(
+            f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
+            f"`{COMMAND} sweep --best` promotes it.",
+            flush=True,
+        )
+
+
+def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
+    """Promote the best complete trial of `sweep.name`; one line of error when there is none."""
+    name = params.sweep.name
+    none_yet = ConfigError(
+        f"sweep.name: the study '{name}' has no complete trial yet; run `{COMMAND} sweep` first "
+        "(example: --set sweep.name=lr-dropout)"
+    )
+    if not params.sweep.storage and not (study_folder(project_dir, name) / JOURNAL).is_file():
+        raise none_yet
+    sweep = Sweep(params, params_file, project_dir, [])
+    if not any(t.state == TrialState.COMPLETE for t in sweep.study.get_trials(deepcopy=False)):
+        raise none_yet
+    best = sweep.study.best_trial
+    run = best.user_attrs["run"]
+    values, overrides = values_of(sweep.dims, best.params), best.user_attrs["overrides"]
+    trial = sweep.trial_params(values, run, overrides)
+    source = sweep.results / run.rsplit("-", 1)[1]
+    if not all((source / file).is_file() for file in PROMOTED):
+        print(f"Writing {source} from the checkpoints of run '{run}'", flush=True)
+        if train(trial, project_dir, hooks=RunHooks(results=source)).status != "completed":
+            raise ConfigError(f"run_name: the run '{run}' is not complete; run the sweep")
+    for file in PROMOTED:
+        atomic_write(results_root(project_dir) / file, (source / file).read_bytes())
+    write_trials(sweep)
+    changed = write_params(params_file, trial)
+    shown = "; ".join(f"{k}: {yaml_text(a)} -> {yaml_text(b)}" for k, (a, b) in changed.items())
+    print(
+        f"Promoted trial {best.number} ({run}, {sweep.monitor} {best.value:.4g}) to "
+        f"{results_root(project_dir)}\n{params_file.name}: {shown or 'already has its settings'}"
+        f"\nRecord it as the `train` stage without training again: `dvc commit train`, then "
+        f"commit {params_file.name}, dvc.lock and results/{TRAIN_METRICS}.",
+        flush=True,
+    )
+    return 0
+
+
+def write_params(path: Path, trial: Params) -> dict[str, tuple[Any, Any]]:
+    """Write the keys in which `trial` differs from the params file into it (ruamel.yaml keeps
+    its comments and layout), checked before it replaces the file; returns {key: (old, new)}."""
+    current, wanted = flat_params(load_params(path).to_dict()), flat_params(trial.to_dict())
+    changed = {
+        k: (current.get(k), v)
+        for k, v in wanted.items()
+        if current.get(k) != v and not k.startswith(NOT_PROMOTED)
+    }
+    if not changed:
+        return {}
+    yaml = YAML()
+    yaml.preserve_quotes, yaml.width = True, 4096
+    doc = yaml.load(path.read_text())
+    for key, (_, value) in changed.items():
+        *sections, leaf = key.split(".")
+        node = doc
+        for part in sections:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    out, tmp = io.StringIO(), Path(temp_file(path))
+    yaml.dump(doc, out)
+    try:
+        tmp.write_text(out.getvalue())
+        written = flat_params(load_params(tmp).to_dict())
+        if any(written.get(k) != v for k, (_, v) in changed.items()):
+            raise ConfigError(
+                f"{path}: could not write the trial's settings; set them by hand: "
+                + ", ".join(f"{k}={yaml_text(v)}" for k, (_, v) in changed.items())
+            )
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return changed

@@ -1,0 +1,274 @@
+"""A sweep's Optuna study: where it is stored, how it samples and prunes.
+
+- No `sweep.storage`: Optuna's JournalStorage in `<storage>/sweeps/<name>/journal.log` (Drive on
+  Colab: a new VM goes on where the last one stopped). The sweep's lease beside it makes one
+  session the only writer, so the journal takes no file lock (Optuna's default lock is a symlink,
+  which Drive lacks). Drive can cut a VM's last write: a cut last line is dropped before the next
+  append (Optuna's reader fails on the line that follows one).
+- A database URL: Optuna's RDBStorage shared by every worker, with Optuna's heartbeat. The
+  password comes from `SWEEP_STORAGE_PASSWORD`, Colab's secrets or `~/.pgpass`, never the URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import random
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+import yaml
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from ..config import ConfigError, Dimension, Params, load_params, sweep_space, yaml_text
+from ..core.storage import results_root, storage_root
+from .early_stopping import mode_for
+from .lease import HEARTBEAT_S, STALE_AFTER, Lease
+
+JOURNAL = "journal.log"
+PASSWORD = "SWEEP_STORAGE_PASSWORD"
+URL_EXAMPLE = "postgresql://user@host:5432/db"
+
+
+class Sweep:
+    """A session's sweep: its settings, its study, where things go."""
+
+    def __init__(
+        self,
+        params: Params,
+        params_file: Path,
+        project_dir: Path,
+        overrides: list[str],
+        lease: Lease | None = None,
+    ) -> None:
+        self.params, self.params_file, self.project_dir = params, params_file, project_dir
+        self.overrides = overrides  # the command's `--set` items: the base of every trial
+        self.lease = lease  # one session's sweep: it writes the journal; None: a database
+        self.cfg, self.monitor, self.dims = params.sweep, params.train.monitor, sweep_space(params)
+        self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
+        self.results = results_root(project_dir) / "sweeps" / self.cfg.name
+        with quiet_optuna():
+            if self.cfg.storage:
+                self.storage: Any = database_storage(self.cfg.storage)
+            else:
+                folder = study_folder(project_dir, self.cfg.name)
+                self.storage = journal_storage(folder, mend=lease is not None)
+            self.study = optuna.create_study(
+                storage=self.storage,
+                study_name=self.cfg.name,
+                direction=self.direction,
+                sampler=make_sampler(params, self.dims),
+                pruner=make_pruner(params),
+                load_if_exists=True,
+            )
+
+    def trial_params(self, values: dict[str, Any], run: str, overrides: list[str]) -> Params:
+        """A trial's params: the params file, `overrides`, the trial's values, its run name."""
+        sets = [self.dims[k].override(v) for k, v in values.items()]
+        return load_params(self.params_file, [*overrides, *sets, f"run_name={run}"])
+
+
+def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'train': {'epochs': 3}} -> {'train.epochs': 3} (lists and the space stay whole)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and key != "space":
+            flat.update(flat_params(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """No INFO lines, and none of the warnings about what is used here on purpose: the heartbeat,
+    its retry and `fail_stale_trials` are marked experimental; `ask` with a heartbeat outside
+    `optimize` (the loop beats itself); an epoch reported again after a resume (the first stays)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", "The reported value is ignored")
+        yield
+
+
+def study_folder(project_dir: Path, name: str) -> Path:
+    """`<storage>/sweeps/<name>`: the journal and the sweep's lease; one that an older version
+    wrote (event files) is refused and kept."""
+    folder = storage_root(project_dir) / "sweeps" / name
+    if (folder / "sessions").is_dir():
+        raise ConfigError(
+            f"sweep.name: the study in {folder} was written by an older version of this project "
+            f"(its files are kept); start a new one (example: --set sweep.name={name}-2)"
+        )
+    return folder
+
+
+class _NoLock:
+    """The journal's file lock: none needed, the sweep's lease keeps other writers away."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+def journal_storage(folder: Path, mend: bool) -> optuna.storages.JournalStorage:
+    """The one-session study in `folder`; `mend` (the lease holder) drops a cut last line."""
+    path = folder / JOURNAL
+    data = path.read_bytes() if path.is_file() else b""
+    if mend and not data.endswith(b"\n") and data:
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            os.fsync(f.fileno())
+        print(f"{path}: its last line was cut off (a write lost with a VM); dropped.", flush=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=_NoLock())
+    return optuna.storages.journal.JournalStorage(backend)
+
+
+def database_url(text: str) -> sqlalchemy.URL:
+    """`sweep.storage` checked: a URL without a password; `postgresql://` gets Colab's psycopg2
+    where it is installed, else psycopg 3 (a wheel in requirements.txt)."""
+    try:
+        url = sqlalchemy.make_url(text)
+    except sqlalchemy.exc.ArgumentError:
+        raise ConfigError(f"sweep.storage: not a database URL (example: {URL_EXAMPLE})") from None
+    if url.password is not None:
+        raise ConfigError(
+            f"sweep.storage: {url.render_as_string()} holds a password; leave it out and set "
+            f"{PASSWORD} or ~/.pgpass (example: {URL_EXAMPLE})"
+        )
+    if url.drivername == "postgresql":
+        found = importlib.util.find_spec("psycopg2") is not None
+        url = url.set(drivername="postgresql+psycopg2" if found else "postgresql+psycopg")
+    return url
+
+
+def storage_password() -> str | None:
+    """`$SWEEP_STORAGE_PASSWORD`, else Colab's secret of that name, else None (libpq then reads
+    `~/.pgpass`)."""
+    if os.environ.get(PASSWORD) or importlib.util.find_spec("google.colab") is None:
+        return os.environ.get(PASSWORD) or None
+    from google.colab import userdata  # only on Colab
+
+    with contextlib.suppress(userdata.SecretNotFoundError, userdata.NotebookAccessError):
+        return userdata.get(PASSWORD)
+    return None
+
+
+def database_storage(text: str) -> optuna.storages.RDBStorage:
+    """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
+    server or a refused login is one ConfigError line naming sweep.storage."""
+    url = database_url(text)
+    connect: dict[str, Any] = {"password": storage_password()}
+    if url.get_backend_name() == "postgresql":
+        connect["connect_timeout"] = 10
+    for attempt in range(1, 6):
+        try:
+            with quiet_optuna():
+                return optuna.storages.RDBStorage(
+                    url.render_as_string(hide_password=False),
+                    engine_kwargs={"connect_args": {k: v for k, v in connect.items() if v}},
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=3,  # a trial that kills its worker each time is given up
+                        inherit_intermediate_values=True,  # its earlier epochs, for the pruner
+                    ),
+                )
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+            # Workers that start together on an empty database race to create its tables
+            # (optuna#1092): the losers try again once the winner's tables are there.
+            racing = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
+            if not isinstance(exc, racing) or attempt == 5:
+                why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+                if "password" in why:
+                    why += f" (the password: {PASSWORD} or ~/.pgpass)"
+                raise ConfigError(
+                    f"sweep.storage: cannot open {url.render_as_string()}: {why} "
+                    f"(example: {URL_EXAMPLE})"
+                ) from None
+            time.sleep(random.uniform(0.2, 1.0))
+    raise AssertionError("each attempt returns or raises")
+
+
+# -- the search space, the sampler and the pruner ---------------------------------------------
+def _encoded(dim: Dimension) -> bool:
+    """Choices that Optuna cannot store (lists, mappings) go to it as their YAML text."""
+    return any(isinstance(c, (list, dict)) for c in dim.choices)
+
+
+def distributions(dims: dict[str, Dimension]) -> dict[str, Any]:
+    """Optuna's distribution for each searched key."""
+    out: dict[str, Any] = {}
+    for key, dim in dims.items():
+        if dim.choices:
+            choices = [yaml_text(c) for c in dim.choices] if _encoded(dim) else list(dim.choices)
+            out[key] = CategoricalDistribution(choices)
+        elif dim.integer:
+            out[key] = IntDistribution(int(dim.low), int(dim.high), log=dim.log)
+        else:
+            out[key] = FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
+    return out
+
+
+def values_of(dims: dict[str, Dimension], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's Optuna params as the params file takes them."""
+    return {k: yaml.safe_load(v) if _encoded(dims[k]) else v for k, v in params.items()}
+
+
+class PerTrialSeed(optuna.samplers.BaseSampler):
+    """A sampler seeded by each trial's number: workers that ask at once get different values,
+    and a sweep started again proposes what an uninterrupted one would."""
+
+    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
+        self.make, self.seed, self.inner = make, seed, make(seed)
+
+    def before_trial(self, study: optuna.Study, trial: Any) -> None:
+        self.inner = self.make(self.seed * 100_003 + trial.number)
+        self.inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: Any, space: dict) -> dict[str, Any]:
+        return self.inner.sample_relative(study, trial, space)
+
+    def sample_independent(self, study: optuna.Study, trial: Any, name: str, dist: Any) -> Any:
+        return self.inner.sample_independent(study, trial, name, dist)
+
+    def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Any) -> None:
+        pass  # the grid's would stop `optimize`, which is not used: the loop counts trials
+
+
+def make_sampler(params: Params, dims: dict[str, Dimension]) -> PerTrialSeed:
+    """`sweep.sampler`: tpe (Optuna's TPESampler), random or grid."""
+    cfg = params.sweep
+    if cfg.sampler == "grid":  # shuffled once by the seed; trial n takes the grid's point n
+        points = {k: list(d.choices) for k, d in distributions(dims).items()}
+        grid = optuna.samplers.GridSampler(points, seed=params.seed)
+        return PerTrialSeed(lambda seed: grid, params.seed)
+    if cfg.sampler == "random":
+        return PerTrialSeed(lambda seed: optuna.samplers.RandomSampler(seed=seed), params.seed)
+    return PerTrialSeed(
+        lambda seed: optuna.samplers.TPESampler(
+            seed=seed, constant_liar=True, n_startup_trials=cfg.startup_trials
+        ),
+        params.seed,
+    )
+
+
+def make_pruner(params: Params) -> optuna.pruners.BasePruner:
+    """`sweep.pruner`: median (Optuna's MedianPruner) or none."""
+    cfg = params.sweep
+    if cfg.pruner == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(cfg.startup_trials, n_warmup_steps=cfg.warmup_epochs)
