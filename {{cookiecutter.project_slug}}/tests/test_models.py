@@ -24,6 +24,8 @@ from {{ cookiecutter.module_name }}.model import (
 from {{ cookiecutter.module_name }}.optim import clip_gradients
 from {{ cookiecutter.module_name }}.spec import DataSpec
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 IMAGES = DataSpec(kind="image", input_shape=(32, 32, 3), names=["a", "b", "c"])
 VECTORS = DataSpec(
     kind="vector",

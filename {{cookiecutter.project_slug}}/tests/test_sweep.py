@@ -25,6 +25,8 @@ from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.sweep import Sweep, next_trial, propose
 from {{ cookiecutter.module_name }}.training.sweep_store import StudyStore, fold
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 # Small trials on the bundled digits: 1438 training examples.
 SMALL = ["train.batch_size=32", "train.steps_per_execution=11", "model.hidden_units=[16]"]
 
