@@ -18,17 +18,27 @@ from conftest import PROJECT
 
 from {{ cookiecutter.module_name }}.__main__ import main
 
-# One short epoch on one device, offline (no ImageNet download), small built-in models; the rest
-# of params.yaml is the project's own.
+# One short epoch on one device, offline (no ImageNet download), small built-in models, and every
+# setting of yours that a component under test might not take (your task and its metrics and
+# monitor, a profile, a GPU requirement) back to neutral; the rest of params.yaml is your own.
 TINY = [
     "train.epochs=1",
     "train.batch_size=8",
     "train.steps_per_execution=1",
     "train.early_stopping_patience=0",
     "train.time_budget_minutes=0",
+    "train.monitor=val_loss",
     "train.class_weight=none",
+    "train.label_smoothing=0",
+    "train.profile_steps=[]",
+    "train.mixed_precision=false",
+    "train.xla=false",
     "train.fine_tune.frozen_epochs=0",
     "distribute.strategy=default",
+    "distribute.logical_cpus=0",
+    "distribute.require_accelerator=false",
+    "task.type=classification",
+    "task.metrics=[]",
     "model.weights=null",
     "model.backbone=MobileNetV3Small",
     "model.hidden_units=[8]",
