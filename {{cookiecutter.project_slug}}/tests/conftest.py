@@ -96,33 +96,33 @@ def tensorboard_values(folder: Path) -> dict[str, list]:
     return values
 
 
-def checkout_files() -> list[Path]:
-    """This project's files as a fresh clone has them (relative paths): git's tracked and new
-    files (what .gitignore ignores left out) when this is a git work tree, else every file; never
-    OUTPUTS or CACHES."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=PROJECT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if listed.returncode == 0:
+def checkout_files(project: Path = PROJECT) -> list[Path]:
+    """A project's files as a fresh clone has them (relative paths): git's tracked and new files
+    (what .gitignore ignores left out) when it is a git work tree, else every file; never OUTPUTS
+    or CACHES."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=project, capture_output=True, text=True, check=True,
+        )  # fmt: skip
         files = [Path(name) for name in sorted(set(listed.stdout.split("\0"))) if name]
-    else:  # not a git work tree (or no git)
-        files = [p.relative_to(PROJECT) for p in PROJECT.rglob("*") if not p.is_dir()]
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a git work tree
+        files = [p.relative_to(project) for p in project.rglob("*") if not p.is_dir()]
 
     def wanted(path: Path) -> bool:
         if any(path == Path(out) or Path(out) in path.parents for out in OUTPUTS):
             return False
         return not any(fnmatch(part, pattern) for part in path.parts[:-1] for pattern in CACHES)
 
-    return [p for p in files if wanted(p) and (PROJECT / p).is_file()]
+    return [p for p in files if wanted(p) and (project / p).is_file()]
 
 
-def copy_checkout(dest: Path) -> Path:
+def copy_checkout(dest: Path, project: Path = PROJECT) -> Path:
     """This project's code and configuration in `dest`, as a fresh clone has them: no data,
     results, checkpoints, DVC cache, local DVC config or environments (src/<module>/data stays)."""
-    for path in checkout_files():
+    for path in checkout_files(project):
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(PROJECT / path, dest / path, follow_symlinks=False)
+        shutil.copy2(project / path, dest / path, follow_symlinks=False)
     return dest
 
 
