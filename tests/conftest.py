@@ -59,10 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bench: runs `make bench` at tiny sizes (minutes)")
 
 
-# `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder).
-# The default project's own suite (about 12 min) takes one worker, with one quick file queued
-# behind it; the other worker runs the benchmark, the Colab box and the rest meanwhile.
-FIRST = ("test_baked_project.py", "test_bench.py", "test_used_project.py", "test_lock.py",
+# `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder),
+# the first four in turn. The default project's own suite (`make test-all`, about 12 min) takes
+# one worker, with one quick file queued behind it; the other worker runs the benchmark (which
+# makes the used project), `make test` in the used project, the Colab box and the rest meanwhile.
+FIRST = ("test_baked_project.py", "test_bench.py", "test_lock.py", "test_used_project.py",
          "test_colab_box.py")
 
 
