@@ -24,7 +24,7 @@ demo: $(STAMP)  ## bake the default project into demo/, install it and run its m
 test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what they bake), a file per core
 	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder tests
 
-bench: $(STAMP)  ## bake time, then the baked trainer against plain Keras (about 17 min idle; ARGS="--pairs 3")
+bench: $(STAMP)  ## bake time, the baked trainer against plain Keras, make test in a used project (about 23 min idle)
 	$(BIN)/python scripts/bench.py $(ARGS)
 
 lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned requirements
