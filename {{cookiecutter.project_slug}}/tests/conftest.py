@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from fnmatch import fnmatch
@@ -45,6 +46,10 @@ USERS_VARIABLES = (
 )
 for _name in [n for n in os.environ if n.startswith(USERS_VARIABLES)]:
     del os.environ[_name]
+# A shell starts a background job (`make test-all &`, nohup) with SIGINT ignored; the tests of a
+# clean stop on SIGINT need Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
