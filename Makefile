@@ -28,7 +28,7 @@ test: $(STAMP)  ## the template's whole test suite (bakes projects and runs what
 docs: $(STAMP)  ## the documentation site into site/ (mkdocs-material; --strict: a broken link fails)
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
-bench: $(STAMP)  ## bake time, then the baked trainer against plain Keras (about 17 min idle; ARGS="--pairs 3")
+bench: $(STAMP)  ## bake time, the baked trainer against plain Keras, make test in a used project (about 23 min idle)
 	$(BIN)/python scripts/bench.py $(ARGS)
 
 lock: $(STAMP)  ## re-resolve the template's and the generated project's pinned requirements

@@ -20,6 +20,9 @@ one server process per strategy so TensorFlow starts once). Workloads:
             peak RSS of `train` at N/4 and N images (the same number of steps).
   backbone  MobileNetV3Small (random weights, offline) at 96x96 on the same kind of JPEGs: the
             trainer against `image_dataset_from_directory` + `model.fit` with the same model.
+  user_tests  `make test` (the tests of the user's loop) in a project its user has already
+            worked in (`dvc repro`, `make train`, a sweep: project_env.use) and in a fresh one,
+            alternating: seconds, median [min-max]; target: at most 120 s in the used project.
 
 Every side but the MLP's seed (a notebook's bare `model.fit(x, y)`) validates each epoch, and all
 run the same deterministic-ops and XLA settings. Speed is the examples trained per second in the
@@ -36,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -58,6 +62,7 @@ GOALS = {  # figure: the least it should be (issue 21)
     "backbone_ratio_vs_fit": 1.1,
     "cnn_val_accuracy": 0.9,
 }
+USER_TESTS_LIMIT_S = 120  # `make test` in a used project, on 2 cores: at most this (issue 30)
 PHOTO_SIDE = 160  # the JPEGs on disk ...
 IMAGE_SIDE = 64  # ... trained at 64x64 (images: prepare resizes once, Keras every epoch)
 BACKBONE_SIDE = 96  # ... and at 96x96 (backbone)
@@ -407,6 +412,43 @@ def cnn(work: Path, baked: Path, python: Path, module: str, args: argparse.Names
     ])  # fmt: skip
 
 
+def user_tests(work: Path, baked: Path, python: Path, module: str, args: argparse.Namespace) -> str:
+    """user_tests: `make test` in a used project and in a fresh one, the sides alternating."""
+    fresh = work / "user-fresh" / baked.name
+    shutil.copytree(baked, fresh, symlinks=True)
+    used = args.used_project
+    if used is None:
+        used = work / "user-used" / baked.name
+        shutil.copytree(baked, used, symlinks=True)
+        project_env.use(used, python, work / "user-used" / "use.log")
+    seconds: dict[Path, list[float]] = {used: [], fresh: []}
+    passed = 0
+    for pair in range(args.user_test_pairs):
+        for project in (used, fresh) if pair % 2 == 0 else (fresh, used):
+            env = project_env.project_command_env(project, python)
+            env["PYTEST_ADDOPTS"] = "-p no:cacheprovider" + (f" -k {args.user_tests_select!r}"
+                                                             if args.user_tests_select else "")
+            started = time.perf_counter()
+            run = subprocess.run(["make", "test"], cwd=project, env=env, capture_output=True, text=True)
+            seconds[project].append(time.perf_counter() - started)
+            LOADS.append(os.getloadavg()[0])
+            if run.returncode != 0:
+                raise RuntimeError(f"make test failed in {project}:\n{run.stdout[-3000:]}{run.stderr[-2000:]}")
+            passed = int(re.findall(r"(\d+) passed", run.stdout)[-1])
+            say(f"make test in the {'used' if project == used else 'fresh'} project: "
+                f"{seconds[project][-1]:.0f} s, {passed} passed, load {LOADS[-1]:.1f}")  # fmt: skip
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
+
+    limit, worst = USER_TESTS_LIMIT_S, max(seconds[used])
+    verdict = "met" if worst <= limit else "missed" if min(seconds[used]) > limit else "straddled"
+    return " ".join([
+        f"user_tests: used_seconds={spread(seconds[used])} (target {limit} s: {verdict})",
+        f"fresh_seconds={spread(seconds[fresh])} passed={passed} pairs={args.user_test_pairs}",
+    ])  # fmt: skip
+
+
 def image_sets(args: argparse.Namespace, folder: Path, architecture: str) -> dict[str, Any]:
     """The --set overrides of an image workload: the folder, the model, one device."""
     side = BACKBONE_SIDE if architecture == "backbone" else IMAGE_SIDE
@@ -423,6 +465,9 @@ def image_sets(args: argparse.Namespace, folder: Path, architecture: str) -> dic
     return sets
 
 
+WORKLOADS = ("mlp", "images", "backbone", "cnn", "user_tests")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=60_000, help="mlp: training examples")
@@ -436,16 +481,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cnn-epochs", type=int, default=20, help="cnn: epochs per seed")
     p.add_argument("--cnn-seeds", type=int, default=3, help="cnn: seeds (runs)")
     p.add_argument("--pairs", type=int, default=5, help="runs of each side per workload")
+    p.add_argument("--user-test-pairs", type=int, default=2,
+                   help="user_tests: `make test` runs in each project (1-2 min each)")
+    p.add_argument("--user-tests-select", default="", help="user_tests: only these tests (pytest -k)")
+    p.add_argument("--used-project", type=Path, default=None,
+                   help="user_tests: a project already used (project_env.use), instead of making one")
     p.add_argument("--bake-runs", type=int, default=5, help="bakes timed")
-    p.add_argument("--only", nargs="+", choices=["mlp", "images", "backbone", "cnn"],
-                   default=["mlp", "images", "backbone", "cnn"], help="workloads to run")  # fmt: skip
+    p.add_argument("--only", nargs="+", choices=WORKLOADS, default=list(WORKLOADS),
+                   help="workloads to run")  # fmt: skip
     p.add_argument("--xla", action="store_true", help="train.xla on every side (jit_compile)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
     p.add_argument("-v", "--verbose", action="store_true", help="each pair's speeds on stderr")
     args = p.parse_args(argv)
-    if min(args.epochs, args.image_epochs, args.backbone_epochs) < 2 or args.pairs < 1:
-        p.error("epochs must be >= 2 (the first is left out) and --pairs >= 1")
+    if min(args.epochs, args.image_epochs, args.backbone_epochs) < 2 or min(args.pairs, args.user_test_pairs) < 1:
+        p.error("epochs must be >= 2 (the first is left out), --pairs and --user-test-pairs >= 1")
     if args.images < 4:
         p.error("--images must be >= 4 (peak RSS is also measured at N/4)")
     return args
@@ -492,6 +542,8 @@ def main(argv: list[str] | None = None) -> None:
                 keras.close()
         if "cnn" in args.only:
             print(timed(cnn, work, baked, python, module, args), flush=True)
+        if "user_tests" in args.only:
+            print(timed(user_tests, work, baked, python, module, args), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Bake the template and give the baked project an environment with its pinned requirements.
 
-Used by `make demo` and by the template's tests, which run what they bake. The environment is
-kept in `.venv-project/` and rebuilt only when the baked lock files change, so a second
-`make test` does not reinstall TensorFlow.
+Used by `make demo`, `make bench` and by the template's tests, which run what they bake. The
+environment is kept in `.venv-project/` and rebuilt only when the baked lock files change, so a
+second `make test` does not reinstall TensorFlow. `use` works in a baked project as its user
+does (the pipeline, training, a sweep), for the checks that need a project already used.
 """
 
 from __future__ import annotations
@@ -96,3 +97,43 @@ def locked_python(project: Path) -> Path:
                            check=True, env=UV_ENV)
             stamp.write_text(digest)
     return python
+
+
+# What a user does in a new project before running its tests again (README's local start): the
+# pipeline with params.yaml as baked, `make train` (resumes the run the pipeline trained), a
+# short sweep. The storage root is the project folder, as on a user's machine.
+USE = (
+    ["dvc", "repro"],
+    ["make", "train"],
+    ["python", "-m", "{module}", "sweep", "--set", "sweep.n_trials=2", "--set", "train.epochs=2"],
+)
+
+
+def project_command_env(project: Path, python: Path) -> dict[str, str]:
+    """The environment a user's shell has in `project`: its interpreter's tools first on PATH, the
+    package from the project's own src/ (PYTHONPATH: several projects share one environment), no
+    storage or results root of this machine's."""
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(project / "src"), "PYTHON": str(python)}  # fmt: skip
+    for name in ("PROJECT_STORAGE_DIR", "PROJECT_RESULTS_DIR", "TF_CONFIG"):
+        env.pop(name, None)
+    for name in [n for n in env if n.startswith(("PYTEST_", "COV_CORE"))]:
+        env.pop(name)  # a pytest worker's own: the project's pytest is a session of its own
+    return env
+
+
+def use(project: Path, python: Path, log: Path | None = None) -> None:
+    """Run USE in `project` with `python`'s environment (each command's output into `log`);
+    a failing command raises with the end of its output."""
+    module = next(p.name for p in (project / "src").iterdir() if (p / "__main__.py").is_file())
+    env = project_command_env(project, python)
+    log = log or project.parent / "use.log"
+    for command in USE:
+        command = [part.format(module=module) for part in command]
+        with open(log, "a") as out:
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            done = subprocess.run(command, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"{' '.join(command)} exited {done.returncode} in {project}:\n{tail}")

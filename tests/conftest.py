@@ -31,6 +31,25 @@ def default_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def used_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(project, python): a default project its user has already worked in (`dvc repro`,
+    `make train`, a sweep: scripts/project_env.py USE), with the lock's interpreter (the package
+    from the project's src/). Made once for all of this run's pytest-xdist workers; a `done` file
+    says it is complete. Tests may run commands there, never change what the user made."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / "used", shared / "used" / "done"
+    with project_env.exclusive(shared / "used.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a start this run did not finish
+            project = project_env.bake(folder)
+            project_env.use(project, project_env.locked_python(project), folder / "use.log")
+            done.write_text(project.name)
+    project = folder / done.read_text()
+    return project, project_env.locked_python(project)
+
+
+@pytest.fixture(scope="session")
 def project_python(default_project: Path) -> Path:
     """An interpreter with the default project's lock installed and the project itself (editable)."""
     return project_env.project_python(default_project)
@@ -40,10 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "bench: runs `make bench` at tiny sizes (minutes)")
 
 
-# `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder).
-# The default project's own suite (about 12 min) takes one worker, with one quick file queued
-# behind it; the other worker runs the benchmark, the Colab box and the rest meanwhile.
-FIRST = ("test_baked_project.py", "test_bench.py", "test_lock.py", "test_colab_box.py")
+# `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder),
+# the first four in turn. The default project's own suite (`make test-all`, about 12 min) takes
+# one worker, with one quick file queued behind it; the other worker runs the benchmark (which
+# makes the used project), `make test` in the used project, the Colab box and the rest meanwhile.
+FIRST = ("test_baked_project.py", "test_bench.py", "test_lock.py", "test_used_project.py",
+         "test_colab_box.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,4 +1,11 @@
-"""Shared test setup for the training core.
+"""Shared test setup: isolation from your own runs, and the training core's fixtures.
+
+`make test` runs where you work, after `dvc repro`, `make train` or a sweep: no test may read
+your data, results, DVC cache, storage root or environment. So this file removes, for every test
+and every process a test starts, the variables that point at them (PROJECT_STORAGE_DIR,
+PROJECT_RESULTS_DIR, TF_CONFIG, MLFLOW_*, WANDB_*, ...; a test that needs one sets its own), keeps
+DVC from reading your global configuration, and `copy_checkout` copies this project's code and
+configuration as a fresh clone has them, none of its outputs.
 
 TensorFlow can split the CPU into logical devices only before it initialises, so this file does
 it once, at collection, for every in-process test: two logical CPUs let MirroredStrategy run with
@@ -12,12 +19,37 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
+# Variables that point a run at your own places, accounts or cluster (names and prefixes): gone
+# before anything reads them.
+USERS_VARIABLES = (
+    "PROJECT_",  # PROJECT_STORAGE_DIR, PROJECT_RESULTS_DIR, PROJECT_GCS_MOUNT, ...
+    "TF_CONFIG",
+    "CLOUD_ML_",
+    "CLUSTER_SPEC",
+    "MLFLOW_",
+    "WANDB_",
+    "SWEEP_STORAGE_PASSWORD",
+    # libpq's defaults (a sweep's database)
+    *("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGSERVICE"),
+    "DVC_",
+    "COLAB_RELEASE_TAG",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+)
+for _name in [n for n in os.environ if n.startswith(USERS_VARIABLES)]:
+    del os.environ[_name]
+# A shell starts a background job (`make test-all &`, nohup) with SIGINT ignored; the tests of a
+# clean stop on SIGINT need Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
@@ -41,9 +73,22 @@ TINY = [
 ]
 
 
-# A checkout's own outputs and environments (at its top level), and caches anywhere.
-OUTPUTS = (".git", ".venv", "results", "data", "wandb", "checkpoints")
-CACHES = shutil.ignore_patterns("__pycache__", "*.egg-info")
+# What a checkout makes by running (at its top level: outputs, the storage root's folders when it
+# is the project, environments) and keeps for itself (.git, DVC's cache): never copied.
+OUTPUTS = (
+    *(".git", ".venv", "venv", "results", "data", "wandb", "mlruns", "checkpoints", "cache"),
+    *("sweeps", "dvc_plots", "dvc.lock", ".dvc/cache", ".dvc/tmp", ".dvc/config.local"),
+)
+CACHES = ("__pycache__", "*.egg-info", ".ipynb_checkpoints", ".pytest_cache", ".ruff_cache")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_global_dvc_config(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """DVC reads no configuration or cache of yours (~/.config/dvc, /etc/xdg/dvc)."""
+    empty = tmp_path_factory.mktemp("dvc-config")
+    for name in ("DVC_GLOBAL_CONFIG_DIR", "DVC_SYSTEM_CONFIG_DIR", "DVC_SITE_CACHE_DIR"):
+        os.environ[name] = str(empty)
+    os.environ["DVC_NO_ANALYTICS"] = "1"
 
 
 def tensorboard_values(folder: Path) -> dict[str, list]:
@@ -56,14 +101,33 @@ def tensorboard_values(folder: Path) -> dict[str, list]:
     return values
 
 
-def copy_checkout(dest: Path) -> Path:
-    """This project's files without outputs, environments or caches (src/<module>/data stays)."""
+def checkout_files(project: Path = PROJECT) -> list[Path]:
+    """A project's files as a fresh clone has them (relative paths): git's tracked and new files
+    (what .gitignore ignores left out) when it is a git work tree, else every file; never OUTPUTS
+    or CACHES."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=project, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        files = [Path(name) for name in sorted(set(listed.stdout.split("\0"))) if name]
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a git work tree
+        files = [p.relative_to(project) for p in project.rglob("*") if not p.is_dir()]
 
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        top = set(OUTPUTS) & set(names) if Path(folder) == PROJECT else set()
-        return top | CACHES(folder, names)
+    def wanted(path: Path) -> bool:
+        if any(path == Path(out) or Path(out) in path.parents for out in OUTPUTS):
+            return False
+        return not any(fnmatch(part, pattern) for part in path.parts[:-1] for pattern in CACHES)
 
-    shutil.copytree(PROJECT, dest, ignore=ignore)
+    return [p for p in files if wanted(p) and (project / p).is_file()]
+
+
+def copy_checkout(dest: Path, project: Path = PROJECT) -> Path:
+    """This project's code and configuration in `dest`, as a fresh clone has them: no data,
+    results, checkpoints, DVC cache, local DVC config or environments (src/<module>/data stays)."""
+    for path in checkout_files(project):
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(project / path, dest / path, follow_symlinks=False)
     return dest
 
 

@@ -14,6 +14,8 @@ from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 Setup = Callable[[Path], list[str]]  # prepares the project, returns the command line
 
 

@@ -17,6 +17,8 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
     verify,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def _ckpt(value: float) -> tuple[tf.train.Checkpoint, tf.Variable]:
     var = tf.Variable([value, value])

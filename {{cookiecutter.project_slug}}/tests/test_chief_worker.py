@@ -28,6 +28,8 @@ from {{ cookiecutter.module_name }}.config import ConfigError
 from {{ cookiecutter.module_name }}.core import storage
 from {{ cookiecutter.module_name }}.training.strategy import _workers, is_chief
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 BUCKET = "gs://test-bucket/runs"

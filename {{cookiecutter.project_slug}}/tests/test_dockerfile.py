@@ -16,6 +16,8 @@ import pytest
 
 from {{ cookiecutter.module_name }}.__main__ import build_parser
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -10,6 +10,8 @@ import pytest
 
 from {{ cookiecutter.module_name }}.core import storage
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def fake_colab(monkeypatch: pytest.MonkeyPatch, mount) -> None:
     drive = types.SimpleNamespace(mount=mount)

@@ -16,6 +16,8 @@ from {{ cookiecutter.module_name }}.core.environment import (
     summary,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 GIT_ENV = {

@@ -36,6 +36,8 @@ from {{ cookiecutter.module_name }}.tasks.base import task_class
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 ROWS = 300
 VECTORS = ["train.epochs=10", "train.batch_size=16", "train.learning_rate=0.02",
            "model.hidden_units=[64,64]", "model.dropout=0"]  # fmt: skip

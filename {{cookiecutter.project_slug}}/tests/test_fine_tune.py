@@ -18,6 +18,8 @@ from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 SETTINGS = [
     "data.source=images",
     "data.image_size=[32,32]",

@@ -18,6 +18,8 @@ from {{ cookiecutter.module_name }}.training import fingerprint
 from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore, newest_meta
 from {{ cookiecutter.module_name }}.training.trainer import choose_run
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 DATA = "ab" * 32
 
 

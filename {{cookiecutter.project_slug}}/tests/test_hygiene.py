@@ -1,4 +1,5 @@
-"""A notebook committed with outputs and Colab's churn is stored without them.
+"""A notebook committed with outputs and Colab's churn is stored without them; a copy of the
+checkout for a test holds none of the user's outputs.
 
 A real git repository, the hooks registered by `make hooks`, a real `git add` through the
 nbstripout filter; `git show :path` is what the repository holds.
@@ -170,3 +171,29 @@ def test_pre_commit_strips_the_same_keys_as_the_git_filter():
     hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
     args = shlex.split(hooks["nbstripout"]["entry"])
     assert args[args.index("--extra-keys") + 1].split() == list(EXTRA_KEYS)
+
+
+def test_a_checkout_copy_has_what_a_clone_has_and_none_of_the_users_outputs(tmp_path):
+    """copy_checkout (the tests' fresh clone, conftest.py): tracked and new files but not what
+    .gitignore ignores, and never what running the project makes, ignored or not: data, results,
+    checkpoints, a sweep's study, DVC's cache, lock and local config, caches."""
+    used = tmp_path / "used"
+    code = ["src/pkg/model.py", "src/pkg/mine.py", "params.yaml", ".dvc/config", ".gitignore"]
+    made = [
+        *(".dvc/cache/files/md5/ab/cdef", ".dvc/tmp/lock", ".dvc/config.local", "dvc.lock"),
+        *("data/processed/spec.json", "results/metrics/train.json", "sweeps/study.db"),
+        *("checkpoints/baseline/step-000000010/meta.json", "src/pkg/__pycache__/model.pyc"),
+    ]
+    for name in [*code, *made, "train.log"]:
+        (used / name).parent.mkdir(parents=True, exist_ok=True)
+        (used / name).write_text(name)
+    (used / ".gitignore").write_text("*.log\n")
+    git(used, "init", "-q")
+    git(used, "add", "src/pkg/model.py", "params.yaml", ".dvc/config", ".gitignore")  # mine.py: new
+
+    def copied(dest: Path) -> list[str]:
+        return sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+
+    assert copied(copy_checkout(tmp_path / "clone", used)) == sorted(code)
+    shutil.rmtree(used / ".git")  # not a git work tree: every file but what running makes
+    assert copied(copy_checkout(tmp_path / "folder", used)) == sorted([*code, "train.log"])

@@ -28,6 +28,8 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 from {{ cookiecutter.module_name }}.data.prepare import SPLITS
 from {{ cookiecutter.module_name }}.evaluation import report
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 SIZE = (24, 32)  # data.image_size: height, width
 ORIENTATION = 0x0112
 

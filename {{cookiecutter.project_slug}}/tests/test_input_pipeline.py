@@ -24,6 +24,8 @@ from {{ cookiecutter.module_name }}.data.prepare import write_processed
 from {{ cookiecutter.module_name }}.sources import Source
 from {{ cookiecutter.module_name }}.training.trainer import validation_batches
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
 

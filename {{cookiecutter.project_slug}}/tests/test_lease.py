@@ -29,6 +29,8 @@ from {{ cookiecutter.module_name }}.training.lease import (
 )
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 # Long enough to outlive a second process's start (a TensorFlow import), capped by the budget.
 SLOW = [
     "train.epochs=200",

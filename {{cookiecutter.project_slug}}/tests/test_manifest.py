@@ -10,6 +10,8 @@ import pytest
 
 from {{ cookiecutter.module_name }}.data import manifest
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:

@@ -24,6 +24,8 @@ from {{ cookiecutter.module_name }}.evaluation.model_card import (
 from {{ cookiecutter.module_name }}.training.run_record import list_runs
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MINE = "Only for 8x8 scans of digits.\n\n| not for | why |\n| --- | --- |\n| letters | unseen |"
 
 

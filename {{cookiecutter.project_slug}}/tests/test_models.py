@@ -27,6 +27,8 @@ from {{ cookiecutter.module_name }}.registry import check, register
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.training import fingerprint
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 IMAGES = DataSpec(
     kind="image", input_shape=(32, 32, 3), task="classification", names=["a", "b", "c"]
 )

@@ -17,6 +17,8 @@ from conftest import PROJECT, TINY, cli, cli_env, sets
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def _free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]

@@ -265,6 +265,7 @@ def same_files(project: Path, doc: dict) -> bool:
     return all(file_sha256(project / e["path"]) == e["sha256"] for e in doc["files"])
 
 
+@pytest.mark.slow  # Colab's machinery: a new VM
 def test_a_new_vm_restores_the_runs_data_from_the_dvc_remote_or_prepares_it_again(
     tmp_path, monkeypatch
 ):
@@ -304,6 +305,7 @@ def test_a_new_vm_restores_the_runs_data_from_the_dvc_remote_or_prepares_it_agai
     assert line.startswith(f"Data: the data dvc.lock records ({short}), {count} files restored")
 
 
+@pytest.mark.slow  # Colab's machinery: a new VM
 def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
     storage, remote = tmp_path / "drive", tmp_path / "remote"
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))

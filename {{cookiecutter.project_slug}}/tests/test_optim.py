@@ -17,6 +17,8 @@ from {{ cookiecutter.module_name }}.optim import (
     clip_gradients,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The rate the next step uses."""

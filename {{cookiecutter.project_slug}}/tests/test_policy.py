@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import TINY, tensorboard_values
 
 from {{ cookiecutter.module_name }}.config import load_params
@@ -15,6 +16,8 @@ from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import checkpoint_due
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
 from {{ cookiecutter.module_name }}.training.trainer import train
+
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
 PER_EPOCH = 1438 // 32  # TINY on one replica
 

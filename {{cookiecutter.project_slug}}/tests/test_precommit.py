@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 PROJECT = Path(__file__).resolve().parents[1]
 # Never copied: git's own folder, environments, caches.
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "wandb"}

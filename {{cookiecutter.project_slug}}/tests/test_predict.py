@@ -24,6 +24,8 @@ from {{ cookiecutter.module_name }}.training.saved_model import (
     wrap_for_users,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 FEATURES = ["height", "weight"]
 VECTOR = dict(kind="vector", input_shape=(2,), feature_names=FEATURES,
               feature_mean=[170.0, 70.0], feature_var=[100.0, 225.0])  # fmt: skip

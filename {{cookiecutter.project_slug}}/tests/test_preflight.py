@@ -16,6 +16,8 @@ from {{ cookiecutter.module_name }}.training import preflight
 from {{ cookiecutter.module_name }}.training.preflight import PreflightError
 from {{ cookiecutter.module_name }}.training.strategy import StrategyInfo
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 CPU = StrategyInfo(name="_DefaultDistributionStrategy", replicas=1, device="CPU", is_chief=True)
 GPU = StrategyInfo(name="MirroredStrategy", replicas=2, device="GPU", is_chief=True)
 

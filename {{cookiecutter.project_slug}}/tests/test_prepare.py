@@ -25,6 +25,8 @@ from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 

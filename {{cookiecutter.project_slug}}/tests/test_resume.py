@@ -27,6 +27,8 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
 )
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 # 1438 training digits (8x8x1 images) / 8 = 179 steps per epoch, 537 in all; a checkpoint every
 # 6 steps, 3 per chunk. Dropout and every augmentation stay on, so the RNG state must be restored
 # too and the augmentation must depend on the example, not on how far the pipeline ran ahead.

@@ -25,6 +25,8 @@ from {{ cookiecutter.module_name }}.training.run_record import (
     write_run_record,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 

@@ -23,6 +23,8 @@ from {{ cookiecutter.module_name }}.colab.runtime_check import (
 from {{ cookiecutter.module_name }}.core import hardware
 from {{ cookiecutter.module_name }}.training import strategy
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 GPU = read_pins(PROJECT / "requirements" / "colab-constraints.txt")
 TPU = read_pins(PROJECT / "requirements" / "colab-constraints-tpu.txt")
 OVERRIDES, LOCK_PYTHON = runtime_check.lock_settings(PROJECT)

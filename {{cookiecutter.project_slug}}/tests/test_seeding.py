@@ -16,6 +16,8 @@ from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import seeding
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def _draws() -> tuple:
     return random.random(), float(np.random.rand()), float(tf.random.uniform([]))  # noqa: NPY002

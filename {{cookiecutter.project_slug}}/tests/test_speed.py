@@ -16,6 +16,8 @@ from PIL import Image
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.training.run_record import list_runs
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 LAST = re.compile(
     r"bottleneck=(input|compute) input_examples_per_sec=(\S+) "
     r"compute_examples_per_sec=(\S+) together_examples_per_sec=(\S+)"

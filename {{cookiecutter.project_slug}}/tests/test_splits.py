@@ -26,6 +26,8 @@ from {{ cookiecutter.module_name }}.sources import Source
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.task import make_task
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 IMAGES = ["data.source=images", "data.path=data/external/pets", "data.image_size=[8,8]"]
 TINY_TRAIN = ["train.epochs=1", "train.batch_size=8", "model.hidden_units=[8]"]
 

@@ -11,6 +11,8 @@ import pytest
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.data import staging
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 

@@ -17,6 +17,8 @@ from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 
 def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Path, capsys) -> None:
     base = [*TINY, "train.epochs=3", "run_name=budget"]

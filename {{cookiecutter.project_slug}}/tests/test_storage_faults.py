@@ -25,6 +25,8 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
 )
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 # 64 -> 512 -> 512 -> 10: about 1.2 MB of weights, 3.6 MB with Adam's two slots per checkpoint.
 # A 6 MiB storage root holds the first checkpoint; the 2nd and every later one do not fit.
 BIG = [

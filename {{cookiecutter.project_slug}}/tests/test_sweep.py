@@ -31,6 +31,8 @@ from {{ cookiecutter.module_name }}.training.sweep_study import (
     values_of,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 # Small trials on the bundled digits: 1438 training examples.
 SMALL = ["train.batch_size=32", "train.steps_per_execution=11", "model.hidden_units=[16]"]
 

@@ -22,6 +22,8 @@ from {{ cookiecutter.module_name }}.training.early_stopping import (
     mode_for,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 CLASSES = [f"c{i}" for i in range(7)]
 LABELS = ["cat", "dog", "owl"]
 

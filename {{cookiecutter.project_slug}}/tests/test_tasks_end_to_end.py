@@ -22,6 +22,8 @@ from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 ROWS = 240  # 20% test: 48 rows
 TINY = ["train.epochs=8", "train.batch_size=16", "train.learning_rate=0.02",
         "model.hidden_units=[16]", "model.dropout=0"]  # fmt: skip

@@ -45,6 +45,8 @@ from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import train
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 TOPICS = {
     "cooking": "recipe oven flour sugar butter bake simmer garlic onion sauce dough roast chef",
     "sport": "match goal team coach league player stadium referee cup striker keeper medal",

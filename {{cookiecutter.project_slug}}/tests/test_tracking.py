@@ -19,6 +19,8 @@ from {{ cookiecutter.module_name }}.training.tracking import (
     numeric,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 SOURCE = Path(inspect.getfile(Tracker))  # training/tracking.py
 PARAMS = {"seed": 7, "run_name": "r1", "train": {"epochs": 2, "learning_rate": 0.01}}
 HISTORY = [{"step": 10, "val_accuracy": 0.5}, {"step": 20, "val_accuracy": 0.75}]

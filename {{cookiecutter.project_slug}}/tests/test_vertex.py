@@ -26,6 +26,8 @@ from {{ cookiecutter.module_name }}.cloud.vertex import (
 )
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params, sweep_space
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 MODULE = "{{ cookiecutter.module_name }}"
 SLUG = "{{ cookiecutter.project_slug }}"
 PROJECT = Path(__file__).resolve().parents[1]
