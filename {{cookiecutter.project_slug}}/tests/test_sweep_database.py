@@ -35,6 +35,8 @@ from {{ cookiecutter.module_name }}.training.sweep_study import (
     storage_password,
 )
 
+pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
+
 PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
 
 
@@ -128,7 +130,6 @@ def database(server: dict, monkeypatch) -> str:
     return f"postgresql://sweeper@{server['host']}:{server['port']}/{name}"
 
 
-@pytest.mark.slow
 def test_workers_that_start_together_on_an_empty_database_all_open_it(database: str) -> None:
     """Optuna creates the tables on first use, and two creators race (optuna#1092)."""
     opened, errors = [], []
@@ -147,7 +148,6 @@ def test_workers_that_start_together_on_an_empty_database_all_open_it(database: 
     assert not errors and len(opened) == 4, errors
 
 
-@pytest.mark.slow
 def test_a_refused_login_is_one_line_naming_the_key(database: str, monkeypatch) -> None:
     monkeypatch.setenv("SWEEP_STORAGE_PASSWORD", "wrong")
     with pytest.raises(ConfigError) as err:
@@ -183,7 +183,6 @@ def test_a_bad_storage_stops_the_sweep_before_anything_is_written(
     assert not (tmp_path / "storage").exists() and not (project / "results" / "sweeps").exists()
 
 
-@pytest.mark.slow
 def test_the_password_from_pgpass(database: str, tmp_path: Path, monkeypatch) -> None:
     """Without SWEEP_STORAGE_PASSWORD, libpq reads ~/.pgpass (here PGPASSFILE); without either,
     the refusal says where the password comes from."""
@@ -251,7 +250,6 @@ SHARED = [
 ]
 
 
-@pytest.mark.slow
 def test_two_workers_one_killed_and_started_again_finish_the_study(
     database: str, tmp_path: Path
 ) -> None:
