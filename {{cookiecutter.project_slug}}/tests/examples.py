@@ -172,10 +172,11 @@ def mock_tfds() -> Iterator[None]:
 
 def new_project(folder: Path) -> Path:
     """A project folder with a copy of params.yaml, less the arguments of your own components
-    (`model.args`, `data.args`): each component here runs with its defaults."""
+    (`model.args`, `data.args` empty): each component here runs with its defaults."""
     params = yaml.safe_load((PROJECT / "params.yaml").read_text(encoding="utf-8"))
     for section in ("data", "model", "task"):
-        (params.get(section) or {}).pop("args", None)
+        if "args" in (params.get(section) or {}):
+            params[section]["args"] = {}
     folder.mkdir(parents=True)
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return folder
