@@ -76,7 +76,7 @@ def test_phase_change_resumes_bit_identical(tmp_path: Path, monkeypatch, capsys)
     resumed = run("run_name=ft")
     out = capsys.readouterr().out
     assert f"from its checkpoint at step {stopped.step}" in out
-    assert resumed.metrics["weights_sha256"] == reference.metrics["weights_sha256"]
+    assert resumed.facts["weights_sha256"] == reference.facts["weights_sha256"]
 
 
 @pytest.mark.slow
@@ -108,4 +108,4 @@ def test_sigkill_before_the_phase_change_then_resume_is_bit_identical(
     match = re.search(r"from its checkpoint at step (\d+)", out)
     assert match and 2 <= int(match.group(1)) < 6, out  # resumed before the phase change
     assert "fine-tuning the backbone's top layers" in out
-    assert f"final weights sha256 {reference.metrics['weights_sha256']}" in out
+    assert f"final weights sha256 {reference.facts['weights_sha256']}" in out

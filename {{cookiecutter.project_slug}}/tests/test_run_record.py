@@ -18,6 +18,7 @@ from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.training.run_record import (
     FIELDS,
     build_record,
+    find_run,
     list_runs,
     new_run_id,
     read_run_record,
@@ -27,6 +28,7 @@ from {{ cookiecutter.module_name }}.training.run_record import (
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
+FACTS = "run_name status data_hash run_fingerprint weights_sha256 strategy device precision monitor"
 
 
 def copy_project(tmp_path: Path) -> Path:
@@ -128,3 +130,13 @@ def test_a_training_run_writes_a_complete_manifest(tmp_path):
     assert record["timing"]["duration_s"] > 0
     assert "tensorboard" in record["tracking"]
     assert "Run record:" in run.stdout
+    # The run's facts are here; train.json holds numbers only, each once (the curve apart).
+    assert set(record["facts"]) == set(FACTS.split())
+    assert record["facts"]["run_name"] == "recorded" and len(record["facts"]["data_hash"]) == 64
+    assert find_run(project / "results") == record
+    train_json = json.loads((project / "results" / "metrics" / "train.json").read_text())
+    assert train_json == record["metrics"]
+    scalars = {k: v for k, v in train_json.items() if k != "history"}
+    assert all(type(v) in (int, float) for v in scalars.values()), scalars
+    assert "val_loss" in scalars and not [k for k in scalars if k.startswith("train_val_")]
+    assert not {"run_name", "status", "seed", "epochs", "class_weight"} & set(scalars)

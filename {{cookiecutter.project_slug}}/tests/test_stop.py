@@ -37,7 +37,7 @@ def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Pat
 
     done = train(load_params(tiny_project / "params.yaml", base), tiny_project)
     assert f"from its checkpoint at step {stopped.step}" in capsys.readouterr().out
-    assert done.metrics["weights_sha256"] == reference.metrics["weights_sha256"]
+    assert done.facts["weights_sha256"] == reference.facts["weights_sha256"]
 
 
 def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:

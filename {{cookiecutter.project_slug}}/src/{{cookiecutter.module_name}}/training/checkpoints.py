@@ -31,11 +31,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.files import free_bytes
+from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 MIB = 1 << 20
+# meta.json's `format`: what this version writes and resumes. Raise it when a checkpoint's
+# contents change (its variables, its meta.json's `state` or `fingerprint` keys): an older
+# checkpoint is then refused by name, never misread.
+FORMAT = 2
+
+
+def is_current(meta: dict[str, Any]) -> bool:
+    """True for a checkpoint's meta.json in this version's format (`FORMAT`)."""
+    return meta.get("format") == FORMAT
 
 
 def keep_it(run_name: str, new_name: str = "") -> str:
@@ -157,7 +167,7 @@ class CheckpointStore:
         for path in sorted(tmp.iterdir()):
             _fsync(path)
             files[path.name] = {"size": path.stat().st_size, "crc32": _crc32(path)}
-        record = {**meta, "step": step, "saved_at": time.time(), "files": files}
+        record = {**meta, "format": FORMAT, "step": step, "saved_at": time.time(), "files": files}
         meta_tmp = tmp / "meta.json.tmp"
         meta_tmp.write_text(json.dumps(record, indent=1))
         _fsync(meta_tmp)
@@ -342,10 +352,7 @@ def write_results(
 ) -> None:
     """Save the final model and metrics, each atomically (a failure leaves the old file or none,
     never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
-    `sidecar`: what the model needs beside it (saved_model.SIDECAR, e.g. class names), if any."""
-    from ..core.files import atomic_write, temp_file
-    from .saved_model import SIDECAR
-
+    `sidecar`: what the model needs beside it (`models/model.json`: class names...), if any."""
     target = model_file
     try:
         model_file.parent.mkdir(parents=True, exist_ok=True)
@@ -358,7 +365,7 @@ def write_results(
         finally:
             keras_tmp.unlink(missing_ok=True)
         if sidecar is not None:
-            target = model_file.with_name(SIDECAR)
+            target = model_file.with_name(Path(SIDECAR_FILE).name)
             atomic_write(target, json.dumps(sidecar, indent=2) + "\n")
         target = metrics_file
         atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")

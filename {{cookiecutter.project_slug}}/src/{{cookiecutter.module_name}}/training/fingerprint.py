@@ -21,8 +21,8 @@ The fingerprint holds:
 - two values derived from the above, named only when nothing above differs:
   `learning_rate_applied` (train.learning_rate scaled with the replicas) and `variables` (the
   model's weights as the code builds them: an architecture changed in model.py).
-A key that a newer version of the package added is compared with its default, so a checkpoint
-recorded before the key existed still resumes when the key keeps its default.
+A key on one side only (a component's argument set or removed, `model.args.width`) is a
+difference too.
 """
 
 from __future__ import annotations
@@ -107,13 +107,10 @@ def digest(fingerprint: dict[str, Any], code: str = "") -> str:
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """`key was X, now Y` for every difference; derived values only when nothing else differs.
-
-    A key missing from `recorded` (added to the package since) counts as its default."""
-    defaults = settings(Params())
+    """`key was X, now Y` for every difference; derived values only when nothing else differs."""
     found, derived = [], []
-    for key, now in current.items():
-        was = recorded.get(key, defaults.get(key, now))
+    for key in [*current, *(k for k in recorded if k not in current)]:
+        was, now = recorded.get(key), current.get(key)
         if _same(was, now):
             continue
         if key == DATA:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .early_stopping import EarlyStopping
 from .lease import EXIT_LEASE_LOST, Lease
 
 # Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
@@ -122,12 +121,6 @@ def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
     same step."""
     within = step % per_epoch  # 0: this chunk ended the epoch
     return within == 0 or within // every > (within - n) // every
-
-
-def agree_early_stop(strategy: Any, early: EarlyStopping, workers: int) -> bool:
-    """Early stopping's verdict, agreed across workers (the validation metrics are the same
-    numbers on every worker, but the decision still goes through `agree`)."""
-    return agree(strategy, early.should_stop, workers)
 
 
 class BestWeights:
