@@ -39,6 +39,7 @@ from {{ cookiecutter.module_name }}.core.files import file_digests, file_sha256
 from {{ cookiecutter.module_name }}.data.manifest import MANIFEST, data_hash
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import CheckpointStore
+from {{ cookiecutter.module_name }}.training.run_record import find_run
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -262,9 +263,14 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
     (results / "models").mkdir(parents=True, exist_ok=True)
     (results / "models" / "model.keras").write_bytes(b"a model")
     (results / "models" / "model.json").write_text("{}")
-    record = {"run_name": "baseline", "data_hash": digest, "history": []}
+    record = {"steps": 44, "history": []}  # train.json: numbers; the facts in the run record
     (results / "metrics").mkdir(parents=True, exist_ok=True)
     (results / "metrics" / "train.json").write_text(json.dumps(record))
+    sha = file_sha256(results / "metrics" / "train.json")
+    facts = {"run_name": "baseline", "data_hash": digest}
+    run = {"artifacts": [{"path": "results/metrics/train.json", "sha256": sha}], "facts": facts}
+    (storage / "runs" / "r1").mkdir(parents=True)  # kept there by the notebooks' setup
+    (storage / "runs" / "r1" / "manifest.json").write_text(json.dumps(run))
     kept = storage / "models" / "baseline"
     assert keep_model(first, storage) == (
         f"Model of run 'baseline': {kept} (model.keras, model.json, train.json)"
@@ -458,6 +464,5 @@ def test_the_sweep_notebook_searches_shows_the_trials_and_promotes_the_best(tmp_
     assert "Promoted trial " in printed
     promoted = load_params(project / "params.yaml")
     assert promoted.run_name in ("nb-0", "nb-1")
-    record = json.loads((project / "results" / "metrics" / "train.json").read_text())
-    assert record["run_name"] == promoted.run_name
+    assert find_run(project / "results")["facts"]["run_name"] == promoted.run_name
     assert (project / "results" / "models" / "model.keras").is_file()

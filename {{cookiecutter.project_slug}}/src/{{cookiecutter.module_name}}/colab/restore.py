@@ -8,7 +8,8 @@ on Colab) and the DVC remote:
 - `<storage>/manifests/<data hash>.json`: that data's manifest (`prepare` and `train` keep it);
 - the DVC remote: every data file under its MD5 (notebook 01's `push_stage`, or `dvc push`);
 - `<storage>/models/<run_name>/`: the trained model with `model.json` and `train.json`
-  (`keep_model`, run by 02's last cell).
+  (`keep_model`, run by 02's last cell); `<storage>/runs/`: the run records, whose `facts` name
+  the run and data of a train.json.
 `restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring
 back what is missing and return one line that says what they did. Data comes from DVC's cache or
 remote when they hold every file, else `prepare` runs again: it is deterministic, and the line
@@ -32,6 +33,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.prepare import prepare
 from ..training.checkpoints import newest_meta
+from ..training.run_record import find_run
 
 MODELS = "models"  # <storage>/models/<run_name>/
 KEPT_FILES = {"model.keras": MODEL_FILE, "model.json": SIDECAR_FILE, "train.json": TRAIN_METRICS}
@@ -74,8 +76,8 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
     params = load_run_params(project_dir, {"run_name": run_name} if run_name else None)
     storage, results = storage_root(project_dir), results_root(project_dir)
     if all((results / rel).is_file() for rel in KEPT_FILES.values()):
-        record = json.loads((results / TRAIN_METRICS).read_text())
-        said = f"Model: {MODEL_FILE} of run '{record.get('run_name')}' on this VM"
+        facts = _facts(results, storage)
+        said = f"Model: {MODEL_FILE} of run '{facts.get('run_name')}' on this VM"
     else:
         kept = storage / MODELS / params.run_name
         if not all((kept / name).is_file() for name in KEPT_FILES):
@@ -85,10 +87,16 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
             )
         for name, rel in KEPT_FILES.items():
             _copy_atomic(kept / name, results / rel)
-        record = json.loads((results / TRAIN_METRICS).read_text())
+        facts = _facts(results, storage)
         said = f"Model: run '{params.run_name}' restored from {kept}"
-    whose = f"the model of run '{record.get('run_name', params.run_name)}'"
-    return f"{said}; {restore_data(project_dir, params, storage, record.get('data_hash'), whose)}"
+    whose = f"the model of run '{facts.get('run_name', params.run_name)}'"
+    return f"{said}; {restore_data(project_dir, params, storage, facts.get('data_hash'), whose)}"
+
+
+def _facts(results: Path, storage: Path) -> dict[str, Any]:
+    """The facts (run_name, data_hash...) of the run that wrote results/metrics/train.json: its
+    run record, on this VM or kept in `<storage>/runs/`."""
+    return (find_run(results, elsewhere=(storage / "runs",)) or {}).get("facts", {})
 
 
 def restore_data(
@@ -201,7 +209,7 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
     files = {name: results / rel for name, rel in KEPT_FILES.items()}
     if not all(path.is_file() for path in files.values()):
         return None
-    run_name = json.loads(files["train.json"].read_text()).get("run_name", "run")
+    run_name = _facts(results, Path(storage)).get("run_name", "run")
     target = Path(storage) / MODELS / run_name
     if (target / "train.json").is_file() and (target / "train.json").read_bytes() == files[
         "train.json"

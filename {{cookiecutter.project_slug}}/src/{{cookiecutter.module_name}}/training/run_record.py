@@ -190,18 +190,22 @@ def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
     return table.to_markdown(index=False, floatfmt=".4g", missingval="-")
 
 
-def find_run(results: Path, artifact: str = TRAIN_METRICS) -> dict[str, Any] | None:
-    """The newest run record in `<results>/runs/` that wrote `<results>/<artifact>` as it is now
-    (by its sha256), or None: `find_run(results)["facts"]` are the facts of train.json's run."""
+def find_run(
+    results: Path, artifact: str = TRAIN_METRICS, elsewhere: tuple[Path, ...] = ()
+) -> dict[str, Any] | None:
+    """The newest run record in `<results>/runs/` (then in the `elsewhere` run folders) that
+    wrote `<results>/<artifact>` as it is now, by its sha256; None when none did. The facts of
+    train.json's run: `find_run(results)["facts"]`."""
     file = Path(results) / artifact
     if not file.is_file():
         return None
     digest = file_sha256(file)
-    for path in sorted((Path(results) / "runs").glob("*/manifest.json"), reverse=True):
-        record = read_run_record(path)
-        for entry in record.get("artifacts", []):
-            if entry.get("sha256") == digest and entry["path"].endswith(file.name):
-                return record
+    for folder in (Path(results) / "runs", *elsewhere):
+        for path in sorted(folder.glob("*/manifest.json"), reverse=True):
+            record = read_run_record(path)
+            for entry in record.get("artifacts", []):
+                if entry.get("sha256") == digest and entry["path"].endswith(file.name):
+                    return record
     return None
 
 
