@@ -33,16 +33,9 @@ from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
 from ..core.progress import progress_bar, say
 from ..core.storage import RunPaths, run_paths, storage_root
-from ..data import manifest
+from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
-from ..data.pipeline import (
-    SHUFFLE_WINDOW,
-    Passes,
-    Prepared,
-    eval_dataset,
-    for_model,
-    load_prepared,
-)
+from ..data.pipeline import Prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
@@ -59,24 +52,11 @@ from .checkpoints import (
 )
 from .early_stopping import EarlyStopping
 from .lease import Lease
-from .policy import (
-    EXIT_BUDGET,
-    BestWeights,
-    RunHooks,
-    Stopper,
-    agree,
-    agree_to_stop,
-    checkpoint_due,
-)
+from .policy import BestWeights, RunHooks, Stopper, agree, agree_to_stop, checkpoint_due
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
-
-__all__ = [
-    "EXIT_BUDGET", "RunHooks", "Stopper", "TrainResult", "choose_run", "fit", "train",
-    "weights_digest",
-]  # fmt: skip
 
 
 @dataclass
@@ -190,16 +170,7 @@ def train(
             if lease is not None:
                 lease.start_heartbeat()
             result = fit(
-                params,
-                strategy,
-                info,
-                data,
-                paths,
-                expected,
-                fresh=fresh,
-                resume_command=resume_command,
-                lease=lease,
-                hooks=hooks,
+                params, strategy, info, data, paths, expected, fresh, resume_command, lease, hooks
             )
         finally:
             if lease is not None:
@@ -287,7 +258,7 @@ def check_data(params: Params, project_dir: Path) -> bool:
 def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> Prepared:
     """What `prepare` wrote, or the bundled digits split into `tmp`."""
     if prepared:
-        return load_prepared(project_dir / PROCESSED)
+        return pipeline.load_prepared(project_dir / PROCESSED)
     return Prepared(bundled_digits(tmp, params), tmp)
 
 
@@ -298,7 +269,6 @@ def fit(
     data: Prepared,
     paths: RunPaths,
     expected: dict[str, Any],
-    *,
     fresh: bool = False,
     resume_command: str = "",
     lease: Lease | None = None,
@@ -307,7 +277,7 @@ def fit(
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`;
     `expected` is the run's fingerprint (`fingerprint.of`)."""
     session_start = time.monotonic()
-    data = for_model(data, params.model)  # text: token ids in the input pipeline
+    data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
     plan = make_plan(params, info, data)
     run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
     run.session_start = session_start
@@ -454,7 +424,9 @@ def _build(
     resident = resident_bytes(strategy, data)
     validation = validation_batches(data, plan.global_batch, in_memory=resident > 0)
     held = resident + data.split_bytes("validation") if resident else data.in_memory_bytes()
-    held = held or preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
+    held = held or preflight.data_bytes(
+        data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
+    )
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
@@ -607,10 +579,10 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
             # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
             # the same computation, bit for bit.
             n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
-            profiler.before(state.step)
+            traced = profiler.chunk(state.step)
             started = time.perf_counter()
             args = feed.args(state.step)
-            with profiler.marker(state.step):
+            with traced:
                 sums = chunk(args, tf.constant(n, tf.int64)).numpy()  # waits for it
             elapsed = time.perf_counter() - started
             state.step += n
@@ -627,7 +599,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
             reason = agree_to_stop(run.strategy, stopper, info.workers)
         if reason:
             _save(run)
-        profiler.stop()
+        profiler.after(state.step, last=True)
         writer.flush()
     bar.close()
     return reason
@@ -735,43 +707,36 @@ def validation_batches(data: Prepared, global_batch: int, in_memory: bool = Fals
     training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
     images in one batch: +700 MB)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
-    batches = eval_dataset(data, "validation", batch)
+    batches = pipeline.eval_dataset(data, "validation", batch)
     if in_memory:
         return list(batches)
-    return Passes(batches, -(-data.count("validation") // batch))  # the last batch is smaller
+    return pipeline.Passes(
+        batches, -(-data.count("validation") // batch)
+    )  # the last batch is smaller
 
 
 class Profiler:
-    """`train.profile_steps: [from, to]`: a TensorBoard profiler trace of those steps (chunk
-    granularity), written under the run's TensorBoard folder (the chief only). Each chunk is
-    one step of the Profile tab (a step marker): its overview splits step time into input and
-    compute (docs/training.md)."""
+    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks) in
+    the run's TensorBoard folder (the chief's). Each chunk is one step of the Profile tab, whose
+    overview splits step time into input and compute (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = list(window) if enabled and len(window) == 2 else []  # [] once traced
-        self.logdir = logdir
-        self.running = False
+        self.logdir, self.running = str(logdir), False
 
-    def before(self, step: int) -> None:
-        """Start tracing when the next chunk begins inside the window."""
+    def chunk(self, step: int) -> Any:
+        """What the chunk from `step` runs in: a step marker while tracing, which starts with
+        the first chunk in the window."""
         if self.window and not self.running and step >= self.window[0]:
-            self.logdir.mkdir(parents=True, exist_ok=True)
-            tf.profiler.experimental.start(str(self.logdir))
+            tf.profiler.experimental.start(self.logdir)
             self.running = True
-
-    def marker(self, step: int) -> Any:
-        """A step marker around the chunk from `step` while tracing; else nothing."""
         if not self.running:
             return contextlib.nullcontext()
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
-    def after(self, step: int) -> None:
-        """Stop once the window's last step has run."""
-        if self.running and step >= self.window[1]:
-            self.stop()
-
-    def stop(self) -> None:
-        if self.running:
+    def after(self, step: int, last: bool = False) -> None:
+        """Stop once the window's last step has run, or the run stops."""
+        if self.running and (last or step >= self.window[1]):
             tf.profiler.experimental.stop()
             self.running, self.window = False, []
 
