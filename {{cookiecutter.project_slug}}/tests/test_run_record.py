@@ -16,7 +16,6 @@ from conftest import copy_checkout
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
 from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.training.run_record import (
-    FIELDS,
     build_record,
     find_run,
     list_runs,
@@ -28,6 +27,12 @@ from {{ cookiecutter.module_name }}.training.run_record import (
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
+# Fields every manifest has.
+FIELDS = (
+    "run_id", "kind", "run_name", "status", "params", "seed", "environment", "git", "data",
+    "class_weight", "checkpoints", "metrics", "facts", "artifacts", "timing", "tracking",
+    "command", "reproduce",
+)  # fmt: skip
 FACTS = "run_name status data_hash run_fingerprint weights_sha256 strategy device precision monitor"
 
 

@@ -26,27 +26,6 @@ from ..core.files import atomic_write, file_sha256
 from ..core.storage import TRAIN_METRICS, results_root
 from .tracking import Tracker
 
-# Fields every manifest has (tests/test_run_record.py checks each).
-FIELDS = (
-    "run_id",
-    "kind",
-    "run_name",
-    "status",
-    "params",
-    "seed",
-    "environment",
-    "git",
-    "data",
-    "class_weight",
-    "checkpoints",
-    "metrics",
-    "facts",
-    "artifacts",
-    "timing",
-    "tracking",
-    "command",
-    "reproduce",
-)
 # Metrics (prefixes) sent to the tracker at the end of a run; the manifest keeps them all.
 FINAL_METRICS = ("val_", "train_", "test_", "examples_per_sec", "wall_time_s", "steps")
 
@@ -88,7 +67,7 @@ def build_record(
     class_weight: dict[str, float] | None = None,
     facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of one run as a dictionary (see FIELDS)."""
+    """The manifest of one run as a dictionary."""
     project_dir = Path(project_dir)
     env = environment if environment is not None else collect_environment(project_dir)
     run_dir = runs_dir(project_dir) / run_id
