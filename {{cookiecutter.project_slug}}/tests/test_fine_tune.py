@@ -16,7 +16,8 @@ from conftest import PROJECT, cli, cli_env, sets
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 SETTINGS = [
     "data.source=images",

@@ -15,8 +15,8 @@ import pytest
 from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
 from {{ cookiecutter.module_name }}.training.run_record import find_run
-from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET
 
 
 def _free_ports(n: int) -> list[int]:

@@ -15,7 +15,8 @@ from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 
 def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Path, capsys) -> None:

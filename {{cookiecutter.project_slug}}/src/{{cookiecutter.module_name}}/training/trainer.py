@@ -1,15 +1,12 @@
 """Training: one custom loop for every strategy (default, mirrored, multi-worker, TPU).
 
 Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and its
-`BackupAndRestore` resumes only at an epoch start. This module wires the parts together:
-strategy -> data -> model, task, optimizer -> the step loop (loop.py) under the checkpoint and
-stop policy (policy.py, where the lockstep rule for several workers is stated) -> results.
-
-A `Run` holds the parts built once; its `RunState` is what changes every step, and every
-checkpoint holds all of it (variables in the checkpoint's files, the rest in its meta.json): a run
-resumes at the very next batch, and its weights and train.json are the uninterrupted run's. Each
-checkpoint records the run's fingerprint (fingerprint.py): a resume with other data or settings
-is refused, naming what differs, and nothing here deletes a run's checkpoints but `--fresh`.
+`BackupAndRestore` resumes only at an epoch start. This module wires strategy -> data -> model,
+task, optimizer -> the step loop (loop.py) under the checkpoint and stop policy (policy.py) ->
+results. A `Run` holds the parts built once; its `RunState`, all that changes as it trains, is in
+every checkpoint: a resumed run continues at the very next batch and ends with the uninterrupted
+run's weights and train.json. A resume with other data or settings is refused, naming what
+differs (fingerprint.py); nothing here deletes a run's checkpoints but `--fresh`.
 """
 
 from __future__ import annotations
@@ -276,32 +273,29 @@ def fit(
 ) -> TrainResult:
     """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`;
     `expected` is the run's fingerprint (`fingerprint.of`)."""
-    session_start = time.monotonic()
     data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
     plan = make_plan(params, info, data)
     run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
-    run.session_start = session_start
     _restore(run, fresh)
     with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
         reason = _train_loop(run, stopper)
-    weights = class_weight_of(run.parts.task)
-    if not reason:
+    if reason:
+        newest = max(run.last_saved, 0)
+        saved = f"checkpoint saved in {paths.checkpoints}"
+        if run.last_saved != run.state.step:
+            saved = f"its checkpoint could not be saved, the newest is at step {newest}"
+        print(
+            f"Stopped at step {run.state.step} of {plan.total} ({reason}); {saved}.\n"
+            f"Continue with: {resume_command or 'the same train command'}",
+            flush=True,
+        )
+        metrics, digest = {}, weights_digest(run.parts.model)
+    else:
         metrics, digest = _finish(run)
-        facts = _facts(run, "completed", digest)
-        return TrainResult("completed", run.state.step, plan.total, 0, "", metrics, weights, facts)
-    saved = (
-        f"checkpoint saved in {paths.checkpoints}"
-        if run.last_saved == run.state.step
-        else f"its checkpoint could not be saved, the newest is at step {max(run.last_saved, 0)}"
-    )
-    print(
-        f"Stopped at step {run.state.step} of {plan.total} ({reason}); {saved}.\n"
-        f"Continue with: {resume_command or 'the same train command'}",
-        flush=True,
-    )
-    facts = _facts(run, "stopped", weights_digest(run.parts.model))
-    code = stopper.exit_code
-    return TrainResult("stopped", run.state.step, plan.total, code, reason, {}, weights, facts)
+    status = "stopped" if reason else "completed"
+    weights, facts = class_weight_of(run.parts.task), _facts(run, status, digest)
+    step, code = run.state.step, stopper.exit_code
+    return TrainResult(status, step, plan.total, code, reason, metrics, weights, facts)
 
 
 def class_weight_of(task: Task) -> dict[str, float] | None:
