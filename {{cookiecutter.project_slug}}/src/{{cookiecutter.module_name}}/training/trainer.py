@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,14 +104,12 @@ class Run:
     """The run's parts, built once by `_build`; its `state`; and what only this session knows."""
 
     params: Params
-    strategy: Any
     info: StrategyInfo
     data: Prepared
     paths: RunPaths
     plan: RunPlan
-    parts: StepParts  # model, optimizer, task, the step's variables
-    validator: Validator
-    validation: Any  # the validation batches: a dataset, or a list held in memory
+    parts: StepParts  # strategy, model, optimizer, task, the step's variables
+    validate: Callable[[], dict[str, float]]  # the validation split's {val_loss, val_<metric>}
     best: BestWeights
     checkpoint: Any  # a tf.train.Checkpoint of every variable the run changes
     store: CheckpointStore
@@ -424,23 +424,9 @@ def _build(
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    run_fingerprint = fingerprint.with_variables(expected, model.variables)
-    return Run(
-        params,
-        strategy,
-        info,
-        data,
-        paths,
-        plan,
-        parts,
-        Validator(model, parts.task),
-        validation,
-        best,
-        checkpoint,
-        store,
-        run_fingerprint,
-        hooks,
-    )
+    validate = functools.partial(Validator(model, parts.task).run, validation)
+    fp = fingerprint.with_variables(expected, model.variables)
+    return Run(params, info, data, paths, plan, parts, validate, best, checkpoint, store, fp, hooks)
 
 
 def _restore(run: Run, fresh: bool) -> None:
@@ -532,18 +518,17 @@ def _chunk_function(run: Run, feed: Any, fine_tuning: bool) -> Any:
 def _save(run: Run) -> None:
     """A checkpoint of the run's whole state at its step (once per step); a storage fault is
     reported and the run goes on."""
-    state = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}
+    state, step = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}, run.state.step
     meta = {"fingerprint": run.fingerprint, "code": fingerprint.code_digest(), "state": state}
-    if run.state.step != run.last_saved and run.store.try_save(
-        run.checkpoint, run.state.step, meta
-    ):
-        run.last_saved = run.state.step
+    if step != run.last_saved and run.store.try_save(run.checkpoint, step, meta):
+        run.last_saved = step
 
 
 def _train_loop(run: Run, stopper: Stopper) -> str:
     """Chunks of train.steps_per_execution steps until the end, a stop or early stopping;
     returns the stop reason ('' when the run completed)."""
     cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
+    strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
     writer = (
         tf.summary.create_file_writer(str(run.paths.tensorboard))
         if info.is_chief
@@ -555,13 +540,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
     with writer.as_default():
         # One feed for the whole run, from the run's step on (a resume continues exactly).
         feed = make_feed(
-            run.strategy,
-            run.data,
-            plan.global_batch,
-            run.params.seed,
-            state.step,
-            cfg.epochs,
-            run.params.data.augment,
+            strategy, run.data, plan.global_batch, seed, state.step, cfg.epochs, augment
         )
         while state.step < plan.total and not reason and not run.stopped_early:
             fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
@@ -590,7 +569,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
                 _end_epoch(run)
             if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
                 _save(run)
-            reason = agree_to_stop(run.strategy, stopper, info.workers)
+            reason = agree_to_stop(strategy, stopper, info.workers)
         if reason:
             _save(run)
         profiler.after(state.step, last=True)
@@ -602,7 +581,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
 def _end_epoch(run: Run) -> None:
     """Validation, the history row, TensorBoard, the best weights and early stopping."""
     plan, cfg, state, task = run.plan, run.params.train, run.state, run.parts.task
-    val = run.validator.run(run.validation)
+    val = run.validate()
     row = {
         "epoch": state.step // plan.per_epoch,
         "step": state.step,
@@ -622,7 +601,7 @@ def _end_epoch(run: Run) -> None:
         run.best.keep()
     # The lockstep rule: the verdict is agreed across workers, at the same step on each (the
     # validation metrics are the same numbers on every worker, but each decides on its own).
-    run.stopped_early = agree(run.strategy, state.early.should_stop, run.info.workers)
+    run.stopped_early = agree(run.parts.strategy, state.early.should_stop, run.info.workers)
     shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
     say(f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
     if run.stopped_early:
@@ -635,7 +614,7 @@ def _end_epoch(run: Run) -> None:
     if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
         last = run.stopped_early or state.step >= plan.total  # the run ends here anyway
         wish = run.hooks.on_epoch({**row, "last": last})
-        if agree(run.strategy, bool(wish), run.info.workers) and not last:
+        if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
             say(f"Stopped early: {wish or 'another worker asked to'}")
 
@@ -655,7 +634,7 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
     if state.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
-    final = run.validator.run(run.validation)
+    final = run.validate()
     last = state.history[-1] if state.history else {}
     metrics = {
         "steps": state.step,
