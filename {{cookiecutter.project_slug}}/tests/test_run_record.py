@@ -144,4 +144,4 @@ def test_a_training_run_writes_a_complete_manifest(tmp_path):
     scalars = {k: v for k, v in train_json.items() if k != "history"}
     assert all(type(v) in (int, float) for v in scalars.values()), scalars
     assert "val_loss" in scalars and not [k for k in scalars if k.startswith("train_val_")]
-    assert not {"run_name", "status", "seed", "epochs", "class_weight"} & set(scalars)
+    assert not {"run_name", "status", "deterministic", "class_weight"} & set(scalars)

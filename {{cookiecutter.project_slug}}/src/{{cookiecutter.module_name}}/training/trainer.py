@@ -638,6 +638,8 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     last = state.history[-1] if state.history else {}
     metrics = {
         "steps": state.step,
+        "epochs": params.train.epochs,
+        "seed": params.seed,
         # val_loss is weighted like the training loss (what picks the best model and drives
         # early stopping); evaluate's test_loss is not.
         **final,
