@@ -1,10 +1,7 @@
-"""Progress that suits where the output goes (`bar_kind`).
-
-- Colab's notebook: a widget bar (its ipywidgets draw it).
-- A terminal: tqdm's text bar, redrawn in place.
-- Anywhere else (a log file, a CI log, a papermill run's report, a notebook where widgets do not
-  render): no bar; the caller's own lines say how far it got (the trainer's: one per epoch). A text
-  bar there is a pile of carriage returns, and a widget a line of placeholder text.
+"""Progress that suits where the output goes (`bar_kind`): a widget bar in Colab's notebooks, tqdm's
+text bar on a terminal; anywhere else (a log file, a CI log, a papermill report, a notebook where
+widgets do not render) no bar, only the caller's own lines (the trainer's: one per epoch), where a
+text bar would be a pile of carriage returns and a widget a line of placeholder text.
 """
 
 from __future__ import annotations

@@ -196,10 +196,8 @@ def record_run(
     started_at: datetime,
     command: str = "",
 ) -> Path:
-    """Called by the trainer when a run ends: write its manifest, then send it to the tracker.
-
-    `params` is the Params dataclass, `paths` the run's RunPaths, `result` its TrainResult.
-    """
+    """When a run ends (`params`: Params, `paths`: RunPaths, `result`: the trainer's TrainResult):
+    write its manifest, then send it to the tracker."""
     project_dir = Path(project_dir)
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
