@@ -21,6 +21,9 @@ from typing import Any
 
 from .lease import EXIT_LEASE_LOST, Lease
 
+# TensorFlow is imported where it is used: the notebooks and a sweep import this module for its
+# names and exit codes before anything trains.
+
 # Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
 # 128 + signal number when stopped by SIGINT (130) or SIGTERM (143). All stops are resumable.
 # 4 / 5: another session holds / took over the run (lease.py); docs/training-faults.md.

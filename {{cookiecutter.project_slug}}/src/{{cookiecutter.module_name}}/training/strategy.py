@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from ..config import DistributeConfig
 from ..core.hardware import tpu_present
 
+# TensorFlow is imported where it is used: the command line imports this module for its errors,
+# and the notebooks' runtime check runs before TensorFlow is installed.
+
 
 class StrategyError(RuntimeError):
     """The hardware cannot do what `distribute.*` asks; the message is one line for the user."""
