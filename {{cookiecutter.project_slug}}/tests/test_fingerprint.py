@@ -87,6 +87,9 @@ def test_a_key_on_one_side_only_is_a_difference() -> None:
     wider = {**base, "model.args.width": 24}
     assert fingerprint.differences(base, wider) == ["model.args.width was null, now 24"]
     assert fingerprint.differences(wider, base) == ["model.args.width was 24, now null"]
+    # `variables`, known once the model is built, is not compared with a fingerprint without it.
+    built = fingerprint.with_variables(base, [tf.Variable(tf.zeros([3]))])
+    assert fingerprint.differences(built, base) == fingerprint.differences(base, built) == []
 
 
 def test_digests_and_hashes(tmp_path: Path) -> None:

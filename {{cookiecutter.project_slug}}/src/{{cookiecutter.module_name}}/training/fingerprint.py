@@ -13,7 +13,8 @@ it would record now and refuses, naming each difference (`train.learning_rate wa
   hardware;
 - derived values, named only when nothing else differs: `learning_rate_applied` and `variables`
   (the model's weights as the code builds them: an architecture changed in model.py).
-A key on one side only (`model.args.width` set, or removed) is a difference too.
+A key on one side only (`model.args.width` set, or removed) is a difference too, but a derived
+value known on one side only (`variables` before the model is built) is not.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     found, derived = [], []
     for key in [*current, *(k for k in recorded if k not in current)]:
         was, now = recorded.get(key), current.get(key)
-        if _same(was, now):
+        if _same(was, now) or (key in DERIVED and None in (was, now)):  # not known on one side
             continue
         if key == DATA:
             line = f"the data (data/manifest.json's files) was {was[:12]}, now {now[:12]}"
