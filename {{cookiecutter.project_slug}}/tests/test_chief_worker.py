@@ -26,6 +26,7 @@ import pytest
 
 from {{ cookiecutter.module_name }}.config import ConfigError
 from {{ cookiecutter.module_name }}.core import storage
+from {{ cookiecutter.module_name }}.training.run_record import find_run
 from {{ cookiecutter.module_name }}.training.strategy import _workers, is_chief
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -223,7 +224,7 @@ def test_chief_writes_worker_does_not_and_resume_matches(tmp_path):
     assert ckpts == [f"step-{s:09d}" for s in (11, 22, 33, 44)], ckpts
     metrics = json.loads((bucket / "results" / "metrics" / "train.json").read_text())
     assert metrics["workers"] == 2 and metrics["steps"] == 44
-    assert metrics["weights_sha256"] == digest
+    assert find_run(bucket / "results")["facts"]["weights_sha256"] == digest
     assert (bucket / "results" / "models" / "model.keras").is_file()
     assert list((bucket / "results" / "tensorboard" / "r1").iterdir())
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +18,7 @@ from {{ cookiecutter.module_name }}.core.environment import (
     git_info,
     summary,
 )
+from {{ cookiecutter.module_name }}.core.progress import bar_kind, progress_bar, say
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -86,3 +90,29 @@ def test_env_command_prints_and_saves_everything(tmp_path):
     assert {"commit", "dirty"} <= set(env["git"])
     assert f"tensorflow=={tf['version']}" in run.stdout  # every package is printed
     assert "TensorFlow  " in run.stdout and "accelerator" in run.stdout
+
+
+def test_progress_suits_where_the_output_goes(monkeypatch, capsys):
+    """A widget bar only in Colab's notebook kernel, tqdm's text bar on a terminal, else no bar
+    but the caller's own lines (a log file, CI, a papermill report, a notebook without widgets)."""
+    terminal, log = SimpleNamespace(isatty=lambda: True), SimpleNamespace(isatty=lambda: False)
+    assert bar_kind(terminal) == "text" and bar_kind(log) == "lines"
+    kernel = SimpleNamespace(config={"IPKernelApp": {}})
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: kernel))
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    assert bar_kind(terminal) == "lines"  # Jupyter or papermill: a widget may not render
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20260801")
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: name == "ipywidgets" or None)
+    assert bar_kind(terminal) == "widget"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert bar_kind(terminal) == "lines"  # Colab without ipywidgets: no TqdmWarning either
+    monkeypatch.setattr(importlib.util, "find_spec", found)
+    monkeypatch.delenv("COLAB_RELEASE_TAG")  # a kernel elsewhere: lines
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a TqdmWarning would fail here
+        bar = progress_bar(10, unit="step")
+        bar.update(10)
+        bar.close()
+        say("epoch 1/1  step 10/10")
+    assert capsys.readouterr() == ("epoch 1/1  step 10/10\n", "")

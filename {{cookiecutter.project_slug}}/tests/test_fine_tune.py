@@ -16,7 +16,8 @@ from conftest import PROJECT, cli, cli_env, sets
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -78,7 +79,7 @@ def test_phase_change_resumes_bit_identical(tmp_path: Path, monkeypatch, capsys)
     resumed = run("run_name=ft")
     out = capsys.readouterr().out
     assert f"from its checkpoint at step {stopped.step}" in out
-    assert resumed.metrics["weights_sha256"] == reference.metrics["weights_sha256"]
+    assert resumed.facts["weights_sha256"] == reference.facts["weights_sha256"]
 
 
 @pytest.mark.slow
@@ -110,4 +111,4 @@ def test_sigkill_before_the_phase_change_then_resume_is_bit_identical(
     match = re.search(r"from its checkpoint at step (\d+)", out)
     assert match and 2 <= int(match.group(1)) < 6, out  # resumed before the phase change
     assert "fine-tuning the backbone's top layers" in out
-    assert f"final weights sha256 {reference.metrics['weights_sha256']}" in out
+    assert f"final weights sha256 {reference.facts['weights_sha256']}" in out

@@ -82,14 +82,16 @@ def test_a_difference_is_named_key_by_key() -> None:
     assert not [line for line in fingerprint.differences(a, c) if line.startswith("variables")]
 
 
-def test_a_key_the_record_lacks_is_not_a_difference() -> None:
-    """config.py holds no values (params.yaml does): a key missing from a recorded fingerprint
-    has nothing to compare with."""
+def test_a_key_on_one_side_only_is_a_difference() -> None:
+    """A component's argument set on one side only (`model.args.width`) is named like any other
+    change (a checkpoint of an older version never gets here: its format is refused first)."""
     base = fingerprint.of(params(), DATA, 1)
-    older = {k: v for k, v in base.items() if k != "train.clip_norm"}  # recorded before the key
-    assert fingerprint.differences(older, base) == []
-    # A key that is gone from the package is not compared.
-    assert fingerprint.differences({**base, "train.gone": 1}, base) == []
+    wider = {**base, "model.args.width": 24}
+    assert fingerprint.differences(base, wider) == ["model.args.width was null, now 24"]
+    assert fingerprint.differences(wider, base) == ["model.args.width was 24, now null"]
+    # `variables`, known once the model is built, is not compared with a fingerprint without it.
+    built = fingerprint.with_variables(base, [tf.Variable(tf.zeros([3]))])
+    assert fingerprint.differences(built, base) == fingerprint.differences(base, built) == []
 
 
 def test_digests_and_hashes(tmp_path: Path) -> None:
@@ -160,8 +162,15 @@ def test_the_dvc_stage_reuses_a_matching_run_and_trains_its_own_otherwise(
     shorter = load_params(PROJECT / "params.yaml", ["run_name=long", "train.epochs=1"])
     assert choose_run(shorter, tmp_path, expected, 320).run_name.startswith("long-")
     assert "it trained 40 steps, more than train.epochs makes (10)" in capsys.readouterr().out
+    # A checkpoint of an older version of the project (another format): a run of its own.
+    checkpoint_of(tmp_path, "old", 20, {"fingerprint": expected, "code": code})
+    meta_file = next((tmp_path / "checkpoints" / "old").glob("step-*/meta.json"))
+    meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "format": 1}))
+    old = load_params(PROJECT / "params.yaml", ["run_name=old", "train.epochs=2"])
+    assert choose_run(old, tmp_path, expected, 320).run_name.startswith("old-")
+    assert "its checkpoints are of an older version" in capsys.readouterr().out
     # Every run's checkpoints are where they were.
-    for name, step in (("baseline", 20), ("code", 20), ("long", 40)):
+    for name, step in (("baseline", 20), ("code", 20), ("long", 40), ("old", 20)):
         assert newest_meta(tmp_path / "checkpoints" / name)["step"] == step
     meta = json.loads(
         next((tmp_path / "checkpoints" / "baseline").glob("step-*/meta.json")).read_text()

@@ -43,7 +43,7 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     metrics = result.metrics
     per_epoch = 1438 // (32 * metrics["replicas"])
     assert result.step == 2 * per_epoch < result.total_steps, out
-    assert metrics["stopped_early"] and metrics["best_step"] == per_epoch
+    assert metrics["stopped_early"] == 1 and metrics["best_step"] == per_epoch
     assert "Early stopping: val_accuracy has not improved for 1 epochs" in out
     assert {"val_loss", "val_accuracy", "val_auc", "val_f1"} <= set(metrics)
     assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(metrics["history"][-1])
@@ -59,7 +59,7 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     # The checkpoint remembers the verdict: the same command trains no further.
     storage = Path(os.environ["PROJECT_STORAGE_DIR"])
     newest = list_checkpoints(storage / "checkpoints" / "early")[-1][1]
-    state = json.loads((newest / "meta.json").read_text())["early_stopping"]
+    state = json.loads((newest / "meta.json").read_text())["state"]["early"]
     assert state["best_step"] == per_epoch and state["epochs_without_improvement"] == 1
     again = train(params, tiny_project)
     assert again.step == result.step and "already complete" in capsys.readouterr().out

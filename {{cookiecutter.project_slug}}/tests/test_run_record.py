@@ -16,8 +16,8 @@ from conftest import copy_checkout
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
 from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.training.run_record import (
-    FIELDS,
     build_record,
+    find_run,
     list_runs,
     new_run_id,
     read_run_record,
@@ -29,6 +29,13 @@ pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
+# Fields every manifest has.
+FIELDS = (
+    "run_id", "kind", "run_name", "status", "params", "seed", "environment", "git", "data",
+    "class_weight", "checkpoints", "metrics", "facts", "artifacts", "timing", "tracking",
+    "command", "reproduce",
+)  # fmt: skip
+FACTS = "run_name status data_hash run_fingerprint weights_sha256 strategy device precision monitor"
 
 
 def copy_project(tmp_path: Path) -> Path:
@@ -130,3 +137,13 @@ def test_a_training_run_writes_a_complete_manifest(tmp_path):
     assert record["timing"]["duration_s"] > 0
     assert "tensorboard" in record["tracking"]
     assert "Run record:" in run.stdout
+    # The run's facts are here; train.json holds numbers only, each once (the curve apart).
+    assert set(record["facts"]) == set(FACTS.split())
+    assert record["facts"]["run_name"] == "recorded" and len(record["facts"]["data_hash"]) == 64
+    assert find_run(project / "results") == record
+    train_json = json.loads((project / "results" / "metrics" / "train.json").read_text())
+    assert train_json == record["metrics"]
+    scalars = {k: v for k, v in train_json.items() if k != "history"}
+    assert all(type(v) in (int, float) for v in scalars.values()), scalars
+    assert "val_loss" in scalars and not [k for k in scalars if k.startswith("train_val_")]
+    assert not {"run_name", "status", "deterministic", "class_weight"} & set(scalars)

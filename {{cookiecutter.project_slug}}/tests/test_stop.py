@@ -15,7 +15,8 @@ from conftest import PROJECT, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.trainer import EXIT_BUDGET, train
+from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
+from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -39,7 +40,7 @@ def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Pat
 
     done = train(load_params(tiny_project / "params.yaml", base), tiny_project)
     assert f"from its checkpoint at step {stopped.step}" in capsys.readouterr().out
-    assert done.metrics["weights_sha256"] == reference.metrics["weights_sha256"]
+    assert done.facts["weights_sha256"] == reference.facts["weights_sha256"]
 
 
 def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:

@@ -157,5 +157,5 @@ def test_xla_and_float16_loss_scaling_paths_train(tiny_project: Path, monkeypatc
         import keras
 
         keras.mixed_precision.set_global_policy("float32")
-    assert result.status == "completed" and result.metrics["precision"] == "mixed_float16"
+    assert result.status == "completed" and result.facts["precision"] == "mixed_float16"
     assert np.isfinite(result.metrics["val_loss"])

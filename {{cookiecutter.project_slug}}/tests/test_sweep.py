@@ -237,6 +237,8 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     comments = [line.split("#", 1)[1] for line in before.splitlines() if "#" in line]
     assert all(c in after for c in comments)  # every comment kept
     assert (project / "results/models/model.keras").is_file()
+    record = sorted((project / "results/runs").glob("*/manifest.json"))[-1]  # train.json's run
+    assert json.loads(record.read_text())["facts"]["run_name"] == "lr-dropout-0"
     for cmd in (["commit", "--force", "train"], ["status", "train", "--json"]):
         done = subprocess.run(
             [sys.executable, "-m", "dvc", *cmd],

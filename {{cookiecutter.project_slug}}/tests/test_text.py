@@ -423,7 +423,7 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical_for_text(
     assert resumed.returncode == 0, out
     match = re.search(r"Resuming run 'kill' from its checkpoint at step (\d+)", out)
     assert match and 6 <= int(match.group(1)) < total, out
-    digest = ref.metrics["weights_sha256"]
+    digest = ref.facts["weights_sha256"]
     assert f"Done: step {total}" in out and f"final weights sha256 {digest}" in out, out
 
 

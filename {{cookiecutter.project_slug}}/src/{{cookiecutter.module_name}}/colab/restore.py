@@ -5,7 +5,8 @@ the storage folder (Drive on Colab) and the DVC remote: each checkpoint's finger
 hash of its run's data (training/fingerprint.py); `<storage>/manifests/<data hash>.json` is that
 data's manifest; the DVC remote holds every data file under its MD5 (01's `push_stage`, or `dvc
 push`); `<storage>/models/<run_name>/` the trained model with `model.json` and `train.json`
-(`keep_model`, 02's last cell); `<storage>/runs/` the run records.
+(`keep_model`, 02's last cell); `<storage>/runs/` the run records, whose `facts` name a model's
+run and data.
 `restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring back
 what is missing and say what they did in one line. Data comes from DVC's cache or remote when they
 hold every file, else `prepare` runs again (deterministic: the line says whether it made exactly
@@ -27,6 +28,7 @@ from ..core.files import atomic_write, file_sha256, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from ..data import manifest
 from ..training.checkpoints import newest_meta
+from ..training.run_record import find_run
 
 MODELS = "models"  # <storage>/models/<run_name>/
 KEPT_FILES = {"model.keras": MODEL_FILE, "model.json": SIDECAR_FILE, "train.json": TRAIN_METRICS}
@@ -64,21 +66,11 @@ def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None
 
 def run_facts(project_dir: Path, storage: Path | None = None) -> dict[str, Any]:
     """The facts (run_name, data_hash, ...) of the run that trained results/models/model.keras:
-    those of the run record, in results/runs/ or `<storage>/runs/`, that lists this very file
-    among its artifacts; {} when none does. Keys may be missing: read them with `.get`."""
-    results = results_root(Path(project_dir))
-    if not (results / MODEL_FILE).is_file():
-        return {}
-    digest = file_sha256(results / MODEL_FILE)
-    folders = [results / "runs", *([Path(storage) / "runs"] if storage else [])]
-    paths = [p for folder in folders for p in folder.glob("*/manifest.json")]
-    for path in sorted(paths, key=lambda p: p.parent.name, reverse=True):  # the newest first
-        record = json.loads(path.read_text())
-        if any(a.get("sha256") == digest for a in record.get("artifacts") or []):
-            # A record from before the facts had a mapping of their own: what it has.
-            old = {"run_name": record.get("run_name"), **(record.get("metrics") or {})}
-            return record.get("facts") or old
-    return {}
+    those of its run record, in results/runs/ or `<storage>/runs/`; {} when none wrote this very
+    file. Keys may be missing: read them with `.get`."""
+    elsewhere = (Path(storage) / "runs",) if storage else ()
+    record = find_run(results_root(Path(project_dir)), MODEL_FILE, elsewhere)
+    return (record or {}).get("facts") or {}
 
 
 def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> str:

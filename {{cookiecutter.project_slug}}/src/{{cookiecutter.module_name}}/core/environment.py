@@ -11,7 +11,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from .files import atomic_write, file_sha256
 from .hardware import tpu_signals
 from .storage import on_colab
 
-DATA_MANIFESTS = ("data/manifest.json", "data/manifest.csv")
+DATA_MANIFEST = "data/manifest.json"
 
 
 def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, Any]:
@@ -33,8 +32,8 @@ def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, An
     `devices=False` skips TensorFlow (importing it costs seconds) and reports only the rest.
     """
     project_dir = Path(project_dir)
-    tf_info = tensorflow_info(devices)
-    gpus = nvidia_gpus() or tf_info.get("gpus", [])
+    tf_info = tensorflow_info() if devices else {"skipped": True}
+    gpus = nvidia_gpus() or [{"name": name} for name in tf_info.get("gpus", [])]
     return {
         "collected_at": utc_now().isoformat(timespec="seconds"),
         "python": {
@@ -62,25 +61,23 @@ def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, An
 
 def installed_packages() -> dict[str, str]:
     """Every installed distribution and its version, sorted by name (like `pip freeze`)."""
-    found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found.setdefault(name.lower().replace("_", "-"), dist.version)
+    found = {
+        dist.metadata["Name"].lower().replace("_", "-"): dist.version
+        for dist in importlib.metadata.distributions()
+        if dist.metadata["Name"]
+    }
     return dict(sorted(found.items()))
 
 
-def tensorflow_info(devices: bool = True) -> dict[str, Any]:
+def tensorflow_info() -> dict[str, Any]:
     """TensorFlow and Keras versions, the CUDA/cuDNN TensorFlow was built with, and its devices."""
-    if not devices:
-        return {"skipped": True}
     try:
-        import keras
+        import keras  # here, not at the top: `env` and the run record work without TensorFlow
         import tensorflow as tf
     except ModuleNotFoundError as exc:
         return {"installed": False, "error": str(exc)}
-    build = dict(tf.sysconfig.get_build_info())
-    info: dict[str, Any] = {
+    build = tf.sysconfig.get_build_info()
+    return {
         "installed": True,
         "version": tf.__version__,
         "keras_version": keras.__version__,
@@ -88,50 +85,25 @@ def tensorflow_info(devices: bool = True) -> dict[str, Any]:
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
         "devices": [d.name for d in tf.config.list_physical_devices()],
-        "gpus": [],
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
     }
-    for gpu in tf.config.list_physical_devices("GPU"):
-        try:
-            details = tf.config.experimental.get_device_details(gpu)
-        except (RuntimeError, ValueError):
-            details = {}
-        capability = details.get("compute_capability")
-        info["gpus"].append(
-            {
-                "name": details.get("device_name", gpu.name),
-                "compute_capability": ".".join(map(str, capability)) if capability else None,
-                "memory_mb": None,  # TensorFlow does not say before allocating; nvidia-smi does
-            }
-        )
-    return info
 
 
 def nvidia_gpus() -> list[dict[str, Any]]:
-    """GPU name, memory and driver from `nvidia-smi` (empty without an NVIDIA driver)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
+    """Name, memory (MB), driver and compute capability of each GPU, from `nvidia-smi` (none
+    without an NVIDIA driver)."""
     query = "name,memory.total,driver_version,compute_cap"
+    command = ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"]
     try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
+        out = subprocess.run(command, capture_output=True, text=True, timeout=20, check=True)
     except (subprocess.SubprocessError, OSError):
         return []
-    gpus = []
-    for line in out.strip().splitlines():
-        name, memory, driver, capability = (part.strip() for part in line.split(","))
-        gpus.append(
-            {
-                "name": name,
-                "memory_mb": int(float(memory)) if memory.replace(".", "").isdigit() else None,
-                "driver": driver,
-                "compute_capability": capability,
-            }
-        )
+    keys = ("name", "memory_mb", "driver", "compute_capability")
+    lines = out.stdout.strip().splitlines()
+    gpus = [dict(zip(keys, (p.strip() for p in line.split(",")), strict=True)) for line in lines]
+    for gpu in gpus:
+        memory = gpu["memory_mb"]
+        gpu["memory_mb"] = int(float(memory)) if memory.replace(".", "").isdigit() else None
     return gpus
 
 
@@ -203,62 +175,44 @@ def data_hashes(project_dir: Path) -> dict[str, Any]:
         for out in (yaml.safe_load(dvc_file.read_text()) or {}).get("outs", []):
             rel = (dvc_file.parent / out["path"]).relative_to(project_dir)
             hashes[str(rel)] = out.get("md5") or out.get("hash") or ""
-    manifest = data_manifest(project_dir)
-    return {"dvc": hashes, "manifest": manifest}
-
-
-def data_manifest(project_dir: Path) -> dict[str, str] | None:
-    """Path and sha256 of the data manifest `prepare` writes (None before the first `prepare`)."""
-    for name in DATA_MANIFESTS:
-        path = Path(project_dir) / name
-        if path.is_file():
-            return {"path": name, "sha256": file_sha256(path)}
-    return None
+    manifest = project_dir / DATA_MANIFEST  # what `prepare` writes; None before it ran
+    found = {"path": DATA_MANIFEST, "sha256": file_sha256(manifest)} if manifest.is_file() else None
+    return {"dvc": hashes, "manifest": found}
 
 
 def summary(env: dict[str, Any]) -> str:
     """A few readable lines: what a reviewer checks first when two results disagree."""
-    tf = env["tensorflow"]
-    git = env["git"]
+    tf, git, manifest = env["tensorflow"], env["git"], env["data"]["manifest"]
+    machine, colab = env["platform"], env["colab"]
+    cpus = f"{machine['cpu_count']} CPUs, {machine['memory_gb']} GB RAM"
     lines = [
-        f"Python      {env['python']['version']} ({env['python']['executable']})",
-        f"Platform    {env['platform']['platform']}, {env['platform']['cpu_count']} CPUs, "
-        f"{env['platform']['memory_gb']} GB RAM",
-        f"Colab       {'yes' if env['colab']['on_colab'] else 'no'}; "
-        f"accelerator {env['colab']['accelerator']}",
+        ("Python", f"{env['python']['version']} ({env['python']['executable']})"),
+        ("Platform", f"{machine['platform']}, {cpus}"),
+        ("Colab", f"{'yes' if colab['on_colab'] else 'no'}; accelerator {colab['accelerator']}"),
     ]
     if tf.get("installed"):
-        lines.append(
-            f"TensorFlow  {tf['version']}, Keras {tf['keras_version']}; built with CUDA "
-            f"{tf['cuda_version'] or '-'}, cuDNN {tf['cudnn_version'] or '-'}"
-        )
-        lines.append(f"Devices     {', '.join(tf['devices'])}")
+        build = f"built with CUDA {tf['cuda_version'] or '-'}, cuDNN {tf['cudnn_version'] or '-'}"
+        lines.append(("TensorFlow", f"{tf['version']}, Keras {tf['keras_version']}; {build}"))
+        lines.append(("Devices", ", ".join(tf["devices"])))
     elif not tf.get("skipped"):
-        lines.append("TensorFlow  not installed")
+        lines.append(("TensorFlow", "not installed"))
     for gpu in env["gpus"]:
-        lines.append(
-            f"GPU         {gpu['name']}, {gpu.get('memory_mb') or '?'} MB, "
-            f"compute capability {gpu.get('compute_capability') or '?'}"
-        )
+        capability = gpu.get("compute_capability") or "?"
+        memory = f"{gpu.get('memory_mb') or '?'} MB"
+        lines.append(("GPU", f"{gpu['name']}, {memory}, compute capability {capability}"))
     if env["tpu"]:
-        lines.append(f"TPU         {env['tpu']}")
-    if git["commit"]:
-        lines.append(
-            f"Git         {git['commit'][:12]} on {git['branch']}"
-            f"{' (DIRTY: uncommitted changes)' if git['dirty'] else ' (clean)'}"
-        )
-    else:
-        lines.append("Git         no commit yet")
-    manifest = env["data"]["manifest"]
+        lines.append(("TPU", str(env["tpu"])))
+    state = " (DIRTY: uncommitted changes)" if git["dirty"] else " (clean)"
+    commit = f"{git['commit'][:12]} on {git['branch']}{state}" if git["commit"] else "no commit yet"
+    lines.append(("Git", commit))
     lines.append(
-        f"Data        manifest {manifest['path']} sha256 {manifest['sha256'][:12]}"
+        ("Data", f"manifest {manifest['path']} sha256 {manifest['sha256'][:12]}")
         if manifest
-        else "Data        no data manifest yet (run `prepare`)"
+        else ("Data", "no data manifest yet (run `prepare`)")
     )
-    for path, md5 in env["data"]["dvc"].items():
-        lines.append(f"            {path}: {md5}")
-    lines.append(f"Packages    {len(env['packages'])} installed (every one in the saved file)")
-    return "\n".join(lines)
+    lines += [("", f"{path}: {md5}") for path, md5 in env["data"]["dvc"].items()]
+    lines.append(("Packages", f"{len(env['packages'])} installed (every one in the saved file)"))
+    return "\n".join(f"{name:<12}{value}" for name, value in lines)
 
 
 def save_json(data: Any, path: Path) -> Path:

@@ -45,19 +45,9 @@ def on_colab() -> bool:
 
 
 def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
-    """A folder given by the user as a path or as `gs://bucket/prefix`.
-{%- if cookiecutter.vertex_ai == "yes" %}
-
-    A `gs://` URL is read through Cloud Storage FUSE, which Vertex AI mounts at `/gcs/<bucket>`
-    in every training replica: plain file I/O (atomic renames, fsync, CRC checks) then works
-    unchanged. `$PROJECT_GCS_MOUNT` changes that root (tests, or your own `gcsfuse` mount).
-{%- else %}
-
-    A `gs://` URL is read through a Cloud Storage FUSE mount at `/gcs/<bucket>`: plain file I/O
-    (atomic renames, fsync, CRC checks) then works unchanged. `$PROJECT_GCS_MOUNT` changes that
-    root (tests, or your own `gcsfuse` mount).
-{%- endif %}
-    """
+    """A folder given as a path or as `gs://bucket/prefix`: a bucket is read through Cloud
+    Storage FUSE at `/gcs/<bucket>`{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI mounts it in every replica){% endif %}, where plain file I/O
+    (atomic renames, fsync) works unchanged; `$PROJECT_GCS_MOUNT` moves that root."""
     if not location.startswith("gs://"):
         return Path(location).expanduser()
     bucket_and_prefix = location[len("gs://") :].strip("/")
@@ -111,13 +101,8 @@ def storage_root(project_dir: Path) -> Path:
 
 
 def results_root(project_dir: Path) -> Path:
-{%- if cookiecutter.vertex_ai == "yes" %}
-    """`$PROJECT_RESULTS_DIR` if set (a Vertex AI job points it into its bucket: the container's
-    own disk is gone when the job ends), else `<project>/results`."""
-{%- else %}
-    """`$PROJECT_RESULTS_DIR` if set (e.g. a bucket, when the machine's own disk does not last),
-    else `<project>/results`."""
-{%- endif %}
+    """`$PROJECT_RESULTS_DIR` if set, else `<project>/results`: set it to a bucket when the
+    machine's own disk does not last{% if cookiecutter.vertex_ai == "yes" %} (a Vertex AI job sets it){% endif %}."""
     env = os.environ.get("PROJECT_RESULTS_DIR")
     return local_path(env, "PROJECT_RESULTS_DIR") if env else project_dir / "results"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.files import atomic_write, file_sha256
+from ..core.progress import progress_bar
 
 INDEX = ".stage-index.json"
 CHUNK_BYTES = 4 << 20  # read/write unit; a resumed copy restarts at a chunk boundary
@@ -110,8 +111,6 @@ def stage(
     `verify` re-hashes both sides of every file instead of trusting the index. `on_bytes` is
     called with the number of bytes after each chunk written (for a notebook's own progress).
     """
-    from tqdm.auto import tqdm
-
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
@@ -146,7 +145,7 @@ def stage(
             "space or stage to another disk"
         )
 
-    bar = tqdm(total=needed, unit="B", unit_scale=True, desc="stage", disable=not progress)
+    bar = progress_bar(needed, disable=not progress, unit="B", unit_scale=True, desc="stage")
     try:
         for rel, path, st, offset in todo:
             target = dest / rel

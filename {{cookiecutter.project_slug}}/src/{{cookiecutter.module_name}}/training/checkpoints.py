@@ -1,21 +1,15 @@
 """Atomic checkpoints: a crash mid-write never leaves a checkpoint that is read as good.
 
-Layout of `<storage>/checkpoints/<run_name>/`:
+`<storage>/checkpoints/<run_name>/step-000000120/` holds `ckpt.index`, `ckpt.data-*` and
+`meta.json`. A checkpoint is written into a hidden `.tmp-*` folder, its files are flushed, then
+`meta.json` (sizes and CRC32 of every file) and only then is the folder renamed to `step-*`: a
+rename is atomic, so a `step-*` folder is complete. A restore checks sizes and checksums again (a
+synced Drive can still lose or cut files) and falls back to the one before a damaged checkpoint.
 
-    step-000000120/ckpt.index, ckpt.data-00000-of-00001, meta.json
-    step-000000160/...
-
-A checkpoint is written into a hidden `.tmp-*` folder, its files are flushed to disk, `meta.json`
-(step, sizes and CRC32 of every file) is written last, and only then is the folder renamed to
-`step-*`: a rename is atomic, so a `step-*` folder is always complete. Restoring checks sizes and
-checksums too (a synced Drive folder can still lose or truncate files), and falls back to the
-previous checkpoint with a warning when the newest one is damaged.
-
-A save that fails (a full Drive, an I/O error from a dropped FUSE mount, a permission error) is a
-storage fault, not the end of a run: `try_save` removes the partial write, says so in one line with
-the cause and the free space, and returns None; the trainer goes on and tries again at the next
-interval. Before a save that would not fit, older checkpoints are pruned if that frees enough room,
-but never the newest complete one: it goes only once a newer one is complete.
+A save that fails (a full Drive, a dropped mount) is a storage fault, not the end of the run:
+`try_save` removes the partial write, says so in one line and the next interval tries again.
+Before a save that would not fit, older checkpoints are pruned if that frees enough room, never
+the newest complete one (docs/training-faults.md).
 """
 
 from __future__ import annotations
@@ -31,11 +25,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.files import free_bytes
+from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
+
+# TensorFlow is imported in the methods that use it: the command line imports this module for
+# its errors, and `prepare` or `--help` should not wait 10 s for TensorFlow.
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 MIB = 1 << 20
+# meta.json's `format`: what this version writes and resumes. Raise it when what a checkpoint
+# holds changes (its variables, meta.json's `state` or `fingerprint`): an older checkpoint is then
+# refused by name, never misread.
+FORMAT = 2
+
+
+class CheckpointMismatch(RuntimeError):
+    """An intact checkpoint that does not fit the current model or settings."""
+
+
+class ResultsWriteError(RuntimeError):
+    """The final model or metrics could not be written; one line for the user."""
+
+
+def is_current(meta: dict[str, Any]) -> bool:
+    """True for a checkpoint's meta.json in this version's format (`FORMAT`)."""
+    return meta.get("format") == FORMAT
 
 
 def keep_it(run_name: str, new_name: str = "") -> str:
@@ -48,8 +63,12 @@ def keep_it(run_name: str, new_name: str = "") -> str:
     )
 
 
-class CheckpointMismatch(RuntimeError):
-    """An intact checkpoint that does not fit the current model or settings."""
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """Committed checkpoints in `directory`, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [(_STEP_DIR.fullmatch(p.name), p) for p in directory.iterdir() if p.is_dir()]
+    return sorted((int(match.group(1)), p) for match, p in found if match)
 
 
 def newest_meta(directory: Path) -> dict[str, Any] | None:
@@ -61,46 +80,29 @@ def newest_meta(directory: Path) -> dict[str, Any] | None:
     return None
 
 
-def _crc32(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file or folder to disk, so a rename cannot overtake the data it names."""
+def verify(path: Path) -> str | None:
+    """None if the checkpoint folder is complete and unchanged, else what is wrong with it."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems (e.g. FUSE mounts) do not support fsync on folders
-    finally:
-        os.close(fd)
-
-
-def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """Committed checkpoints in `directory`, oldest first."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for child in directory.iterdir():
-        match = _STEP_DIR.fullmatch(child.name)
-        if match and child.is_dir():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
+        files = json.loads((path / "meta.json").read_text())["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        return f"meta.json unreadable: {type(exc).__name__}"
+    if not any(name.endswith(".index") for name in files):
+        return "no index file listed"
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} missing"
+        if file.stat().st_size != expected["size"]:
+            return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
+        if _crc32(file) != expected["crc32"]:
+            return f"{name} checksum differs"
+    return None
 
 
 class CheckpointStore:
-    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from`.
-
-    `restore_from` differs from `directory` only on non-chief workers of a multi-worker run: they
-    read the chief's checkpoints (shared storage) but save into a scratch folder.
-    """
+    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from` (another
+    folder only on a multi-worker run's other workers: they read the chief's checkpoints on the
+    shared storage, and save into a scratch folder)."""
 
     def __init__(self, directory: Path, keep: int, restore_from: Path | None = None) -> None:
         self.directory = directory
@@ -129,17 +131,14 @@ class CheckpointStore:
         return None
 
     def _make_room(self) -> None:
-        """Prune older checkpoints before a save that would not fit, if that frees enough room;
-        the newest complete checkpoint is never one of them."""
-        done = list_checkpoints(self.directory)
-        if len(done) < 2:
-            return
-        need = _folder_bytes(done[-1][1])  # the next one will be about as big
+        """Prune older checkpoints, oldest first, before a save that would not fit, if that frees
+        enough room; never the newest complete one."""
+        *older, newest = list_checkpoints(self.directory) or [(0, None)]
+        need = _folder_bytes(newest[1])  # the next one will be about as big
         free = _free_mib(self.directory) * MIB
-        older = done[:-1]
         if free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
             return  # it fits, or pruning would not help: keep them
-        for _, path in older:  # oldest first
+        for _, path in older:
             print(f"Pruning {path.name} early to make room for the next checkpoint.", flush=True)
             shutil.rmtree(path, ignore_errors=True)
             if _free_mib(self.directory) * MIB >= need:
@@ -147,21 +146,19 @@ class CheckpointStore:
 
     def save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) as step `step`, atomically."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"step-{step:09d}"
         tmp = self.directory / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp.mkdir(parents=True)
         self._write(checkpoint, str(tmp / "ckpt"))
         files = {}
         for path in sorted(tmp.iterdir()):
             _fsync(path)
             files[path.name] = {"size": path.stat().st_size, "crc32": _crc32(path)}
-        record = {**meta, "step": step, "saved_at": time.time(), "files": files}
-        meta_tmp = tmp / "meta.json.tmp"
-        meta_tmp.write_text(json.dumps(record, indent=1))
-        _fsync(meta_tmp)
-        os.replace(meta_tmp, tmp / "meta.json")
+        record = {**meta, "format": FORMAT, "step": step, "saved_at": time.time(), "files": files}
+        (tmp / "meta.json.tmp").write_text(json.dumps(record, indent=1))
+        _fsync(tmp / "meta.json.tmp")
+        os.replace(tmp / "meta.json.tmp", tmp / "meta.json")
         _fsync(tmp)
         # The same step saved again (e.g. after a restart): set the old one aside, not delete it,
         # so a failing commit still leaves a complete checkpoint of that step.
@@ -169,10 +166,7 @@ class CheckpointStore:
         if final.exists():
             os.replace(final, aside)
         try:
-            try:
-                os.replace(tmp, final)  # the commit: atomic
-            except OSError:
-                _commit_file_by_file(tmp, final)
+            _commit(tmp, final)
         except OSError:
             if aside.exists():
                 shutil.rmtree(final, ignore_errors=True)
@@ -180,12 +174,15 @@ class CheckpointStore:
             raise
         shutil.rmtree(aside, ignore_errors=True)
         _fsync(self.directory)
-        self._prune()
+        for _, path in list_checkpoints(self.directory)[: -self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
         return final
 
     def prepare(self, checkpoint: Any) -> Callable[[Any], Any]:
-        """`checkpoint`'s write, traced now (before training) rather than at the first save. It
-        writes the variables the checkpoint tracks when traced: call it once they all exist."""
+        """`checkpoint.write` as one traced function, traced once (call it when the variables all
+        exist: before training, not at the first save). Run eagerly, a write reads every variable
+        with ops of its own: MobileNetV3Small's checkpoint (630 variables, 14 MB) took 125 ms of
+        TensorFlow a save on 2 CPU cores, traced 19 ms (then the disk's time)."""
         import tensorflow as tf
 
         if self._traced is None or self._traced[0] is not checkpoint:
@@ -195,9 +192,6 @@ class CheckpointStore:
         return self._traced[1]
 
     def _write(self, checkpoint: Any, prefix: str) -> None:
-        """`checkpoint.write(prefix)` as one traced function. Run eagerly, a write reads every
-        variable with ops of its own: MobileNetV3Small's checkpoint (630 variables, 14 MB) took
-        125 ms of TensorFlow a save on 2 CPU cores, traced 19 ms (then the disk's time)."""
         import tensorflow as tf
 
         self.prepare(checkpoint)(tf.constant(prefix))
@@ -216,7 +210,7 @@ class CheckpointStore:
                     flush=True,
                 )
                 if self.restore_from == self.directory:
-                    # Move it aside: it would otherwise count as the newest when pruning.
+                    # Moved aside: it would otherwise count as the newest when pruning.
                     with contextlib.suppress(OSError):
                         os.replace(path, path.with_name(f"damaged-{path.name}-{int(time.time())}"))
                 continue
@@ -238,44 +232,48 @@ class CheckpointStore:
     def clean_partial(self) -> None:
         """Delete `.tmp-*` folders left by a crash during a save (a complete checkpoint that a
         crash left set aside goes back to its place first)."""
-        if self.directory.is_dir():
-            for aside in self.directory.glob(".tmp-old-step-*"):
-                final = self.directory / aside.name[len(".tmp-old-") :].rsplit("-", 1)[0]
-                if not final.exists():
-                    with contextlib.suppress(OSError):
-                        os.replace(aside, final)
-            for child in self.directory.glob(".tmp-*"):
-                shutil.rmtree(child, ignore_errors=True)
+        for aside in self.directory.glob(".tmp-old-step-*"):
+            final = self.directory / aside.name[len(".tmp-old-") :].rsplit("-", 1)[0]
+            if not final.exists():
+                with contextlib.suppress(OSError):
+                    os.replace(aside, final)
+        for child in self.directory.glob(".tmp-*"):
+            shutil.rmtree(child, ignore_errors=True)
 
     def clear(self) -> list[int]:
         """Delete every checkpoint of this run (`train --fresh`); return the steps of the complete
         ones deleted. The lease stays (this session holds it: without it, another session could
         start on the run)."""
-        if not self.directory.is_dir():
-            return []
         deleted = [step for step, _ in list_checkpoints(self.directory)]
-        for child in self.directory.iterdir():
-            if child.name == LEASE_FILE:
-                continue
+        for child in self.directory.iterdir() if self.directory.is_dir() else []:
             if child.is_dir():
                 shutil.rmtree(child, ignore_errors=True)
-            else:
+            elif child.name != LEASE_FILE:
                 child.unlink(missing_ok=True)
         return deleted
 
-    def _prune(self) -> None:
-        for _, path in list_checkpoints(self.directory)[: -self.keep]:
-            shutil.rmtree(path, ignore_errors=True)
+
+def _commit(tmp: Path, final: Path) -> None:
+    """Rename `tmp` to `final` (atomic); where folders cannot be renamed (Cloud Storage FUSE on a
+    flat bucket), move the files one by one, `meta.json` last: until it lands, `verify` rejects
+    the folder."""
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        final.mkdir()
+        for path in sorted(tmp.iterdir(), key=lambda p: p.name == "meta.json"):
+            os.replace(path, final / path.name)
+        tmp.rmdir()
 
 
 def is_storage_fault(exc: BaseException) -> bool:
     """True for a write that failed because of the storage (no space, I/O, permission, a dropped
     mount): an OSError, or a TensorFlow OpError from the save op (`ResourceExhaustedError` out of
     SaveV2 on a full disk, `UnknownError`/`PermissionDeniedError`/`UnavailableError` on I/O)."""
-    if isinstance(exc, OSError):
-        return True
     names = {cls.__name__ for cls in type(exc).__mro__}
-    return "OpError" in names and type(exc).__name__ != "InvalidArgumentError"
+    return isinstance(exc, OSError) or (
+        "OpError" in names and type(exc).__name__ != "InvalidArgumentError"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -290,47 +288,33 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:160]}"
 
 
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(MIB):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or folder to disk, so a rename cannot overtake the data it names (some file
+    systems, such as FUSE mounts, cannot fsync a folder: skipped there)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _free_mib(directory: Path) -> float:
     """Free space where `directory` is (or its nearest existing parent), in MiB."""
     free = free_bytes(directory)
     return float("nan") if free is None else free / MIB
 
 
-def _folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else 0
-
-
-def _commit_file_by_file(tmp: Path, final: Path) -> None:
-    """The commit where folders cannot be renamed (Cloud Storage FUSE on a flat bucket): move the
-    files one by one, `meta.json` last. Until it lands, `verify` rejects the folder."""
-    final.mkdir()
-    for path in sorted(tmp.iterdir(), key=lambda p: p.name == "meta.json"):
-        os.replace(path, final / path.name)
-    tmp.rmdir()
-
-
-def verify(path: Path) -> str | None:
-    """None if the checkpoint folder is complete and unchanged, else what is wrong with it."""
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        files = meta["files"]
-    except (OSError, ValueError, KeyError) as exc:
-        return f"meta.json unreadable: {type(exc).__name__}"
-    if not any(name.endswith(".index") for name in files):
-        return "no index file listed"
-    for name, expected in files.items():
-        file = path / name
-        if not file.is_file():
-            return f"{name} missing"
-        if file.stat().st_size != expected["size"]:
-            return f"{name} has {file.stat().st_size} bytes, expected {expected['size']}"
-        if _crc32(file) != expected["crc32"]:
-            return f"{name} checksum differs"
-    return None
-
-
-class ResultsWriteError(RuntimeError):
-    """The final model or metrics could not be written; one line for the user."""
+def _folder_bytes(path: Path | None) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path else 0
 
 
 def write_results(
@@ -342,23 +326,19 @@ def write_results(
 ) -> None:
     """Save the final model and metrics, each atomically (a failure leaves the old file or none,
     never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
-    `sidecar`: what the model needs beside it (saved_model.SIDECAR, e.g. class names), if any."""
-    from ..core.files import atomic_write, temp_file
-    from .saved_model import SIDECAR
-
+    `sidecar`: what the model needs beside it (`models/model.json`: its names, ...), if any."""
     target = model_file
     try:
-        model_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(temp_file(model_file))
-        keras_tmp = tmp.with_name(tmp.name + ".keras")  # Keras insists on the suffix
-        tmp.unlink()
+        keras_tmp = Path(temp_file(model_file))
+        keras_tmp.unlink()
+        keras_tmp = keras_tmp.with_name(keras_tmp.name + ".keras")  # Keras insists on the suffix
         try:
             model.save(keras_tmp)
             os.replace(keras_tmp, model_file)
         finally:
             keras_tmp.unlink(missing_ok=True)
         if sidecar is not None:
-            target = model_file.with_name(SIDECAR)
+            target = model_file.with_name(Path(SIDECAR_FILE).name)
             atomic_write(target, json.dumps(sidecar, indent=2) + "\n")
         target = metrics_file
         atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")

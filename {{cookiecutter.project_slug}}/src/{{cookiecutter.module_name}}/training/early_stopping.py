@@ -1,11 +1,8 @@
-"""Early stopping and the best model: a small policy object the trainer consults per epoch.
+"""Early stopping and the best model: which epoch was best by `train.monitor`, and when to stop.
 
-The lockstep rule: on several workers every save and every stop must happen at the same step
-on all of them, or the others wait forever in a collective. This policy is a pure function of
-the validation metrics, which are aggregated across replicas and workers before it sees them,
-so every worker that feeds it the same numbers takes the same decision at the same step. Feed
-it only aggregated metrics (never a worker's local ones), and act on `should_stop` only at the
-same point of the loop on every worker.
+A pure function of the validation metrics, which every worker computes alike: every worker takes
+the same decision at the same step (the lockstep rule, policy.py), and the trainer still agrees it
+across workers before acting on `should_stop`.
 """
 
 from __future__ import annotations
@@ -39,10 +36,6 @@ class EarlyStopping:
     best_step: int = -1
     epochs_without_improvement: int = 0
 
-    @property
-    def mode(self) -> str:
-        return mode_for(self.monitor)
-
     def update(self, metrics: dict[str, float], step: int) -> bool:
         """Record one validation result; True when it is the best so far (save that model)."""
         if self.monitor not in metrics:
@@ -52,10 +45,8 @@ class EarlyStopping:
                 f"(known: {known}) (example: --set train.monitor=val_loss)"
             )
         value = float(metrics[self.monitor])
-        if self.best is None:
-            better = True
-        else:
-            better = value < self.best if self.mode == "min" else value > self.best
+        lower = mode_for(self.monitor) == "min"
+        better = self.best is None or (value < self.best if lower else value > self.best)
         if better and not math.isnan(value):
             self.best, self.best_step, self.epochs_without_improvement = value, step, 0
             return True

@@ -1,28 +1,20 @@
 """What defines a run: one fingerprint, recorded in every checkpoint's `meta.json`.
 
-A checkpoint continues one computation. Resuming it with other data or other settings would give
-a model that no single run produced, so `train` compares the fingerprint of the newest checkpoint
-with the one it would record now and refuses, naming each difference
-(`train.learning_rate was 0.001, now 0.003`); it never refuses on sizes alone.
-
-The fingerprint holds:
-- `data`: the data's hash (data/manifest.py `data_hash`; for the bundled digits' temporary split,
-  the hash of its shards);
+A checkpoint continues one computation: resumed with other data or settings, it would give a model
+that no single run produced. So `train` compares the newest checkpoint's fingerprint with the one
+it would record now and refuses, naming each difference (`train.learning_rate was 0.001, now
+0.003`). The fingerprint holds:
+- `data`: the data's hash (data/manifest.py; for the bundled digits' temporary split, its shards');
 - `seed` and `data.augment` (the example order, dropout and augmentation draws);
-- every key of `model`, `task` and `train` but those in `RUN_ONLY`, which change how or when a
-  run runs, not what it computes: checkpoint_every_steps, keep_checkpoints, steps_per_execution
-  (a resumed run cuts the same chunks: the same steps bit for bit), time_budget_minutes,
-  profile_steps, early_stopping_patience (when to stop, like epochs), batch_size (the global
-  batch below counts instead) and epochs: more epochs continue the same run ("raise train.epochs
-  to train further"), except with a schedule that decays over all steps (cosine), whose every
-  step depends on the total, so there `train.epochs` is in;
-- `global_batch` (batch_size x replicas: what a step computes); `distribute` and `repro` are not
-  in: the same run may resume on other hardware;
-- two values derived from the above, named only when nothing above differs:
-  `learning_rate_applied` (train.learning_rate scaled with the replicas) and `variables` (the
-  model's weights as the code builds them: an architecture changed in model.py).
-A key that a newer version of the package added is compared with its default, so a checkpoint
-recorded before the key existed still resumes when the key keeps its default.
+- every key of `model`, `task` and `train` but `RUN_ONLY`, which change how or when a run runs,
+  not what it computes (a resumed run cuts the same chunks; `train.epochs`: more epochs continue
+  the run, except under a schedule over all the steps, whose every step depends on the total);
+- `global_batch` (batch_size x replicas); not `distribute` or `repro`: a run may resume on other
+  hardware;
+- derived values, named only when nothing else differs: `learning_rate_applied` and `variables`
+  (the model's weights as the code builds them: an architecture changed in model.py).
+A key on one side only (`model.args.width` set, or removed) is a difference too, but a derived
+value known on one side only (`variables` before the model is built) is not.
 """
 
 from __future__ import annotations
@@ -107,14 +99,11 @@ def digest(fingerprint: dict[str, Any], code: str = "") -> str:
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """`key was X, now Y` for every difference; derived values only when nothing else differs.
-
-    A key missing from `recorded` (added to the package since) counts as its default."""
-    defaults: dict[str, Any] = {}  # params.yaml holds every key: nothing missing to default
+    """`key was X, now Y` for every difference; derived values only when nothing else differs."""
     found, derived = [], []
-    for key, now in current.items():
-        was = recorded.get(key, defaults.get(key, now))
-        if _same(was, now):
+    for key in [*current, *(k for k in recorded if k not in current)]:
+        was, now = recorded.get(key), current.get(key)
+        if _same(was, now) or (key in DERIVED and None in (was, now)):  # not known on one side
             continue
         if key == DATA:
             line = f"the data (data/manifest.json's files) was {was[:12]}, now {now[:12]}"

@@ -1,27 +1,18 @@
 """One writer per run: a lease file in the run's checkpoint folder.
 
-`<storage>/checkpoints/<run_name>/lease.json` names the session that trains the run: host, pid,
-start time, a random token, and a heartbeat time that a background thread refreshes every
-`HEARTBEAT_S` seconds. A second `train` of the same run stops at once (`LeaseHeld`, exit code 4)
-and writes nothing there. A lease is taken over without asking when its holder is gone:
+`<storage>/checkpoints/<run_name>/lease.json` names the session that trains the run (host, pid,
+start time, a random token) and a heartbeat time that a thread refreshes every `HEARTBEAT_S`
+seconds. Another `train` of the run stops at once (`LeaseHeld`, exit code 4) and writes nothing
+there, unless the holder is gone: its pid no longer runs on this host (a restart after a crash),
+its heartbeat is older than `STALE_AFTER` beats (another VM that died), or `--take-over`. Another
+host's lease with a recent heartbeat is watched, not refused at once: a new Colab VM usually finds
+the lease of the VM that just died, so `acquire` waits (saying so) for its next heartbeat (alive:
+refused) or until it is stale (taken over).
 
-- same host, and its pid is no longer running (the restart after a crash or SIGKILL);
-- another host, and its heartbeat is older than `STALE_AFTER` heartbeats (a VM that died);
-- `train --take-over` (you know the other session is gone, or you want it to stop).
-
-Another host's lease with a recent heartbeat is watched, not refused at once: a new Colab VM
-(another host name) usually finds the lease of the VM that just died, and a live session beats
-every `HEARTBEAT_S` seconds. So `acquire` says in one line that it waits, then either sees the
-next heartbeat (the holder is alive: refused, exit code 4, within about one heartbeat) or none
-until the lease is stale (the VM is gone: taken over). The wait is at most the staleness window
-(`STALE_AFTER` x 30 s), less the time since the last heartbeat: a new VM, which takes a minute or
-more to reach training, rarely waits long.
-
-Across VMs the storage is usually Google Drive, which has no atomic create and syncs with a lag,
-so the lease is best effort there: the holder re-reads it at each heartbeat and, when another
-session's token is in it, reports `lost` and the trainer stops cleanly with a checkpoint
-(exit code 5). A heartbeat that cannot be written (a full Drive, an I/O error) is a storage fault:
-said once and retried, never taken for a lost lease.
+Drive has no atomic create and syncs with a lag, so across VMs the lease is best effort: the
+holder re-reads it at each heartbeat and, when another session's token is in it, reports `lost`;
+the trainer then stops with a checkpoint (exit code 5). A heartbeat that cannot be written is a
+storage fault, said once and retried, never a lost lease (docs/training-faults.md).
 """
 
 from __future__ import annotations
@@ -56,7 +47,7 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by another user
-        return True
+        pass
     return True
 
 
@@ -185,11 +176,15 @@ class Lease:
             )
             return lease
         if (read_lease(lease.path) or {}).get("token") != lease.token:  # lost a race
-            raise LeaseHeld(
-                f"run '{run_name}' was claimed by another session at the same moment "
-                f"({holder(read_lease(lease.path) or {})}); use another run_name"
-            )
+            raise lease._raced()
         return lease
+
+    def _raced(self) -> LeaseHeld:
+        held = holder(read_lease(self.path) or {})
+        return LeaseHeld(
+            f"run '{self.run_name}' was claimed by another session at the same moment ({held}); "
+            "use another run_name"
+        )
 
     def _create(self) -> None:
         """Write the lease only if there is none: a hard link of a finished file is an atomic
@@ -200,10 +195,7 @@ class Lease:
             try:
                 os.link(tmp, self.path)
             except FileExistsError:
-                raise LeaseHeld(
-                    f"run '{self.run_name}' was claimed by another session at the same moment "
-                    f"({holder(read_lease(self.path) or {})}); use another run_name"
-                ) from None
+                raise self._raced() from None
             except OSError:  # no hard links (FUSE mounts such as Drive): best effort
                 os.replace(tmp, self.path)
         finally:

@@ -1,15 +1,12 @@
 """When the training loop saves, stops and keeps the best model: the checkpoint and stop policy.
 
-THE LOCKSTEP RULE. Under MultiWorkerMirroredStrategy every worker runs the same step function,
-and each step ends in collectives (all-reduces) that wait for every worker. If one worker saved
-a checkpoint (a collective too) or left the loop at a step where another did not, the others
-would wait forever. So every save and every stop decision below is taken at the same point of
-the loop on every worker and derived only from values all workers share:
-- the step counter (identical everywhere), for the checkpoint interval and epoch ends;
-- `agree`: an all-reduce of each worker's wish, for anything a worker sees on its own
-  (a signal, its clock, a lost lease, its early-stopping verdict). Any worker's "stop" becomes
-  everybody's "stop", at the same chunk end.
-Keeping the best weights is a local copy (no collective), so it never needs agreement.
+THE LOCKSTEP RULE. Under MultiWorkerMirroredStrategy each step ends in collectives that wait for
+every worker: a worker that saved (a collective too) or left the loop where another did not would
+leave the others waiting forever. So every save and stop below happens at the same point of the
+loop on every worker, decided from what all workers share: the step counter (the checkpoint
+interval, epoch ends), or `agree`, an all-reduce of each worker's wish for what one worker sees
+alone (a signal, its clock, a lost lease, early stopping). Keeping the best weights is a local
+copy, which needs no agreement.
 """
 
 from __future__ import annotations
@@ -22,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .early_stopping import EarlyStopping
 from .lease import EXIT_LEASE_LOST, Lease
+
+# TensorFlow is imported where it is used: the notebooks and a sweep import this module for its
+# names and exit codes before anything trains.
 
 # Exit codes of `train` (documented in the README): 0 done; 3 stopped by the time budget;
 # 128 + signal number when stopped by SIGINT (130) or SIGTERM (143). All stops are resumable.
@@ -45,11 +44,8 @@ class RunHooks:
 
 
 class Stopper:
-    """Asks the loop to stop cleanly: at the time budget, or on SIGTERM / SIGINT.
-
-    Colab kills a session after its limit and a notebook's "interrupt" sends SIGINT; both should
-    cost at most the steps since the last chunk, not the run. A second SIGINT stops at once.
-    """
+    """Asks the loop to stop cleanly (a checkpoint, then exit) at the time budget, when the lease
+    is lost, or on SIGTERM / SIGINT (a notebook's interrupt); a second SIGINT stops at once."""
 
     def __init__(
         self, budget_minutes: float, lease: Lease | None = None, deadline: float | None = None
@@ -93,9 +89,8 @@ class Stopper:
 
 
 def agree(strategy: Any, wish: bool, workers: int) -> bool:
-    """True on every worker when any worker wishes it (an all-reduce; one worker: `wish`).
-
-    Call it at the same point of the loop on every worker (the lockstep rule)."""
+    """True on every worker when any worker wishes it (an all-reduce; one worker: `wish`); call
+    it at the same point of the loop on every worker (the lockstep rule)."""
     if workers <= 1:
         return wish
     import tensorflow as tf
@@ -115,27 +110,16 @@ def agree_to_stop(strategy: Any, stopper: Stopper, workers: int) -> str:
 
 def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
     """Save at epoch ends, and within an epoch at the first chunk end at or after each multiple
-    of `every` steps from its start: at most `every` steps between saves, and no save a few
-    steps after an epoch end's (epochs of 468 steps with `every` 500 save once per epoch).
-
-    Chunks never cross an epoch end. A function of the step only, so every worker saves at the
-    same step."""
+    of `every` steps from its start (epochs of 468 steps with `every` 500 save once per epoch).
+    Chunks never cross an epoch end; a function of the step only: every worker saves alike."""
     within = step % per_epoch  # 0: this chunk ended the epoch
     return within == 0 or within // every > (within - n) // every
 
 
-def agree_early_stop(strategy: Any, early: EarlyStopping, workers: int) -> bool:
-    """Early stopping's verdict, agreed across workers (the validation metrics are the same
-    numbers on every worker, but the decision still goes through `agree`)."""
-    return agree(strategy, early.should_stop, workers)
-
-
 class BestWeights:
-    """A copy of the model's weights at its best validation result (`train.monitor`).
-
-    Kept in variables that the checkpoint saves (`variables`), so a resumed run still holds the
-    best model of the steps before the restart; `results/models/model.keras` gets these weights.
-    Costs one more copy of the weights in memory and in each checkpoint."""
+    """A copy of the model's weights at its best validation result (`train.monitor`), in
+    variables the checkpoint saves: a resumed run keeps the best model of the steps before it.
+    `results/models/model.keras` gets these weights."""
 
     def __init__(self, model: Any) -> None:
         import tensorflow as tf

@@ -2,48 +2,30 @@
 
 Everything needed to trace a result back and run it again: params (also saved beside the
 manifest as `params.yaml`), seed, environment, git commit, data manifest hash, the class weights
-of the loss, checkpoint location, metrics, artifacts (with sha256) and timing. Every training
-run writes one, also a run that was stopped (its status says so), and sends it to the experiment
-tracker. `kind` says what wrote it: "train", or "speed" (`python -m <module> speed`: its
-throughputs on this machine).
+of the loss, checkpoint location, metrics (train.json's numbers), the run's `facts` (its name,
+status, data hash, fingerprint, weights digest, strategy, device, precision and monitor),
+artifacts (with sha256) and timing. Every training run writes one, also a run that was stopped
+(its status says so), and sends it to the experiment tracker. `kind` says what wrote it:
+"train", or "speed" (`python -m <module> speed`: its throughputs on this machine).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
 from ..config import COMMAND
 from ..core.environment import collect_environment, save_json, utc_now
 from ..core.files import atomic_write, file_sha256
-from ..core.storage import results_root
+from ..core.storage import TRAIN_METRICS, results_root
+from .tracking import Tracker
 
-# Fields every manifest has (tests/test_run_record.py checks each).
-FIELDS = (
-    "run_id",
-    "kind",
-    "run_name",
-    "status",
-    "params",
-    "seed",
-    "environment",
-    "git",
-    "data",
-    "class_weight",
-    "checkpoints",
-    "metrics",
-    "artifacts",
-    "timing",
-    "tracking",
-    "command",
-    "reproduce",
-)
 # Metrics (prefixes) sent to the tracker at the end of a run; the manifest keeps them all.
 FINAL_METRICS = ("val_", "train_", "test_", "examples_per_sec", "wall_time_s", "steps")
 
@@ -83,8 +65,9 @@ def build_record(
     environment: dict[str, Any] | None = None,
     kind: str = "train",
     class_weight: dict[str, float] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of one run as a dictionary (see FIELDS)."""
+    """The manifest of one run as a dictionary."""
     project_dir = Path(project_dir)
     env = environment if environment is not None else collect_environment(project_dir)
     run_dir = runs_dir(project_dir) / run_id
@@ -107,6 +90,7 @@ def build_record(
         "class_weight": class_weight,
         "checkpoints": str(checkpoints),
         "metrics": metrics,
+        "facts": facts or {},
         "artifacts": [artifact_entry(project_dir, p) for p in artifacts],
         "timing": {
             "started_at": started_at.isoformat(timespec="seconds"),
@@ -164,19 +148,44 @@ def list_runs(project_dir: Path) -> list[dict[str, Any]]:
 
 
 def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
-    """A Markdown table comparing runs: id, status, commit, seed, chosen params, metrics."""
+    """A Markdown table comparing runs: id, status, commit (`*`: a dirty tree), seed, chosen
+    params, metrics and the accelerator."""
     keys = keys or ("train.epochs", "train.batch_size", "train.learning_rate")
-    metric_keys = ("val_accuracy", "val_loss", "examples_per_sec")
-    head = ["run", "status", "commit", "seed", *keys, *metric_keys, "accelerator"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for run in runs:
-        commit = (run["git"].get("commit") or "-")[:8] + ("*" if run["git"].get("dirty") else "")
-        values = [_dotted(run["params"], k) for k in keys]
-        metrics = [_fmt(run["metrics"].get(k)) for k in metric_keys]
-        accel = run["environment"]["colab"]["accelerator"]
-        cells = [run["run_id"], run["status"], commit, str(run["seed"]), *values, *metrics, accel]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    scores = ("val_accuracy", "val_loss", "examples_per_sec")
+    columns = {
+        "run_id": "run",
+        "status": "status",
+        "git.commit": "commit",
+        "seed": "seed",
+        **{f"params.{key}": key for key in keys},
+        **{f"metrics.{key}": key for key in scores},
+        "environment.colab.accelerator": "accelerator",
+    }
+    frame = pd.json_normalize(runs).reindex(columns=[*columns, "git.dirty"])
+    dirty = frame.pop("git.dirty").map({True: "*"}).fillna("")
+    frame["git.commit"] = frame["git.commit"].fillna("-").str[:8] + dirty
+    frame = frame.rename(columns=columns).astype(object)
+    table = frame.where(frame.notna(), None)
+    return table.to_markdown(index=False, floatfmt=".4g", missingval="-")
+
+
+def find_run(
+    results: Path, artifact: str = TRAIN_METRICS, elsewhere: tuple[Path, ...] = ()
+) -> dict[str, Any] | None:
+    """The newest run record in `<results>/runs/` (then in the `elsewhere` run folders) that
+    wrote `<results>/<artifact>` as it is now, by its sha256; None when none did. The facts of
+    train.json's run: `find_run(results)["facts"]`."""
+    file = Path(results) / artifact
+    if not file.is_file():
+        return None
+    digest = file_sha256(file)
+    for folder in (Path(results) / "runs", *elsewhere):
+        for path in sorted(folder.glob("*/manifest.json"), reverse=True):
+            record = read_run_record(path)
+            for entry in record.get("artifacts", []):
+                if entry.get("sha256") == digest and entry["path"].endswith(file.name):
+                    return record
+    return None
 
 
 def record_run(
@@ -187,12 +196,8 @@ def record_run(
     started_at: datetime,
     command: str = "",
 ) -> Path:
-    """Called by the trainer when a run ends: write its manifest, then send it to the tracker.
-
-    `params` is the Params dataclass, `paths` the run's RunPaths, `result` its TrainResult.
-    """
-    from .tracking import Tracker
-
+    """When a run ends (`params`: Params, `paths`: RunPaths, `result`: the trainer's TrainResult):
+    write its manifest, then send it to the tracker."""
     project_dir = Path(project_dir)
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
@@ -212,7 +217,8 @@ def record_run(
         finished_at=utc_now(),
         command=command,
         tracking=tracker.locations,
-        class_weight=getattr(result, "class_weight", None),
+        class_weight=result.class_weight,
+        facts=result.facts,
     )
     manifest = write_run_record(project_dir, record)
     print(f"Run record: {manifest}", flush=True)
@@ -225,18 +231,3 @@ def record_run(
         tracker.log_artifact(path)
     tracker.close(result.status)
     return manifest
-
-
-def _dotted(params: dict[str, Any], key: str) -> str:
-    node: Any = params
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return _fmt(node)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return re.sub(r"\s+", " ", str(value))

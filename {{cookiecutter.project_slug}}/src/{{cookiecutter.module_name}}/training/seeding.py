@@ -16,7 +16,7 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
     (or raise if they have none), so the same seed gives bit-identical results on the same
     hardware and software, at some speed cost (see the README).
     """
-    import keras
+    import keras  # here: a notebook's setup imports this module on runtimes without TensorFlow
     import tensorflow as tf
 
     # Only child processes see this; the current interpreter's hash seed is fixed at start.

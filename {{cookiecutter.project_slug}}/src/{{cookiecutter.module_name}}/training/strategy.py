@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from ..config import DistributeConfig
 from ..core.hardware import tpu_present
 
+# TensorFlow is imported where it is used: the command line imports this module for its errors,
+# and the notebooks' runtime check runs before TensorFlow is installed.
+
 
 class StrategyError(RuntimeError):
     """The hardware cannot do what `distribute.*` asks; the message is one line for the user."""
@@ -117,54 +120,52 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
 
     hw = hw or detect_hardware()
     plan = choose_plan(hw, cfg)
-    found = (
-        f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, "
-        f"TF_CONFIG {'set' if hw.tf_config else 'not set'}"
-    )
     for note in plan.notes:
         print(f"Note: {note}", flush=True)
+    strategy, device = None, "GPU" if hw.gpus else "CPU"
     if plan.kind == "tpu":
         try:
-            strategy = _tpu_strategy(tf)
-            device = "TPU"
+            strategy, device = _tpu_strategy(tf), "TPU"
         except StrategyError as exc:
             if cfg.strategy == "tpu":
                 raise
             print(f"WARNING: {exc}; continuing without it.", flush=True)
             plan = choose_plan(Hardware(hw.gpus, False, hw.tf_config), cfg)
-    if plan.kind != "tpu":
+    if strategy is None:
         _configure_devices(tf, plan, cfg.memory_growth)
-        device = "GPU" if hw.gpus else "CPU"
         if plan.kind == "multiworker":
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
         elif plan.kind == "mirrored":
-            if hw.gpus:
-                devices = [d.name for d in tf.config.list_logical_devices("GPU")]
-            else:
-                cpus = tf.config.list_logical_devices("CPU")
-                devices = [d.name for d in cpus[: max(plan.logical_cpus, 1)]]
-            strategy = _mirrored(tf, devices)
+            found = tf.config.list_logical_devices("GPU" if hw.gpus else "CPU")
+            strategy = _mirrored(
+                tf, [d.name for d in found[: None if hw.gpus else max(plan.logical_cpus, 1)]]
+            )
         else:
             strategy = tf.distribute.get_strategy()
-    names = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
-             "_DefaultDistributionStrategy": "the default strategy"}  # fmt: skip
+    name = type(strategy).__name__
     info = StrategyInfo(
-        name=names.get(type(strategy).__name__, type(strategy).__name__),
+        name=_NAMES.get(name, name),
         replicas=strategy.num_replicas_in_sync,
         device=device,
         is_chief=is_chief(strategy),
         workers=_workers(strategy),
     )
     where = f"{info.workers} workers, " if info.workers > 1 else ""
-    replicas = f"{info.replicas} replica{'s' if info.replicas != 1 else ''}"
     print(
-        f"{found} -> {info.name} on {device}: {where}{replicas} "
+        f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
+        f"{'set' if hw.tf_config else 'not set'} -> {info.name} on {device}: {where}"
+        f"{info.replicas} replica{'s' if info.replicas != 1 else ''} "
         f"(distribute.strategy={cfg.strategy})",
         flush=True,
     )
     return strategy, info
 
 
+# What the log calls the strategies whose class names say little.
+_NAMES = {
+    "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
+    "_DefaultDistributionStrategy": "the default strategy",
+}
 _MIRRORED: dict[tuple[str, ...], object] = {}
 
 

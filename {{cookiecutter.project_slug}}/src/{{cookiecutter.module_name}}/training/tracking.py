@@ -60,7 +60,7 @@ class TensorBoardBackend:
     name = "tensorboard"
 
     def __init__(self, project_dir: Path, run_name: str, run_id: str) -> None:
-        import tensorflow as tf
+        import tensorflow as tf  # here: the notebooks import the run records for their table only
 
         self.tf = tf
         self.logdir = results_root(Path(project_dir)) / "tensorboard" / run_name

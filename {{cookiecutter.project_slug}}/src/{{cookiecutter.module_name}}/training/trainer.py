@@ -1,84 +1,75 @@
 """Training: one custom loop for every strategy (default, mirrored, multi-worker, TPU).
 
 Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and its
-`BackupAndRestore` resumes only at an epoch start. This module wires the parts together:
-strategy -> data -> model, task, optimizer -> the step loop (loop.py) under the checkpoint and
-stop policy (policy.py, where the lockstep rule for several workers is stated) -> results.
-A run checkpoints model, optimizer (with its step counter), RNG state, step, the best weights
-and the early-stopping state atomically, and resumes at the very next batch. Each checkpoint
-records the run's fingerprint (fingerprint.py): a resume with other data or settings is refused,
-naming what differs, and nothing here deletes a run's checkpoints but an explicit `--fresh`.
+`BackupAndRestore` resumes only at an epoch start. This module wires strategy -> data -> model,
+task, optimizer -> the step loop (loop.py) under the checkpoint and stop policy (policy.py) ->
+results. A `Run` holds the parts built once; its `RunState`, all that changes as it trains, is in
+every checkpoint: a resumed run continues at the very next batch and ends with the uninterrupted
+run's weights and train.json. A resume with other data or settings is refused, naming what
+differs (fingerprint.py); nothing here deletes a run's checkpoints but `--fresh`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
+from ..core.progress import progress_bar, say
 from ..core.storage import RunPaths, run_paths, storage_root
-from ..data import manifest
+from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
-from ..data.pipeline import (
-    SHUFFLE_WINDOW,
-    Passes,
-    Prepared,
-    eval_dataset,
-    for_model,
-    load_prepared,
-)
+from ..data.pipeline import Prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
 from ..optim import build_optimizer
 from ..task import Task, make_task
 from . import fingerprint, preflight
-from .checkpoints import CheckpointMismatch, CheckpointStore, keep_it, newest_meta, write_results
+from .checkpoints import (
+    CheckpointMismatch,
+    CheckpointStore,
+    is_current,
+    keep_it,
+    newest_meta,
+    write_results,
+)
 from .early_stopping import EarlyStopping
 from .lease import Lease
-from .policy import (
-    EXIT_BUDGET,
-    BestWeights,
-    RunHooks,
-    Stopper,
-    agree,
-    agree_early_stop,
-    agree_to_stop,
-    checkpoint_due,
-)
+from .policy import BestWeights, RunHooks, Stopper, agree, agree_to_stop, checkpoint_due
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
-__all__ = [
-    "EXIT_BUDGET", "RunHooks", "Stopper", "TrainResult", "choose_run", "fit", "train",
-    "weights_digest",
-]  # fmt: skip
-
 
 @dataclass
 class TrainResult:
-    """How a call to `fit` ended."""
+    """How a call to `train` ended."""
 
     status: str  # "completed" | "stopped"
     step: int
     total_steps: int
     exit_code: int = 0
     reason: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # train.json (numbers only)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
+    facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
 
 
 @dataclass
@@ -94,40 +85,45 @@ class RunPlan:
 
 
 @dataclass
+class RunState:
+    """What changes as the run trains. Every checkpoint holds all of it: `step` with the model's
+    variables, the rest in its meta.json (`state`), so a resumed run goes on as if never stopped."""
+
+    step: int = 0
+    epoch_loss: float = 0.0  # this epoch's sums so far: the loss of each step,
+    epoch_metric: float = 0.0  # and task.train_metric of each example
+    history: list[dict[str, float]] = field(default_factory=list)  # a row per epoch
+    early: EarlyStopping = field(default_factory=EarlyStopping)
+    resumes: int = 0  # how many times the run was resumed from a checkpoint
+    train_seconds: float = 0.0  # in the step function, every session: the run's examples/s
+    seconds: float = 0.0  # the run's wall time up to its newest checkpoint, every session
+
+
+@dataclass
 class Run:
-    """Everything the loop works on, built by `_build` and `_restore`."""
+    """The run's parts, built once by `_build`; its `state`; and what only this session knows."""
 
     params: Params
-    strategy: Any
     info: StrategyInfo
     data: Prepared
     paths: RunPaths
     plan: RunPlan
-    task: Task
-    parts: StepParts
-    validator: Validator
-    validation: Any  # the validation batches: a dataset, or a list held in memory
+    parts: StepParts  # strategy, model, optimizer, task, the step's variables
+    validate: Callable[[], dict[str, float]]  # the validation split's {val_loss, val_<metric>}
     best: BestWeights
-    checkpoint: Any
+    checkpoint: Any  # a tf.train.Checkpoint of every variable the run changes
     store: CheckpointStore
-    meta_expected: dict[str, Any]  # what checkpoints recorded before they had a fingerprint
     fingerprint: dict[str, Any]
-    early: EarlyStopping = field(default_factory=EarlyStopping)
-    hooks: RunHooks = field(default_factory=RunHooks)
-    step: int = 0
+    hooks: RunHooks
+    state: RunState = field(default_factory=RunState)
+    session_start: float = field(default_factory=time.monotonic)
+    started_at_step: int = 0
     last_saved: int = -1
-    fine_tuning: bool = False
-    feed: Any = None  # data/feed.py: where the steps' batches come from
-    chunk_fn: Any = None
-    history: list[dict[str, float]] = field(default_factory=list)
-    trained_steps: int = 0
-    train_time: float = 0.0
-    epoch_loss: float = 0.0
-    epoch_metric: float = 0.0  # the sum of task.train_metric over this epoch's examples
-    epoch_steps: int = 0
     stopped_early: bool = False
-    resumes: int = 0  # how many times this run was resumed from a checkpoint (the model card)
-    started_at_step: int = 0  # this session's first step
+
+    def elapsed(self) -> float:
+        """The run's wall time so far: its earlier sessions' and this one's."""
+        return self.state.seconds + time.monotonic() - self.session_start
 
 
 def train(
@@ -163,24 +159,15 @@ def train(
         preflight.before_training(params, info, storage, data.spec if prepared else None)
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
-        lease = None
-        if info.is_chief:
-            lease = Lease.acquire(paths.checkpoints, params.run_name, take_over)
+        lease = (
+            Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
+        )
         started_at = utc_now()
         try:
             if lease is not None:
                 lease.start_heartbeat()
             result = fit(
-                params,
-                strategy,
-                info,
-                data,
-                paths,
-                fresh=fresh,
-                resume_command=resume_command,
-                lease=lease,
-                expected=expected,
-                hooks=hooks,
+                params, strategy, info, data, paths, expected, fresh, resume_command, lease, hooks
             )
         finally:
             if lease is not None:
@@ -225,10 +212,10 @@ def choose_run(
     if meta is None:
         return params
     total = train_examples // expected["global_batch"] * params.train.epochs
-    if "fingerprint" in meta:
-        why = fingerprint.differences(meta["fingerprint"], expected)
+    if not is_current(meta):
+        why = ["its checkpoints are of an older version of this project"]
     else:
-        why = ["its checkpoints were written without a run fingerprint"]
+        why = fingerprint.differences(meta["fingerprint"], expected)
     if meta.get("code") != code:
         why.append(f"the code of src/{__package__.split('.')[0]} differs")
     if meta.get("step", 0) > total:
@@ -268,7 +255,7 @@ def check_data(params: Params, project_dir: Path) -> bool:
 def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> Prepared:
     """What `prepare` wrote, or the bundled digits split into `tmp`."""
     if prepared:
-        return load_prepared(project_dir / PROCESSED)
+        return pipeline.load_prepared(project_dir / PROCESSED)
     return Prepared(bundled_digits(tmp, params), tmp)
 
 
@@ -278,41 +265,37 @@ def fit(
     info: StrategyInfo,
     data: Prepared,
     paths: RunPaths,
+    expected: dict[str, Any],
     fresh: bool = False,
     resume_command: str = "",
-    progress: bool = True,
     lease: Lease | None = None,
-    expected: dict[str, Any] | None = None,
     hooks: RunHooks | None = None,
 ) -> TrainResult:
-    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`.
-    `expected`: the run's fingerprint (fingerprint.of); by default that of `data`'s shards."""
-    run_start = time.monotonic()
-    data = for_model(data, params.model)  # text: token ids in the input pipeline
+    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`;
+    `expected` is the run's fingerprint (`fingerprint.of`)."""
+    data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
     plan = make_plan(params, info, data)
-    if expected is None:
-        expected = fingerprint.of(params, fingerprint.folder_hash(data.folder), info.replicas)
-    run = _build(params, strategy, info, data, paths, plan, expected)
-    run.hooks = hooks or RunHooks()
+    run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
     _restore(run, fresh)
     with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
-        reason = _train_loop(run, stopper, progress, run_start)
+        reason = _train_loop(run, stopper)
     if reason:
         newest = max(run.last_saved, 0)
-        saved = (
-            f"checkpoint saved in {paths.checkpoints}"
-            if run.last_saved == run.step
-            else f"its checkpoint could not be saved, the newest is at step {newest}"
-        )
+        saved = f"checkpoint saved in {paths.checkpoints}"
+        if run.last_saved != run.state.step:
+            saved = f"its checkpoint could not be saved, the newest is at step {newest}"
         print(
-            f"Stopped at step {run.step} of {plan.total} ({reason}); {saved}.\n"
+            f"Stopped at step {run.state.step} of {plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
-        weights = class_weight_of(run.task)
-        return TrainResult("stopped", run.step, plan.total, stopper.exit_code, reason, {}, weights)
-    metrics = _finish(run, run_start)
-    return TrainResult("completed", run.step, plan.total, 0, "", metrics, class_weight_of(run.task))
+        metrics, digest = {}, weights_digest(run.parts.model)
+    else:
+        metrics, digest = _finish(run)
+    status = "stopped" if reason else "completed"
+    weights, facts = class_weight_of(run.parts.task), _facts(run, status, digest)
+    step, code = run.state.step, stopper.exit_code
+    return TrainResult(status, step, plan.total, code, reason, metrics, weights, facts)
 
 
 def class_weight_of(task: Task) -> dict[str, float] | None:
@@ -322,10 +305,23 @@ def class_weight_of(task: Task) -> dict[str, float] | None:
     return {name: round(w, 6) for name, w in zip(task.names, task.class_weights, strict=True)}
 
 
+def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
+    """The run's facts for its run record: names, hashes, hardware (train.json holds numbers)."""
+    return {
+        "run_name": run.params.run_name,
+        "status": status,
+        "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
+        "run_fingerprint": fingerprint.digest(run.fingerprint),
+        "weights_sha256": digest,  # the last step's weights: equal digests, bit-identical runs
+        "strategy": run.info.name,
+        "device": run.info.device,
+        "precision": run.plan.precision,
+        "monitor": run.params.train.monitor,
+    }
+
+
 def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; printed once."""
-    import keras
-
     cfg = params.train
     global_batch = cfg.batch_size * info.replicas
     lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
@@ -345,16 +341,14 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     if notice:
         print(f"Note: {notice}", flush=True)
     keras.mixed_precision.set_global_policy(policy)
+    frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
     print(
         f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
         f"replica{'s' if info.replicas != 1 else ''}; "
         f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
         f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
         f"{per_epoch} steps per epoch, {total} in all; "
-        f"precision {policy}{', XLA' if cfg.xla else ''}"
-        + (
-            f"; backbone frozen for {frozen} epochs (until step {phase_step})" if phase_step else ""
-        ),
+        f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}",
         flush=True,
     )
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
@@ -365,9 +359,6 @@ def build_parts(
 ) -> StepParts:
     """Model, task, optimizer, metrics and the step's variables, created in `strategy.scope()`
     (also for `speed`, which measures steps on parts of its own)."""
-    import keras
-    import tensorflow as tf
-
     cfg = params.train
     task = make_task(params, data.spec)
     with strategy.scope():
@@ -401,70 +392,69 @@ def _build(
     paths: RunPaths,
     plan: RunPlan,
     expected: dict[str, Any],
+    hooks: RunHooks,
 ) -> Run:
-    """The step's parts (`build_parts`), the best weights, the checkpoint and the run's
-    fingerprint (`expected` with the model's variables)."""
-    import tensorflow as tf
-
-    cfg = params.train
+    """The step's parts (`build_parts`), the best weights, the checkpoint, the validation data
+    and the run's fingerprint (`expected` with the model's variables)."""
     parts = build_parts(params, strategy, info, data, plan)
-    model, optimizer, task = parts.model, parts.optimizer, parts.task
+    model, optimizer = parts.model, parts.optimizer
     with strategy.scope():
         best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
     # the dropout layers' RNG state (`seed_generator_state`), which exact resume needs.
-    # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly.
+    # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly;
+    # the training metrics' (task.metrics) sums so far: the epoch's figures too.
     checkpoint = tf.train.Checkpoint(
         model=list(model.variables),
         optimizer=list(optimizer.variables),
         step=parts.step_var,
         best=best.variables,
+        metrics=[v for metric in parts.metrics for v in metric.variables],
     )
-    store = CheckpointStore(paths.checkpoints, cfg.keep_checkpoints, paths.restore_from)
+    store = CheckpointStore(paths.checkpoints, params.train.keep_checkpoints, paths.restore_from)
     store.prepare(checkpoint)  # its write traced at start-up, not at the first save
     # Small tabular data: every replica's copy of the training split, and the validation split
     # read once; else what the streaming pipeline holds.
     resident = resident_bytes(strategy, data)
     validation = validation_batches(data, plan.global_batch, in_memory=resident > 0)
     held = resident + data.split_bytes("validation") if resident else data.in_memory_bytes()
-    held = held or preflight.data_bytes(data.spec.input_shape, plan.global_batch, SHUFFLE_WINDOW)
+    held = held or preflight.data_bytes(
+        data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
+    )
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    legacy = {"global_batch": plan.global_batch, "train_examples": data.count("train")}
-    return Run(
-        params, strategy, info, data, paths, plan, task, parts, Validator(model, task),
-        validation, best, checkpoint, store, {**legacy, "seed": params.seed},
-        fingerprint.with_variables(expected, model.variables),
-    )  # fmt: skip
+    validate = functools.partial(Validator(model, parts.task).run, validation)
+    fp = fingerprint.with_variables(expected, model.variables)
+    return Run(params, info, data, paths, plan, parts, validate, best, checkpoint, store, fp, hooks)
 
 
 def _restore(run: Run, fresh: bool) -> None:
-    """Start over (--fresh) or restore the newest checkpoint, its best model and early state."""
-    params, paths, plan = run.params, run.paths, run.plan
+    """Start over (--fresh) or restore the newest checkpoint: its variables and its state."""
+    params, paths, plan, cfg = run.params, run.paths, run.plan, run.params.train
     if fresh and run.info.is_chief:
         _start_over(run)
     if run.info.is_chief:
         run.store.clean_partial()
     meta = None if fresh else run.store.restore(run.checkpoint, lambda m: _check_meta(run, m))
-    run.step = int(run.parts.step_var.numpy())
-    cfg = params.train
-    state = meta.get("early_stopping") if meta else None
-    run.early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, state)
-    run.stopped_early = run.early.should_stop  # a run that already stopped early is complete
+    saved = dict(meta["state"]) if meta else {}
+    # Today's early-stopping settings, the run's progress so far (when it watched this metric).
+    early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, saved.get("early"))
+    saved.update(early=early, step=int(run.parts.step_var.numpy()))
+    run.state = RunState(**saved)
+    run.stopped_early = early.should_stop  # a run that already stopped early is complete
     if meta is None:
         print(
             f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}",
             flush=True,
         )
         return
-    run.last_saved = run.step
-    run.resumes, run.started_at_step = int(meta.get("resumes", 0)) + 1, run.step
-    run.history = list(meta.get("history", []))
+    run.state.resumes += 1
+    run.last_saved = run.started_at_step = run.state.step
     print(
-        f"Resuming run '{params.run_name}' from its checkpoint at step {run.step} "
-        f"(epoch {run.step // plan.per_epoch + 1}, batch {run.step % plan.per_epoch} of "
-        f"{plan.per_epoch}) in {paths.restore_from}",
+        f"Resuming run '{params.run_name}' from its checkpoint at step {run.state.step} "
+        f"(epoch {run.state.step // plan.per_epoch + 1}, batch {run.state.step % plan.per_epoch} "
+        f"of {plan.per_epoch}) in {paths.restore_from}",
         flush=True,
     )
 
@@ -485,16 +475,17 @@ def _start_over(run: Run) -> None:
 
 
 def _check_meta(run: Run, meta: dict[str, Any]) -> None:
-    """Refuse the checkpoint of another run, naming what differs (never on sizes alone, but in a
-    checkpoint written before fingerprints, which has nothing else); note what a resume keeps."""
+    """Refuse a checkpoint of an older version of the project or of another run, naming what
+    differs; note a resume under other code."""
     name, plan = run.params.run_name, run.plan
-    recorded = meta.get("fingerprint")
-    if recorded is None:
-        expected = run.meta_expected.items()
-        changed = [f"{k} was {meta.get(k)}, now {v}" for k, v in expected if meta.get(k) != v]
-    else:
-        changed = fingerprint.differences(recorded, run.fingerprint)
     new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
+    if not is_current(meta):
+        raise CheckpointMismatch(
+            f"run '{name}' has checkpoints of an older version of this project, which this one "
+            f"cannot resume; they are kept: train under another run_name (example: --set "
+            f"run_name={new_name})"
+        )
+    changed = fingerprint.differences(meta["fingerprint"], run.fingerprint)
     if changed:
         raise CheckpointMismatch(
             f"run '{name}' was started with other settings or data ({'; '.join(changed)}); "
@@ -507,14 +498,7 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
             f"train.epochs={run.params.train.epochs}: set train.epochs to {need} or more to use "
             f"it; {keep_it(name, new_name)}"
         )
-    if recorded is None:
-        print(
-            f"Note: the checkpoint of run '{name}' has no run fingerprint (an older version "
-            "wrote it): only its global batch, training examples and seed were compared; the "
-            "next checkpoint records the fingerprint.",
-            flush=True,
-        )
-    elif meta.get("code") != fingerprint.code_digest():
+    if meta.get("code") != fingerprint.code_digest():
         print(
             f"Note: the package's code differs from the code that wrote this checkpoint of run "
             f"'{name}'; the run resumes with this code.",
@@ -522,206 +506,170 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
         )
 
 
-def _set_phase(run: Run) -> None:
-    """The fine-tune phase of `run.step` (frozen backbone, then its top N layers), and a step
-    function traced for the variables that phase trains. Also right after a resume."""
-    fine_tuning = bool(run.plan.phase_step) and run.step >= run.plan.phase_step
-    if run.chunk_fn is not None and fine_tuning == run.fine_tuning:
-        return
+def _chunk_function(run: Run, feed: Any, fine_tuning: bool) -> Any:
+    """The chunk function for the fine-tune phase (frozen backbone, then its top N layers),
+    traced for the variables that phase trains."""
     if run.plan.phase_step:
         unfreeze = run.params.train.fine_tune.unfreeze_layers
         set_backbone_trainable(run.parts.model, unfreeze if fine_tuning else None)
-        if fine_tuning and run.chunk_fn is not None:
-            print(f"Step {run.step}: fine-tuning the backbone's top layers", flush=True)
-    run.fine_tuning = fine_tuning
-    run.chunk_fn = make_chunk_function(run.parts, run.params.train, run.feed.next_batch)
+    return make_chunk_function(run.parts, run.params.train, feed.next_batch)
 
 
 def _save(run: Run) -> None:
-    """A checkpoint at `run.step` (once per step); a storage fault is reported and the run goes
-    on."""
-    meta = {
-        **run.meta_expected,
-        "fingerprint": run.fingerprint,
-        "code": fingerprint.code_digest(),
-        "epoch": run.step // run.plan.per_epoch,
-        "early_stopping": run.early.state(),
-        "resumes": run.resumes,
-        "history": run.history,  # the epochs so far: a resumed run's train.json keeps them all
-    }
-    if run.step != run.last_saved and run.store.try_save(run.checkpoint, run.step, meta):
-        run.last_saved = run.step
+    """A checkpoint of the run's whole state at its step (once per step); a storage fault is
+    reported and the run goes on."""
+    state, step = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}, run.state.step
+    meta = {"fingerprint": run.fingerprint, "code": fingerprint.code_digest(), "state": state}
+    if step != run.last_saved and run.store.try_save(run.checkpoint, step, meta):
+        run.last_saved = step
 
 
-def _train_loop(run: Run, stopper: Stopper, progress: bool, run_start: float) -> str:
+def _train_loop(run: Run, stopper: Stopper) -> str:
     """Chunks of train.steps_per_execution steps until the end, a stop or early stopping;
     returns the stop reason ('' when the run completed)."""
-    import tensorflow as tf
-    from tqdm.auto import tqdm
-
-    cfg, plan, info, data = run.params.train, run.plan, run.info, run.data
-    augment = run.params.data.augment
+    cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
+    strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
     writer = (
         tf.summary.create_file_writer(str(run.paths.tensorboard))
         if info.is_chief
         else tf.summary.create_noop_writer()
     )
-    show = progress and info.is_chief
-    bar = tqdm(
-        total=plan.total, initial=run.step, unit="step", disable=not show, dynamic_ncols=True
-    )
-    say = bar.write if not bar.disable else (lambda s: print(s, flush=True))
+    bar = progress_bar(plan.total, initial=state.step, unit="step", disable=not info.is_chief)
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
-    reason = ""
+    reason, chunk, tuned = "", None, False
     with writer.as_default():
         # One feed for the whole run, from the run's step on (a resume continues exactly).
-        run.feed = make_feed(
-            run.strategy, data, plan.global_batch, run.params.seed, run.step, cfg.epochs, augment
+        feed = make_feed(
+            strategy, run.data, plan.global_batch, seed, state.step, cfg.epochs, augment
         )
-        while run.step < plan.total and not reason and not run.stopped_early:
-            _set_phase(run)
+        while state.step < plan.total and not reason and not run.stopped_early:
+            fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
+            if chunk is None or fine_tuning != tuned:  # also right after a resume
+                if chunk is not None:
+                    say(f"Step {state.step}: fine-tuning the backbone's top layers")
+                chunk, tuned = _chunk_function(run, feed, fine_tuning), fine_tuning
             # Chunks are counted from each epoch start. A run only stops (and so resumes)
             # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
             # the same computation, bit for bit.
-            n = min(cfg.steps_per_execution, plan.per_epoch - run.step % plan.per_epoch)
-            profiler.before(run.step)
+            n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
+            traced = profiler.chunk(state.step)
             started = time.perf_counter()
-            feed = run.feed.args(run.step)
-            with profiler.marker(run.step):
-                sums = run.chunk_fn(feed, tf.constant(n, tf.int64)).numpy()  # waits for it
+            args = feed.args(state.step)
+            with traced:
+                sums = chunk(args, tf.constant(n, tf.int64)).numpy()  # waits for it
             elapsed = time.perf_counter() - started
-            run.step += n
-            profiler.after(run.step)
-            run.trained_steps += n
-            run.train_time += elapsed
-            loss, metric_sum = float(sums[0]), float(sums[1])
-            run.epoch_loss += loss
-            run.epoch_metric += metric_sum
-            run.epoch_steps += n
-            _log_chunk(tf, run, n, loss, metric_sum, elapsed)
+            state.step += n
+            profiler.after(state.step)
+            _log_chunk(run, n, float(sums[0]), float(sums[1]), elapsed)
             bar.update(n)
-            bar.set_postfix(loss=f"{loss / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
-            epoch_end = run.step % plan.per_epoch == 0
-            if epoch_end:  # validate first, so the checkpoint holds this epoch's best
-                _end_epoch(run, say, run_start)
-            if checkpoint_due(run.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
+            bar.set_postfix(
+                loss=f"{sums[0] / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}"
+            )
+            if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
+                _end_epoch(run)
+            if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
                 _save(run)
-            reason = agree_to_stop(run.strategy, stopper, info.workers)
+            reason = agree_to_stop(strategy, stopper, info.workers)
         if reason:
             _save(run)
-        profiler.stop()
+        profiler.after(state.step, last=True)
         writer.flush()
     bar.close()
     return reason
 
 
-def _end_epoch(run: Run, say: Any, run_start: float) -> None:
+def _end_epoch(run: Run) -> None:
     """Validation, the history row, TensorBoard, the best weights and early stopping."""
-    import tensorflow as tf
-
-    plan, cfg = run.plan, run.params.train
-    val = run.validator.run(run.validation)
-    record = {
-        "epoch": run.step // plan.per_epoch,
-        "step": run.step,
-        "loss": run.epoch_loss / max(run.epoch_steps, 1),
-        run.task.train_metric_name: run.epoch_metric / max(run.epoch_steps * plan.global_batch, 1),
+    plan, cfg, state, task = run.plan, run.params.train, run.state, run.parts.task
+    val = run.validate()
+    row = {
+        "epoch": state.step // plan.per_epoch,
+        "step": state.step,
+        "loss": state.epoch_loss / plan.per_epoch,
+        task.train_metric_name: state.epoch_metric / (plan.per_epoch * plan.global_batch),
         **metric_values(run.parts.metrics),
         **val,
-        "seconds": round(time.monotonic() - run_start, 3),  # since `fit` started
+        "seconds": round(run.elapsed(), 3),  # the run's wall time so far
     }
     for metric in run.parts.metrics:
         metric.reset_state()
-    run.epoch_loss, run.epoch_metric, run.epoch_steps = 0.0, 0.0, 0
-    run.history.append(record)
+    state.epoch_loss, state.epoch_metric = 0.0, 0.0
+    state.history.append(row)
     for name, value in val.items():
-        tf.summary.scalar(f"val/{name.removeprefix('val_')}", value, step=run.step)
-    if run.early.update(val, run.step):
+        tf.summary.scalar(f"val/{name.removeprefix('val_')}", value, step=state.step)
+    if state.early.update(val, state.step):
         run.best.keep()
-    # The lockstep rule: the verdict is agreed across workers, at the same step on each.
-    run.stopped_early = agree_early_stop(run.strategy, run.early, run.info.workers)
-    shown = "  ".join(
-        f"{k} {v:.4f}" for k, v in record.items() if k not in ("epoch", "step", "seconds")
-    )
-    say(f"epoch {record['epoch']}/{cfg.epochs}  step {run.step}/{plan.total}  {shown}")
+    # The lockstep rule: the verdict is agreed across workers, at the same step on each (the
+    # validation metrics are the same numbers on every worker, but each decides on its own).
+    run.stopped_early = agree(run.parts.strategy, state.early.should_stop, run.info.workers)
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
+    say(f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
     if run.stopped_early:
         why = (
-            f"{cfg.monitor} has not improved for {run.early.patience} epochs"
-            if run.early.should_stop
+            f"{cfg.monitor} has not improved for {state.early.patience} epochs"
+            if state.early.should_stop
             else "another worker stopped early"
         )
-        say(f"Early stopping: {why}; the best was at step {run.early.best_step}")
+        say(f"Early stopping: {why}; the best was at step {state.early.best_step}")
     if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
-        last = run.stopped_early or run.step >= plan.total  # the run ends here anyway
-        wish = run.hooks.on_epoch({**record, "last": last})
-        if agree(run.strategy, bool(wish), run.info.workers) and not last:
+        last = run.stopped_early or state.step >= plan.total  # the run ends here anyway
+        wish = run.hooks.on_epoch({**row, "last": last})
+        if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
             say(f"Stopped early: {wish or 'another worker asked to'}")
 
 
-def _finish(run: Run, run_start: float) -> dict[str, Any]:
-    """The best weights into the model, final validation, results/models and train.json."""
-    plan, info, params, model = run.plan, run.info, run.params, run.parts.model
-    speed = run.trained_steps * plan.global_batch / run.train_time if run.train_time else 0.0
-    if run.trained_steps == 0:
+def _finish(run: Run) -> tuple[dict[str, Any], str]:
+    """The best weights into the model, final validation, results/models and train.json;
+    returns train.json's numbers and the last step's weights digest."""
+    plan, info, params, state, model = run.plan, run.info, run.params, run.state, run.parts.model
+    speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
+    if state.step == run.started_at_step:
         print(
-            f"Run '{params.run_name}' is already complete ({run.step} steps); writing its "
+            f"Run '{params.run_name}' is already complete ({state.step} steps); writing its "
             "results. Raise train.epochs to train it further, or set another run_name to "
             "train a new run.",
             flush=True,
         )
     digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
-    if run.early.best_step >= 0:
+    if state.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
-    final = run.validator.run(run.validation)
-    last = run.history[-1] if run.history else {}
-    train_scores = {f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS}
+    final = run.validate()
+    last = state.history[-1] if state.history else {}
     metrics = {
-        "status": "completed",
-        "run_name": params.run_name,
-        "steps": run.step,
+        "steps": state.step,
         "epochs": params.train.epochs,
-        **final,
-        **(train_scores or {"train_loss": None}),
-        "monitor": params.train.monitor,
+        "seed": params.seed,
         # val_loss is weighted like the training loss (what picks the best model and drives
         # early stopping); evaluate's test_loss is not.
-        "class_weight": class_weight_of(run.task),
-        "val_loss_weighted": bool(run.task.class_weights),
-        "best_step": run.early.best_step,
-        "stopped_early": run.stopped_early,
-        "resumes": run.resumes,
+        **final,
+        **{f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS and k not in final},
+        "best_step": state.early.best_step,
+        "stopped_early": int(run.stopped_early),  # 1 or 0: a metrics file holds numbers
+        "resumes": state.resumes,
         "started_at_step": run.started_at_step,
         "examples_per_sec": round(speed, 1),
-        "wall_time_s": round(time.monotonic() - run_start, 2),
+        "wall_time_s": round(run.elapsed(), 2),
         "global_batch": plan.global_batch,
         "replicas": info.replicas,
         "workers": info.workers,
-        "strategy": info.name,
-        "device": info.device,
         "learning_rate": plan.learning_rate,
-        "precision": plan.precision,
-        "seed": params.seed,
-        "deterministic": params.repro.deterministic,
-        "weights_sha256": digest,
-        "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
-        "run_fingerprint": fingerprint.digest(run.fingerprint),
-        "history": run.history,
+        "history": state.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
-    users = wrap_for_users(model, run.task, run.data.vectorize)
-    sidecar = user_sidecar(run.task, run.data.spec, run.data.vectorize)
+    users = wrap_for_users(model, run.parts.task, run.data.vectorize)
+    sidecar = user_sidecar(run.parts.task, run.data.spec, run.data.vectorize)
     write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
     shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
     print(
-        f"Done: step {run.step}, {shown} (best, step {run.early.best_step}), "
+        f"Done: step {state.step}, {shown} (best, step {state.early.best_step}), "
         f"val_loss {final['val_loss']:.4f}, {speed:,.0f} examples/s; "
         f"final weights sha256 {digest}",
         flush=True,
     )
-    return metrics
+    return metrics, digest
 
 
 _NOT_METRICS = ("epoch", "step", "seconds")
@@ -734,52 +682,38 @@ def validation_batches(data: Prepared, global_batch: int, in_memory: bool = Fals
     training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
     images in one batch: +700 MB)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
-    batches = eval_dataset(data, "validation", batch)
+    batches = pipeline.eval_dataset(data, "validation", batch)
     if in_memory:
         return list(batches)
-    return Passes(batches, -(-data.count("validation") // batch))  # the last batch is smaller
+    return pipeline.Passes(
+        batches, -(-data.count("validation") // batch)
+    )  # the last batch is smaller
 
 
 class Profiler:
-    """`train.profile_steps: [from, to]`: a TensorBoard profiler trace of those steps (chunk
-    granularity), written under the run's TensorBoard folder (the chief only). Each chunk is
-    one step of the Profile tab (a step marker): its overview splits step time into input and
-    compute (docs/training.md)."""
+    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks) in
+    the run's TensorBoard folder (the chief's). Each chunk is one step of the Profile tab, whose
+    overview splits step time into input and compute (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
-        self.window = window if enabled and len(window) == 2 else []
-        self.logdir = logdir
-        self.running = False
-        self.done = False
+        self.window = list(window) if enabled and len(window) == 2 else []  # [] once traced
+        self.logdir, self.running = str(logdir), False
 
-    def before(self, step: int) -> None:
-        """Start tracing when the next chunk begins inside the window."""
-        if self.window and not self.running and not self.done and step >= self.window[0]:
-            import tensorflow as tf
-
-            self.logdir.mkdir(parents=True, exist_ok=True)
-            tf.profiler.experimental.start(str(self.logdir))
+    def chunk(self, step: int) -> Any:
+        """What the chunk from `step` runs in: a step marker while tracing, which starts with
+        the first chunk in the window."""
+        if self.window and not self.running and step >= self.window[0]:
+            tf.profiler.experimental.start(self.logdir)
             self.running = True
-
-    def marker(self, step: int) -> Any:
-        """A step marker around the chunk from `step` while tracing; else nothing."""
         if not self.running:
             return contextlib.nullcontext()
-        import tensorflow as tf
-
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
-    def after(self, step: int) -> None:
-        """Stop once the window's last step has run."""
-        if self.running and step >= self.window[1]:
-            self.stop()
-
-    def stop(self) -> None:
-        if self.running:
-            import tensorflow as tf
-
+    def after(self, step: int, last: bool = False) -> None:
+        """Stop once the window's last step has run, or the run stops."""
+        if self.running and (last or step >= self.window[1]):
             tf.profiler.experimental.stop()
-            self.running, self.done = False, True
+            self.running, self.window = False, []
 
 
 def weights_digest(model: Any) -> str:
@@ -790,15 +724,20 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _log_chunk(tf: Any, run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
-    """The chunk of `n` steps just run (its summed loss and training metric): step time,
-    throughput, loss and the training metric (and GPU memory) to TensorBoard."""
-    step, batch = run.step, run.plan.global_batch
-    tf.summary.scalar("train/loss", loss / n, step=step)
-    tf.summary.scalar(f"train/{run.task.train_metric_name}", metric_sum / (n * batch), step=step)
-    tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=step)
-    tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=step)
+def _log_chunk(run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
+    """The chunk of `n` steps just run (its summed loss and training metric): into the epoch's
+    sums, and step time, throughput, loss and the training metric (and GPU memory) to
+    TensorBoard."""
+    state, batch = run.state, run.plan.global_batch
+    state.epoch_loss += loss
+    state.epoch_metric += metric_sum
+    state.train_seconds += elapsed
+    tf.summary.scalar("train/loss", loss / n, step=state.step)
+    name = run.parts.task.train_metric_name
+    tf.summary.scalar(f"train/{name}", metric_sum / (n * batch), step=state.step)
+    tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=state.step)
+    tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=state.step)
     if run.info.device == "GPU":
         mem = tf.config.experimental.get_memory_info("GPU:0")
-        tf.summary.scalar("perf/gpu_memory_mb", mem["current"] / 2**20, step=step)
-        tf.summary.scalar("perf/gpu_peak_memory_mb", mem["peak"] / 2**20, step=step)
+        tf.summary.scalar("perf/gpu_memory_mb", mem["current"] / 2**20, step=state.step)
+        tf.summary.scalar("perf/gpu_peak_memory_mb", mem["peak"] / 2**20, step=state.step)

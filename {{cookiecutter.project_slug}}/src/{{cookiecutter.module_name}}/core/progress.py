@@ -1,0 +1,42 @@
+"""Progress that suits where the output goes (`bar_kind`): a widget bar in Colab's notebooks, tqdm's
+text bar on a terminal; anywhere else (a log file, a CI log, a papermill report, a notebook where
+widgets do not render) no bar, only the caller's own lines (the trainer's: one per epoch), where a
+text bar would be a pile of carriage returns and a widget a line of placeholder text.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from .storage import on_colab
+
+
+def bar_kind(stream: TextIO | None = None) -> str:
+    """'widget' in Colab's notebook kernel, 'text' on a terminal (`stream`: stderr, where tqdm
+    draws), else 'lines'."""
+    ipython = sys.modules.get("IPython")  # loaded in every notebook kernel; never imported here
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and "IPKernelApp" in shell.config:
+        return "widget" if on_colab() and importlib.util.find_spec("ipywidgets") else "lines"
+    return "text" if (stream or sys.stderr).isatty() else "lines"
+
+
+def progress_bar(total: int, disable: bool = False, **options: Any) -> tqdm:
+    """A tqdm bar of the kind `bar_kind` says (disabled when 'lines', or when `disable`)."""
+    kind = bar_kind()
+    if kind == "widget":
+        # Imported only here: tqdm.notebook loads ipywidgets, which only Colab's kernel draws.
+        from tqdm.notebook import tqdm as widget_bar
+
+        return widget_bar(total=total, disable=disable, **options)
+    return tqdm(total=total, disable=disable or kind == "lines", dynamic_ncols=True, **options)
+
+
+def say(line: str) -> None:
+    """Print `line` now, above any bar (a terminal's bar would otherwise write over it)."""
+    tqdm.write(line, file=sys.stdout)
+    sys.stdout.flush()
