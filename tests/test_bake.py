@@ -56,7 +56,6 @@ COMMON_FILES = {
     "requirements-dev.txt",
     "requirements.in",
     "requirements.txt",
-    "requirements/colab-constraints-tpu.txt",
     "requirements/colab-constraints.txt",
     "results/figures/.gitkeep",
     "results/metrics/.gitkeep",

@@ -143,7 +143,6 @@ def run_lock(folder: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_freeze_says_its_python(tmp_path: Path) -> None:
     tool = load_lock_tool()
     assert tool.freeze_python(tool.COLAB_CONSTRAINTS) == COLAB_PYTHON
-    assert tool.freeze_python(PROJECT / "requirements" / "colab-constraints-tpu.txt") == COLAB_PYTHON
     freeze = tmp_path / "freeze.txt"
     freeze.write_text("# python: 3.12.11\nsix==1.17.0\n")
     assert tool.freeze_python(freeze) == "3.12"
