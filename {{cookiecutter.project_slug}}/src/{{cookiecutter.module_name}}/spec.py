@@ -62,9 +62,7 @@ class DataSpec:
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific details (shards, ...)
 
     def to_json(self) -> str:
-        doc = asdict(self)
-        doc["input_shape"] = list(self.input_shape)
-        return json.dumps(doc, indent=2) + "\n"
+        return json.dumps(asdict(self), indent=2) + "\n"  # tuples as lists
 
     @classmethod
     def from_json(cls, text: str) -> DataSpec:

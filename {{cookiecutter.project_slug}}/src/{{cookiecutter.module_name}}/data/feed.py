@@ -1,20 +1,11 @@
 """Where each training step's batch comes from, inside the chunk function (loop.py).
 
-One interface for both ways: `feed.args(step)` is what the chunk function is called with for a
-chunk that starts at global step `step`, and `feed.next_batch(args, i)`, traced inside it, is the
-chunk's i-th step: one (inputs, targets) batch per replica, for `strategy.run`.
-
-- `Streamed`: a distributed iterator over `pipeline.train_dataset`, one for the whole run
-  (creating one costs about half a second); `next_batch` is `next(iterator)`.
-- `Resident`: small tabular data (`Prepared.in_memory_bytes`, one copy per replica counted) is
-  copied once to every replica's device. For each epoch the host computes the order (the same
-  stateless permutation as `train_dataset`, on the CPU) and passes it to the chunk function with
-  the chunk's first step; each replica gathers its slice of the global batch from its own copy.
-  No per-step iterator: its `next()` cost a small model a third of its step. Not under
-  TPUStrategy, which streams (its steps compile for the TPU, the gathers here would not).
-
-Both give a step the same examples, whatever the number of replicas or workers, and a resumed run
-(`step` > 0) continues at the very next step: nothing here consumes data ahead of the steps.
+`feed.args(step)` is what the chunk function is called with for a chunk from global step
+`step`; `feed.next_batch(args, i)`, traced inside it, is the chunk's i-th step, one batch per
+replica. `Streamed` reads `pipeline.train_dataset`; `Resident` gathers small tabular data from a
+copy on every replica's device (a per-step iterator's `next()` cost a small model a third of its
+step). Both give a step the same examples, whatever the replicas or workers, and read nothing
+ahead of the steps, so a resumed run continues exactly.
 """
 
 from __future__ import annotations
@@ -48,36 +39,25 @@ def make_feed(
     """The resident feed when the training split is held in memory, else the streamed one."""
     if resident_bytes(strategy, data):
         return Resident(strategy, data, global_batch, seed)
-    return Streamed(strategy, data, global_batch, seed, start_step, epochs, augment)
+    datasets = strategy.distribute_datasets_from_function(
+        lambda ctx: train_dataset(ctx, data, global_batch, seed, start_step, epochs, augment)
+    )
+    return Streamed(iter(datasets))
 
 
 def resident_bytes(strategy: Any, data: Prepared) -> int:
-    """Bytes of every replica's copy of the training split on the resident path, else 0."""
-    if _is_tpu(strategy):
+    """Bytes of every replica's copy of the training split on the resident path, else 0 (under
+    TPUStrategy, which streams)."""
+    if type(strategy).__name__.startswith("TPUStrategy"):
         return 0
     return data.in_memory_bytes(copies=len(_devices(strategy)))
 
 
-class Streamed:
-    """Steps from a distributed iterator over `train_dataset` (from `start_step` on)."""
+class Streamed(NamedTuple):
+    """Steps from one distributed iterator over `train_dataset` (from `start_step` on), one for
+    the whole run: creating one costs about half a second."""
 
-    def __init__(
-        self,
-        strategy: Any,
-        data: Prepared,
-        global_batch: int,
-        seed: int,
-        start_step: int,
-        epochs: int,
-        augment: list[str],
-    ) -> None:
-        self.iterator = iter(
-            strategy.distribute_datasets_from_function(
-                lambda ctx: train_dataset(
-                    ctx, data, global_batch, seed, start_step, epochs, augment
-                )
-            )
-        )
+    iterator: Any
 
     def args(self, step: int) -> Any:
         return self.iterator
@@ -114,7 +94,7 @@ class Resident:
         """Step `i` of the chunk: each replica's slice of the global batch, gathered on its
         device from its own copy (traced inside the chunk function)."""
         rows = args.order[args.start + tf.cast(i, tf.int32)]
-        xs, ys = _local(args.x), _local(args.y)
+        xs, ys = (self.strategy.experimental_local_results(v) for v in (args.x, args.y))
         size = self.per_replica
 
         def gather(ctx: Any) -> tuple[Any, Any]:
@@ -132,10 +112,7 @@ def on_replicas(strategy: Any, host: Any) -> Any:
     devices = _devices(strategy)
 
     def copy(ctx: Any) -> Any:
-        device = devices[ctx.replica_id_in_sync_group % len(devices)]
-        if device is None:
-            return host
-        with _on(device):
+        with _on(devices[ctx.replica_id_in_sync_group % len(devices)]):
             return tf.identity(host)
 
     return strategy.experimental_distribute_values_from_function(copy)
@@ -146,18 +123,9 @@ def _on(device: str | None) -> Any:
     return tf.device(device) if device else contextlib.nullcontext()
 
 
-def _local(value: Any) -> tuple[Any, ...]:
-    """This worker's per-replica components of a distributed value (or the value itself)."""
-    return tuple(getattr(value, "values", (value,)))
-
-
 def _devices(strategy: Any) -> list[str | None]:
     """This worker's replica devices (None: the default strategy, which places nothing)."""
     try:
         return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy has no device list
         return [None]
-
-
-def _is_tpu(strategy: Any) -> bool:
-    return type(strategy).__name__.startswith("TPUStrategy")

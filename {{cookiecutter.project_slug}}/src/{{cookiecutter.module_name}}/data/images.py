@@ -3,25 +3,11 @@ is served.
 
 `prepare` stores every image as `stored_image` returns it; the input pipeline decodes the shards
 with `decode_stored`; `predict` turns a file into the model's input with `model_input`, which is
-`stored_image` then `decode_stored`: the same bytes, the same decoder, so the same pixels, for
-every format `prepare` accepts. It happens outside the model on purpose (an antialiased resize
-inside it needs TensorFlow ops that LiteRT cannot run): the saved and exported models take pixel
-values 0-255 at `data.image_size`.
-
-What happens to an image, in this order (PIL):
-1. decoded: PNG, JPEG, BMP, GIF, WebP (an animation's first frame); 16-bit grey PNGs scaled to
-   8 bits;
-2. turned upright by its EXIF orientation (`ImageOps.exif_transpose`: a phone photo stored
-   sideways);
-3. transparency flattened onto white (`BACKGROUND`): RGBA and grey-alpha images, palette or grey
-   images with a transparent colour, WebP with alpha;
-4. converted to grey (`data.image_channels: 1`, ITU-R 601 luma) or RGB (3);
-5. resized to `data.image_size` (stretched: the aspect ratio is not kept) with a bilinear filter
-   (`RESAMPLE`) that widens with the scale when shrinking, so every source pixel counts
-   (antialiased, as PIL's `Image.resize` does); an image already at that size is not resampled;
-6. encoded as the shards hold it: PNG, or JPEG at quality `JPEG_QUALITY` when most originals are
-   JPEGs. An original already in that format, size and mode, with no orientation or transparency
-   to apply, is kept byte for byte (no second lossy encoding; `predict` keeps it too).
+`stored_image` then `decode_stored`: the same bytes, the same decoder, so the same pixels. It
+happens outside the model on purpose (an antialiased resize inside it needs TensorFlow ops that
+LiteRT cannot run): the saved and exported models take pixel values 0-255 at `data.image_size`.
+The steps (decode, upright by EXIF, transparency onto white, grey or RGB, resize, encode) are in
+docs/data.md ("Images: from file to pixels").
 """
 
 from __future__ import annotations
@@ -31,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from PIL import Image, ImageOps
+from PIL import ExifTags, Image, ImageOps
 
 from ..config import ConfigError
 from ..sources import IMAGE_SUFFIXES
@@ -39,9 +25,7 @@ from ..sources import IMAGE_SUFFIXES
 BACKGROUND = (255, 255, 255)  # white: what a viewer shows behind a transparent logo or cut-out
 RESAMPLE = "bilinear"  # PIL's Image.Resampling member: antialiased when shrinking
 JPEG_QUALITY = 95
-ORIENTATION = 0x0112  # the EXIF tag; 2-8 flip or turn the stored pixels
-TRANSFORMS = range(2, 9)
-ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+TRANSFORMS = range(2, 9)  # EXIF orientations that flip or turn the stored pixels
 __all__ = ["IMAGE_SUFFIXES", "decode_stored", "load_image", "model_input", "stored_image"]
 
 
@@ -53,13 +37,13 @@ def _open(payload: bytes) -> Any:
 
 def _orientation(image: Any) -> int:
     try:
-        return int(image.getexif().get(ORIENTATION, 1))
+        return int(image.getexif().get(ExifTags.Base.Orientation, 1))
     except (TypeError, ValueError):  # an unreadable EXIF block: the pixels as stored
         return 1
 
 
 def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
-    """Steps 1-5 of this module's recipe: encoded bytes, a decoded PIL image or a uint8
+    """Steps 1-5 of the recipe (docs/data.md): encoded bytes, a decoded PIL image or a uint8
     [h, w(, c)] array -> a PIL image of `channels` (1: "L", 3: "RGB") at `size` (height, width;
     None: as it is)."""
     if isinstance(payload, bytes | Image.Image):
@@ -73,7 +57,7 @@ def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any
         array = np.asarray(payload, dtype=np.uint8)
         grey = array.ndim == 3 and array.shape[-1] == 1
         image = Image.fromarray(array[..., 0] if grey else array)
-    if image.mode in ALPHA_MODES or "transparency" in image.info:
+    if image.has_transparency_data:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (*BACKGROUND, 255)), rgba)
     image = image.convert("L" if channels == 1 else "RGB")
@@ -88,7 +72,7 @@ def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> b
         (image.format or "").lower() == fmt
         and image.mode == ("L" if channels == 1 else "RGB")
         and image.size == (size[1], size[0])
-        and "transparency" not in image.info
+        and not image.has_transparency_data
         and _orientation(image) not in TRANSFORMS
     )
 

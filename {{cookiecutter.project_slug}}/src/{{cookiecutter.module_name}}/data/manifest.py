@@ -1,15 +1,11 @@
 """The data manifest, `data/manifest.json`: every data file with its size, SHA-256, source and DVC
-version. `prepare` writes it; `train` and `evaluate` check it first, so a run never trains on data
-that differs from what was prepared and versioned (a hand-edited file, a half-finished copy).
+version (its MD5: its address in the DVC cache and remote, with the DVC output it belongs to).
+`prepare` writes it; `train` and `evaluate` check it first, so a run never trains on data that
+differs from what was prepared and versioned.
 
-"DVC version" is the file's MD5, which is its address in the DVC cache and remote
-(`.dvc/cache/files/md5/<first 2>/<rest>`), together with the DVC output it belongs to: that names
-exactly which stored object `dvc pull` / `dvc checkout` restores for this file.
-
-The data's hash (`data_hash`: every file's path and SHA-256) names this version of the data: a
-checkpoint records it in its run fingerprint, and `keep` puts a copy of the manifest under that
-name in the storage folder (`<storage>/manifests/<hash>.json`, on Drive on Colab), so that a new
-VM, whose clone has no manifest, knows which files the run was trained on and where DVC keeps them.
+`data_hash` names this version of the data: a checkpoint records it in its fingerprint, and
+`keep` copies the manifest to `<storage>/manifests/<hash>.json` (Drive on Colab), so a new VM,
+whose clone has no manifest, knows which files the run was trained on.
 """
 
 from __future__ import annotations
@@ -30,12 +26,6 @@ class ManifestMismatch(Exception):
     """A data file differs from the manifest; the message is one line naming the file."""
 
 
-def digests(path: Path) -> tuple[int, str, str]:
-    """(size, sha256, md5) of a file, reading it once."""
-    found = file_digests(path, "sha256", "md5")
-    return path.stat().st_size, found["sha256"], found["md5"]
-
-
 def _files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
 
@@ -47,14 +37,14 @@ def build(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
     for out, sources in outs.items():
         for path in _files_under(project_dir / out):
             rel = path.relative_to(project_dir).as_posix()
-            size, sha, md5 = digests(path)
+            found = file_digests(path, "sha256", "md5")  # one read for both
             files.append(
                 {
                     "path": rel,
-                    "size": size,
-                    "sha256": sha,
+                    "size": path.stat().st_size,
+                    "sha256": found["sha256"],
                     "source": sources.get(rel, "prepare"),
-                    "dvc": {"out": out, "md5": md5},
+                    "dvc": {"out": out, "md5": found["md5"]},
                 }
             )
     return {"version": 1, **info, "outs": sorted(outs), "files": files}
@@ -90,11 +80,9 @@ def check(project_dir: Path) -> int:
         f"restore the versioned data with `dvc checkout` (or `dvc pull`), or rerun "
         f"`{COMMAND} prepare` to make this the new version"
     )
-    listed = set()
+    listed = {entry["path"] for entry in manifest["files"]}
     for entry in manifest["files"]:
-        rel = entry["path"]
-        listed.add(rel)
-        path = project_dir / rel
+        rel, path = entry["path"], project_dir / entry["path"]
         if not path.is_file():
             raise ManifestMismatch(f"{rel}: missing, but listed in {MANIFEST}; {fix}")
         size = path.stat().st_size
@@ -102,7 +90,7 @@ def check(project_dir: Path) -> int:
             raise ManifestMismatch(
                 f"{rel}: {size} bytes, but {MANIFEST} says {entry['size']}; {fix}"
             )
-        sha = digests(path)[1]
+        sha = file_digests(path, "sha256")["sha256"]
         if sha != entry["sha256"]:
             raise ManifestMismatch(
                 f"{rel}: changed since prepare (sha256 {sha[:12]}..., {MANIFEST} says "

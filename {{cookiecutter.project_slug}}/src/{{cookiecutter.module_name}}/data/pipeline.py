@@ -1,23 +1,14 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
 The shards hold `tf.train.Example`s: `x` (an encoded image, floats, or a UTF-8 text), `y` (the
-target as the task's kind stores it: `target_shape`, `target_dtype`) and `id` (where the example
-came from: evaluate names each test prediction by it). Nothing here holds the data set in
-memory, but small tabular data (below).
+target as the task's kind stores it) and `id` (where the example came from).
 
-Exact resume. The order of an epoch is a pure function of (seed, epoch): the shards permuted by a
-stateless shuffle, read by a deterministic interleave, shuffled in windows of `SHUFFLE_WINDOW`
-records by stateless shuffles (no buffer state for a checkpoint to hold), numbered (the position
-seeds the example's augmentation), cut into GLOBAL batches, and `skip(steps_done)` of them while
-still serialized, so a resumed run starts at the very next example for the price of reading the
-skipped bytes. Every worker builds the same global order and keeps its slice of each global
-batch: a step's examples do not depend on the number of workers or replicas.
-
-Text is turned into token ids here, a batch at a time, on the CPU, by the vectoriser `for_model`
-attaches (data/text.py); without one (`evaluate`) the batches hold the strings the saved model
-takes. Small tabular data (a vector training split up to `IN_MEMORY_BYTES`, every replica's copy
-counted) is read once and held in memory, an epoch's order a stateless permutation of its indices
-(`epoch_permutation`); the trainer feeds it from each replica's copy (feed.py).
+Exact resume: the order of an epoch is a pure function of (seed, epoch), made of stateless
+shuffles (no buffer state for a checkpoint to hold), cut into GLOBAL batches, and a resumed run
+`skip`s its done steps while they are still serialized. Every worker builds the same global order
+and keeps its slice of each batch, so a step's examples do not depend on the number of workers or
+replicas. Small tabular data (up to `IN_MEMORY_BYTES`) is held in memory instead and fed by
+feed.py. Text becomes token ids here, on the CPU (data/text.py). More in docs/data.md.
 """
 
 from __future__ import annotations
@@ -104,14 +95,6 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: st
     return example.SerializeToString()
 
 
-def target_feature(spec: DataSpec) -> Any:
-    """How `y` is parsed: as the task's kind stores its targets (an int64 class index, a float32
-    0/1 label vector, a float32 value, ...)."""
-    task = for_spec(spec)
-    dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
-    return tf.io.FixedLenFeature(list(task.target_shape()), dtype)
-
-
 def augmenter(entries: list[Any]) -> Any:
     """The augmentations of `data.augment` (names, or {name: {argument: value}}), in that order,
     as one function `(image, key) -> image`; each gets its own key, folded from `key`."""
@@ -126,36 +109,29 @@ def augmenter(entries: list[Any]) -> Any:
     return augment
 
 
-def _target(y: Any) -> Any:
-    """Classes as int32 (what the metrics take); float targets as they are."""
-    return tf.cast(y, tf.int32) if y.dtype == tf.int64 else y
-
-
-def decoder(spec: DataSpec):
-    """A serialized image record -> (float32 pixels 0-255 of `spec.input_shape`, as `predict`
-    gets them; the target). Vectors and texts are parsed a batch at a time (`batch_decoder`)."""
-    schema = {X: tf.io.FixedLenFeature([], tf.string), Y: target_feature(spec)}
-
-    def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        ex = tf.io.parse_single_example(record, schema)
-        return decode_stored(ex[X], list(spec.input_shape)), _target(ex[Y])
-
-    return decode
-
-
-def batch_decoder(spec: DataSpec, vectorize: Any = None):
-    """A batch of serialized vector or text records -> (inputs, targets [batch, ...]): float32
+def decoder(spec: DataSpec, vectorize: Any = None):
+    """Serialized records -> (inputs, targets as the task's kind stores them; classes as int32,
+    what the metrics take). Images a record at a time: float32 pixels 0-255 of
+    `spec.input_shape`, as `predict` gets them. Vectors and texts a batch at a time: float32
     [batch, features], strings [batch], or with `vectorize` int32 token ids [batch, length]."""
-    if spec.kind == "text":
-        x_feature = tf.io.FixedLenFeature([], tf.string)
-    else:
-        x_feature = tf.io.FixedLenFeature(list(spec.input_shape), tf.float32)
-    schema = {X: x_feature, Y: target_feature(spec)}
+    task = for_spec(spec)
+    y_dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
+    x_feature = (
+        tf.io.FixedLenFeature(list(spec.input_shape), tf.float32)
+        if spec.kind == "vector"
+        else tf.io.FixedLenFeature([], tf.string)
+    )
+    schema = {X: x_feature, Y: tf.io.FixedLenFeature(list(task.target_shape()), y_dtype)}
+    parse = tf.io.parse_single_example if spec.kind == "image" else tf.io.parse_example
 
     def decode(records: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        ex = tf.io.parse_example(records, schema)
-        x = ex[X] if vectorize is None else token_ids(vectorize(ex[X]))
-        return x, _target(ex[Y])
+        ex = parse(records, schema)
+        x, y = ex[X], ex[Y]
+        if spec.kind == "image":
+            x = decode_stored(x, list(spec.input_shape))
+        elif vectorize is not None:
+            x = token_ids(vectorize(x))
+        return x, tf.cast(y, tf.int32) if y.dtype == tf.int64 else y
 
     return decode
 
@@ -226,7 +202,7 @@ def train_dataset(
         return _in_memory_dataset(ctx, data, global_batch, seed, start_step, epochs)
     shards = data.shards("train")
     at = _steps(ctx, data, global_batch, start_step)
-    decode = decoder(data.spec)
+    decode = decoder(data.spec, data.vectorize)
     augment_image = augmenter(augment) if augment and data.spec.kind == "image" else None
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
@@ -249,9 +225,8 @@ def train_dataset(
         ds = ds.unbatch().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.batch(at.per_replica, drop_remainder=True)
     else:  # vectors and text: parse (and vectorise) a whole batch at once
-        decode_batch = batch_decoder(data.spec, data.vectorize)
         ds = ds.rebatch(at.per_replica, drop_remainder=True).map(
-            lambda epoch, pos, records: decode_batch(records),
+            lambda epoch, pos, records: decode(records),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -300,8 +275,9 @@ def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
         ds = ds.map(decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         ds = ds.batch(batch)
     else:
-        decode_batch = batch_decoder(data.spec, data.vectorize)
-        ds = ds.batch(batch).map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch).map(
+            decoder(data.spec, data.vectorize), num_parallel_calls=tf.data.AUTOTUNE
+        )
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -333,15 +309,12 @@ def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray,
     """Inputs, targets and names (classes, labels, or the target) of one split as arrays (texts as
     `str` objects): for notebooks and small data."""
     data = load_prepared(processed_dir)
-    xs, ys = [], []
-    for x, y in eval_dataset(data, split, 256).as_numpy_iterator():
-        xs.append(x)
-        ys.append(y)
+    batches = list(eval_dataset(data, split, 256).as_numpy_iterator())
+    xs, ys = [x for x, _ in batches], [y for _, y in batches]
     if data.spec.kind == "text":  # the texts as str
         x = np.array([t.decode("utf-8") for t in np.concatenate(xs or [[]])], dtype=object)
     else:
-        shape = (0, *data.spec.input_shape)
-        x = np.concatenate(xs) if xs else np.zeros(shape, np.float32)
+        x = np.concatenate(xs) if xs else np.zeros((0, *data.spec.input_shape), np.float32)
     task = for_spec(data.spec)
     dtype = np.int32 if task.target_dtype == "int64" else np.float32
     y = np.concatenate(ys) if ys else np.zeros((0, *task.target_shape()), dtype)

@@ -1,19 +1,10 @@
 """`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`.
 
-`data.source` picks the reader (sources.py); `data.path` points at your data (local, Drive or
-gs://). Local data is staged into `data/raw` (copied once, skipped when unchanged); gs:// data is
-read as a stream and only listed in `data/raw/source.json`. The split (train / validation /
-test) is the data's own where it has one (`data.split`: folders, files, a column) and otherwise
-depends only on `seed`: stratified by class for classification, a seeded random split for
-multilabel and regression (the task's kind; data/split.py). Each split is written as TFRecord shards
-of about `SHARD_BYTES` of encoded examples, in a seeded random order (classes mixed within and
-across shards): images decoded, turned upright, flattened and resized once to `data.image_size`
-by data/images.py (the same function `predict` uses) and stored as PNG, or JPEG when the
-originals are JPEGs; vectors as float lists, unscaled (the model scales its inputs); texts as
-UTF-8 strings with the training split's vocabulary beside them (`vocabulary.txt`, data/text.py).
-Each example also carries its source's id (pipeline.serialize: a file path, a row number).
-`data/processed/spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json` records
-every file.
+`data.source` picks the reader (sources.py), data/split.py the splits; each split is written as
+shards of about `SHARD_BYTES` in a seeded random order (images resized once by data/images.py,
+vectors unscaled, texts as UTF-8 with the training split's vocabulary beside them), each example
+with its source's id. `spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json`
+records every file, and only files it lists are ever deleted. What it writes: docs/data.md.
 """
 
 from __future__ import annotations
@@ -33,15 +24,15 @@ from ..core import locations
 from ..core.files import atomic_write
 from ..core.storage import storage_root
 from ..readers.digits import read_digits
-from ..registry import bound, check, lookup
+from ..registry import bound, check
 from ..sources import Source
 from ..spec import SPEC, SPLITS, DataSpec
 from ..tasks.base import Task, task_class
 from . import manifest
 from .images import stored_image
 from .pipeline import X, serialize
-from .split import check_method, origin_of, read_layout, split_examples, summary
-from .staging import INDEX, stage
+from .split import origin_of, read_layout, split_examples, summary
+from .staging import INDEX, load_index, stage
 from .text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
 
 RAW = "data/raw"
@@ -59,6 +50,12 @@ def _load_source(
     cfg = params.data
     reader = bound("source", cfg.source, cfg.args, "data.args")
     kind = task_class(params.task.type).kind
+    if cfg.split != "random" and not reader.reads_path:
+        raise ConfigError(
+            f"data.split: {cfg.split} reads split folders, files or a column under data.path, "
+            f"but data.source {cfg.source} reads no path (it brings its own splits, or none) "
+            "(example: --set data.split=random)"
+        )
     raw_dir = project_dir / RAW
     raw_dir.mkdir(parents=True, exist_ok=True)
     if not reader.reads_path:  # bundled or downloaded: the reader says what data/raw records
@@ -118,11 +115,6 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
     return str(read_from), sources
 
 
-def written_before(project_dir: Path) -> set[str]:
-    """The files an earlier `prepare` wrote: `data/manifest.json`'s `written` list."""
-    return set((manifest.load(project_dir) or {}).get("written", []))
-
-
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:
     """Stop, before anything is written, when `target` (a file, or a folder's files) exists and
     an earlier `prepare` did not write it: it is the user's, and prepare would overwrite or mix
@@ -130,10 +122,7 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
     files = [target] if target.is_file() else list(target.rglob("*")) if target.is_dir() else []
     # Staging's index in the destination lists what it copied (also in a run that then failed).
     dest = target if target.is_dir() else target.parent
-    try:
-        staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in _staged(dest)}
-    except (OSError, ValueError, TypeError):
-        staged = set()
+    staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in load_index(dest)}
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
         if path.is_file() and not path.name.startswith(".") and rel not in recorded | staged:
@@ -142,11 +131,6 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
                 "move your data out of data/raw to data/external/ and point data.path at it "
                 "(example: --set data.path=data/external/my.csv)"
             )
-
-
-def _staged(dest: Path) -> list[str]:
-    index = dest / INDEX
-    return list(json.loads(index.read_text())) if index.is_file() else []
 
 
 def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
@@ -173,20 +157,16 @@ def _holds_no_files(folder: Path) -> bool:
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
     """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk;
-    texts as UTF-8 bytes."""
-    if source.kind == "text":
-        for i in order:
-            yield str(source.load(int(i))).encode("utf-8")
-        return
+    texts as UTF-8 bytes, vectors as float32."""
     if image is None:
         for i in order:
-            yield np.asarray(source.load(int(i)), dtype=np.float32).reshape(-1)
+            x = source.load(int(i))
+            text = source.kind == "text"
+            yield str(x).encode("utf-8") if text else np.asarray(x, np.float32).reshape(-1)
         return
-    h, w, c = image
-    fmt = source.encoding
 
     def one(i: int) -> bytes:
-        return stored_image(source.load(i), (h, w), c, fmt, source.where(i))
+        return stored_image(source.load(i), image[:2], image[2], source.encoding, source.where(i))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(order), ENCODE_CHUNK):
@@ -311,19 +291,18 @@ def class_counts(task: Task, labels: np.ndarray, idx: dict[str, np.ndarray]) -> 
     return {s: task.counts(labels[idx[s]]).tolist() for s in SPLITS}
 
 
-def _what(spec: DataSpec) -> str:
+def _described(spec: DataSpec) -> str:
+    """The targets and the inputs, as prepare's last line says them."""
     if spec.target_mean is not None:
-        return f"{spec.task} on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
-    return f"{spec.task}: {len(spec.names)} {task_class(spec.task).name_word} names"
-
-
-def _inputs(spec: DataSpec) -> str:
+        what = f"{spec.task} on {spec.names[0]!r}, mean {spec.target_mean:.4g}"
+    else:
+        what = f"{spec.task}: {len(spec.names)} {task_class(spec.task).name_word} names"
     if spec.kind == "text":
         return (
-            f"texts; {spec.vocabulary_size} tokens in {PROCESSED}/{spec.vocabulary}, "
+            f"{what}; texts, {spec.vocabulary_size} tokens in {PROCESSED}/{spec.vocabulary}, "
             f"{spec.input_shape[0]} per example"
         )
-    return f"{spec.kind}s {'x'.join(map(str, spec.input_shape))}"
+    return f"{what}; {spec.kind}s {'x'.join(map(str, spec.input_shape))}"
 
 
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
@@ -344,16 +323,17 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
     check(params)  # names and the components' own arguments, before anything is written
-    check_method(cfg, lookup("source", cfg.source))
-    recorded = written_before(project_dir)
+    recorded = set((manifest.load(project_dir) or {}).get("written", []))  # by an earlier prepare
     source, raw_sources, origin = _load_source(params, project_dir, recorded)
     idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED
     spec = write_processed(source, idx, processed, params, split)
-    written = {f"{PROCESSED}/{n}" for names in spec.extra["shards"].values() for n in names}
-    written.add(f"{PROCESSED}/{SPEC}")
-    if spec.vocabulary:
-        written.add(f"{PROCESSED}/{spec.vocabulary}")
+    names = [
+        SPEC,
+        spec.vocabulary,
+        *(n for shards in spec.extra["shards"].values() for n in shards),
+    ]
+    written = {f"{PROCESSED}/{name}" for name in names if name}
     # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"
@@ -379,10 +359,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     manifest.keep(project_dir, storage_root(project_dir))
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
-        f"Prepared {len(source.labels)} examples ({_what(spec)}) from {cfg.source} "
-        f"({_inputs(spec)}): "
-        + summary(spec)
-        + f"; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
+        f"Prepared {len(source.labels)} examples from {cfg.source} ({_described(spec)}): "
+        f"{summary(spec)}; {size / 2**20:.1f} MB in {PROCESSED}; {len(doc['files'])} files in "
         f"{manifest.MANIFEST}",
         flush=True,
     )

@@ -1,29 +1,22 @@
 """Train / validation / test: how `prepare` splits the examples (`data.split`).
 
-- `random`: what the reader returns is split at random, seeded by `seed`: stratified by class when
-  the task's kind says so (`stratified`: one class per example; `data.validation_fraction` and
-  `data.test_fraction` of each class), else a seeded random permutation (multilabel, regression:
-  a rare label can miss a small split; notebook 01 shows the counts per split). A source that has
-  its own splits (TFDS) keeps them.
-- `folders`: `train/`, `validation/`, `test/` under `data.path`, each read as if it were
-  `data.path` (images: class folders in each).
-- `files`: `train.csv`, `validation.csv`, `test.csv` in the folder `data.path`; a source that reads
-  several files (TFRecord) takes every `train*` file for train (`train-00000-of-00004.tfrecord`).
-- `column`: the CSV column `data.split_column` names each row's split (readers/csv_rows.py).
-Split folders, files and column values may also be called `val`, `valid`, `dev`, `training`,
-`testing` (spec.SPLIT_NAMES). What the data gives is kept as it is; a missing validation or test
-split is carved out of train by the `random` rule applied to train alone. Every class of the
-validation and test splits must be in train. An unlabelled test file (a competition's test.csv)
-is refused, pointing at `predict`. The record of how each split was made goes into spec.json
-(`DataSpec.split`) and the data manifest; `describe` says it in words.
+`random` splits what the reader returns, seeded by `seed` (stratified by class when the task's
+kind says so); `folders`, `files` and `column` take the splits the data gives, under
+`data.path` (spec.SPLIT_NAMES: `val`, `dev`, ...). What the data gives is kept as it is; a
+missing validation or test split is carved out of train by the `random` rule applied to train
+alone. The layouts, names and refusals are in docs/data.md ("Splits"). The record of how each
+split was made goes into spec.json (`DataSpec.split`) and the data manifest; `describe` says it
+in words.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..config import COMMAND, ConfigError, DataConfig
 from ..core import locations
@@ -34,19 +27,15 @@ from ..tasks.base import task_class
 MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: not classes
 
 
-def check_method(data: DataConfig, reader: Any) -> None:
-    """Refuse, before anything is read, a split layout that a source without a path can't have."""
-    if data.split != "random" and not reader.reads_path:
-        raise ConfigError(
-            f"data.split: {data.split} reads split folders, files or a column under data.path, "
-            f"but data.source {data.source} reads no path (it brings its own splits, or none) "
-            "(example: --set data.split=random)"
-        )
-
-
 def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
     """`folders` / `files`: the reader on each split's folder or file(s) under `path`, merged into
     one Source whose `splits` are the ones the data gives."""
+    if not locations.isdir(path):
+        holding = "train/ (validation/, test/)" if data.split == "folders" else "train.csv"
+        raise ConfigError(
+            f"data.split: {data.split} needs a folder at data.path holding {holding}; "
+            f"{data.path} is a file (example: --set data.split=random)"
+        )
     if data.split == "folders":
         found = _split_folders(path, data)
     else:
@@ -74,11 +63,6 @@ def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
 
 def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
     """{split: (its folder, its name as shown)} of `train/`, `validation/`, `test/` in `path`."""
-    if not locations.isdir(path):
-        raise ConfigError(
-            f"data.split: folders needs a folder with train/ (validation/, test/) at data.path; "
-            f"{data.path} is a file (example: --set data.split=random)"
-        )
     entries = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
     folders = [e for e in entries if locations.isdir(locations.join(path, e))]
     if not any(split_named(f) == "train" for f in folders):
@@ -112,18 +96,12 @@ def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
 
 def _stem(name: str) -> str:
     """A file name's leading letters: `train` of train.csv, train-00001.tfrecord, train_a.csv."""
-    letters = next((i for i, c in enumerate(name) if not c.isalpha()), len(name))
-    return name[:letters]
+    return "".join(itertools.takewhile(str.isalpha, name))
 
 
 def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[str, str]]:
     """{split: (its file or glob pattern, as shown)} of `train*`, `validation*`, `test*` files in
     the folder `path`; other files (sample_submission.csv, README.md) are not read."""
-    if not locations.isdir(path):
-        raise ConfigError(
-            f"data.split: files needs a folder at data.path holding train.csv (validation.csv, "
-            f"test.csv); {data.path} is a file (example: --set data.split=random)"
-        )
     names = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
     groups: dict[str, list[str]] = {}
     for name in names:
@@ -250,9 +228,9 @@ def split_examples(
         val, test = carve.get("validation", 0.0), carve.get("test", 0.0)
         if task.stratified:
             check_classes(source.names, pool, came_from["train"] if source.splits else "")
-            parts = split_indices(pool, val, test, seed)
-        else:
-            parts = random_split(len(pool), val, test, seed)
+        else:  # multilabel, regression: no classes to stratify by, one group of all
+            pool = np.zeros(len(pool))
+        parts = split_indices(pool, val, test, seed)
         given["train"] = train[parts["train"]]
         for split in carve:
             given[split] = train[parts[split]]
@@ -291,7 +269,8 @@ def _check_train_has_every_name(
 def split_indices(
     y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
 ) -> dict[str, np.ndarray]:
-    """Stratified train / validation / test indices, a pure function of labels, fractions, seed.
+    """Stratified train / validation / test indices, a pure function of labels, fractions and
+    seed: those fractions of each class (labels all 0: of a seeded permutation of all).
 
     A fraction of 0 leaves that split empty (the bundled digits that `train` uses without
     `prepare` have no test split)."""
@@ -304,34 +283,12 @@ def split_indices(
         parts["test"].append(idx[:n_test])
         parts["validation"].append(idx[n_test : n_test + n_val])
         parts["train"].append(idx[n_test + n_val :])
-    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
-    return _refuse_empty(out, len(y), validation_fraction, test_fraction)
-
-
-def random_split(
-    n: int, validation_fraction: float, test_fraction: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Seeded random train / validation / test indices of `n` examples (multilabel and
-    regression: no classes to stratify by), a pure function of n, fractions and seed."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_test, n_val = round(n * test_fraction), round(n * validation_fraction)
-    out = {
-        "test": np.sort(order[:n_test]),
-        "validation": np.sort(order[n_test : n_test + n_val]),
-        "train": np.sort(order[n_test + n_val :]),
-    }
-    return _refuse_empty(out, n, validation_fraction, test_fraction)
-
-
-def _refuse_empty(
-    out: dict[str, np.ndarray], n: int, validation_fraction: float, test_fraction: float
-) -> dict[str, np.ndarray]:
-    """`out`, unless a split that should have examples has none (one line naming the keys)."""
     wanted = {"train": 1.0, "validation": validation_fraction, "test": test_fraction}
+    out = {name: np.sort(np.concatenate(p)) for name, p in parts.items()}
     for name, idx in out.items():
         if len(idx) == 0 and wanted[name] > 0:
             raise ConfigError(
-                f"data: {n} examples leave the {name} split empty "
+                f"data: {len(y)} examples leave the {name} split empty "
                 "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
             )
     return out
@@ -342,7 +299,7 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
     label column of mostly distinct values (a continuous target) is refused first, pointing at
     regression, rather than failing later with an empty split."""
     found = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(names))
-    numeric = all(_is_number(name) for name in names)
+    numeric = bool(pd.to_numeric(pd.Series(names, dtype=str), errors="coerce").notna().all())
     hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
     if numeric and len(names) > MAX_DISTINCT_SHARE * len(labels):
         raise ConfigError(
@@ -356,14 +313,6 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
                 f"{f' in {where}' if where else ''}; the split needs at least 2 per class (add "
                 f"examples or remove the class){hint}"
             )
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def origin_of(data: DataConfig, path: str) -> str:

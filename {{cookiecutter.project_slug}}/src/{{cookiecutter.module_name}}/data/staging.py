@@ -1,12 +1,9 @@
 """`stage SRC DEST`: copy a dataset from slow storage (the mounted Drive) to fast local disk.
 
-Reading thousands of small files straight from Drive is the usual reason a Colab epoch is slow;
-read them from a local copy instead. Staging
-- skips files already in DEST with the same size and SHA-256 (a second run copies nothing; an
-  index in DEST remembers what was copied, so unchanged files are not even read again),
-- resumes a big file after an interruption from where its `.partial` copy stopped,
-- checks the free space of DEST before copying anything, and
-- shows one progress bar (bytes) for the whole copy.
+Reading thousands of small files straight from Drive is the usual reason a Colab epoch is slow.
+Staging skips unchanged files (same size and SHA-256; an index in DEST remembers what was copied,
+so they are not even read again), resumes a big file from its `.partial` copy, checks DEST's free
+space first and shows one progress bar for the whole copy.
 """
 
 from __future__ import annotations
@@ -70,15 +67,20 @@ def _partial_name(dest: Path, st: os.stat_result) -> Path:
     return dest.with_name(f".{dest.name}.{st.st_size}-{st.st_mtime_ns}.partial")
 
 
-def _load_index(dest_dir: Path) -> dict[str, dict]:
+def load_index(dest_dir: Path) -> dict[str, dict]:
+    """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there; {} when
+    there is no index or it is unreadable."""
     try:
-        return json.loads((dest_dir / INDEX).read_text())
+        index = json.loads((dest_dir / INDEX).read_text())
     except (OSError, ValueError):
         return {}
+    return index if isinstance(index, dict) else {}
 
 
-def _save_index(dest_dir: Path, index: dict[str, dict]) -> None:
-    atomic_write(dest_dir / INDEX, json.dumps(index))
+def _stamp(st: os.stat_result, target: Path) -> dict[str, list[int]]:
+    """The index's entry for a file: the source's and the copy's size and mtime."""
+    d = target.stat()
+    return {"src": [st.st_size, st.st_mtime_ns], "dest": [d.st_size, d.st_mtime_ns]}
 
 
 def _unchanged(src: Path, dest: Path, st: os.stat_result, entry: dict | None, verify: bool) -> bool:
@@ -86,13 +88,7 @@ def _unchanged(src: Path, dest: Path, st: os.stat_result, entry: dict | None, ve
     when neither side changed since it was written, else computed)."""
     if not dest.is_file() or dest.stat().st_size != st.st_size:
         return False
-    d = dest.stat()
-    if (
-        not verify
-        and entry is not None
-        and entry.get("src") == [st.st_size, st.st_mtime_ns]
-        and entry.get("dest") == [d.st_size, d.st_mtime_ns]
-    ):
+    if not verify and entry == _stamp(st, dest):
         return True
     return file_sha256(src) == file_sha256(dest)
 
@@ -118,7 +114,7 @@ def stage(
         for folder in src.rglob("*"):
             if folder.is_dir() and not folder.name.startswith("."):
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
-    index = _load_index(dest)
+    index = load_index(dest)
     report = StageReport(files=len(files))
 
     todo: list[tuple[str, Path, os.stat_result, int]] = []  # (rel, source, stat, resume offset)
@@ -127,8 +123,7 @@ def stage(
         target = dest / rel
         if _unchanged(path, target, st, index.get(rel), verify):
             report.skipped += 1
-            d = target.stat()
-            index[rel] = {"src": [st.st_size, st.st_mtime_ns], "dest": [d.st_size, d.st_mtime_ns]}
+            index[rel] = _stamp(st, target)
             continue
         partial = _partial_name(target, st)
         offset = 0
@@ -152,11 +147,12 @@ def stage(
             report.bytes_copied += _copy(path, target, st, offset, bar, on_bytes)
             report.copied += 1
             report.resumed += offset > 0
-            d = target.stat()
-            index[rel] = {"src": [st.st_size, st.st_mtime_ns], "dest": [d.st_size, d.st_mtime_ns]}
+            index[rel] = _stamp(st, target)
     finally:
         bar.close()
-        _save_index(dest, index)  # also after an interruption: finished files stay known
+        atomic_write(
+            dest / INDEX, json.dumps(index)
+        )  # also after an interruption: finished files stay known
     return report
 
 

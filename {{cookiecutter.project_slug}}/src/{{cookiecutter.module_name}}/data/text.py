@@ -1,18 +1,10 @@
 """Text: how a string becomes token ids (`data.text`, `data.source: text`).
 
-`prepare` learns the vocabulary from the training split only (`learn_vocabulary`) and writes it
-beside the shards, `data/processed/vocabulary.txt`: one token per line, most frequent first, the
-line's number (from 2) its id. The manifest hashes it, so a run resumed on another machine finds
-the same embedding row for every word. The shards hold the raw text; `train` turns it into token
-ids in the input pipeline (`make_vectorizer`, string ops on the CPU, never on the accelerator) and
-the network learns on ids. The model users get (`TextModel`) puts the same vectoriser in front of
-the network, so it takes raw strings.
-
-The vectoriser: `standardize` (lower case, punctuation and symbols dropped), split on whitespace,
-each word to its id (1: a word not in the vocabulary), cut or padded with 0 to
-`data.sequence_length`. With `model.architecture: backbone` the keras-hub preset's own tokenizer
-takes its place (its vocabulary comes with the preset). Tokenise differently by editing
-`standardize` here, then run `prepare` again: the vocabulary depends on it.
+`prepare` learns the vocabulary from the training split only and writes it beside the shards
+(`vocabulary.txt`, one token per line, most frequent first, the line's number from 2 its id).
+The shards hold the raw text; `train` turns it into ids in the input pipeline, on the CPU, and
+the saved `TextModel` puts the same vectoriser in front of the network, so it takes raw strings.
+Tokenise differently by editing `standardize`, then run `prepare` again. More in docs/data.md.
 """
 
 from __future__ import annotations
@@ -60,8 +52,7 @@ def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
     that `prepare` wrote into `folder`."""
     length = int(spec.input_shape[0])
     if cfg.architecture == "backbone":
-        hub = keras_hub()
-        preprocessor = hub.models.TextClassifierPreprocessor
+        preprocessor = keras_hub().models.TextClassifierPreprocessor
         return from_preset(preprocessor, cfg.backbone, sequence_length=length)
     return keras.layers.TextVectorization(
         standardize=standardize,

@@ -18,10 +18,8 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     """TFRecord file(s) whose `data.features` holds an encoded image (`data.feature_kind: image`)
     or numbers (`vector`), and `data.label` the target: one value (a class as an integer or a
     string, a number), or several (label strings, a 0/1 vector) for a kind that takes them.
-    `path`: a file, a folder of them, or a glob pattern (`records/train-*.tfrecord`).
-
-    The serialized records are held in memory while `prepare` runs (TFRecords have no random
-    access, and prepare writes them in a seeded random order); `train` then streams the shards."""
+    `path`: a file, a folder of them, or a glob pattern (`records/train-*.tfrecord`). The records
+    are held in memory while `prepare` runs: TFRecords have no random access."""
     if "*" in path:
         files = sorted(tf.io.gfile.glob(path))
     else:
