@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..config import Params
+from ..config import Params, flat
 from ..core.files import file_sha256
 
 RUN_ONLY = frozenset(
@@ -45,25 +45,13 @@ DERIVED = ("learning_rate_applied", "variables")  # shown only when nothing else
 DATA = "data"
 
 
-def flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1}."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}.{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = list(value) if isinstance(value, (list, tuple)) else value
-    return flat
-
-
 def settings(params: Params) -> dict[str, Any]:
     """The keys of `params` that define a run (see the module docstring)."""
     tree = params.to_dict()
     found: dict[str, Any] = {"seed": tree["seed"], "data.augment": list(tree["data"]["augment"])}
-    for section in SECTIONS:
-        found.update(flatten(tree[section], section))
-    found = {k: v for k, v in found.items() if k not in RUN_ONLY}
+    for section in SECTIONS:  # an empty `model.args: {}` sets nothing
+        found.update(flat(tree[section], f"{section}."))
+    found = {k: v for k, v in found.items() if k not in RUN_ONLY and v != {}}
     if params.train.schedule != "constant":  # the schedule's length is the run's
         found["train.epochs"] = params.train.epochs
     return found

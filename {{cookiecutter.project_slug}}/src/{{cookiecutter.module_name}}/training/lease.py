@@ -1,18 +1,11 @@
-"""One writer per run: a lease file in the run's checkpoint folder.
+"""One writer per run: a lease file, `<storage>/checkpoints/<run_name>/lease.json`.
 
-`<storage>/checkpoints/<run_name>/lease.json` names the session that trains the run (host, pid,
-start time, a random token) and a heartbeat time that a thread refreshes every `HEARTBEAT_S`
-seconds. Another `train` of the run stops at once (`LeaseHeld`, exit code 4) and writes nothing
-there, unless the holder is gone: its pid no longer runs on this host (a restart after a crash),
-its heartbeat is older than `STALE_AFTER` beats (another VM that died), or `--take-over`. Another
-host's lease with a recent heartbeat is watched, not refused at once: a new Colab VM usually finds
-the lease of the VM that just died, so `acquire` waits (saying so) for its next heartbeat (alive:
-refused) or until it is stale (taken over).
-
-Drive has no atomic create and syncs with a lag, so across VMs the lease is best effort: the
-holder re-reads it at each heartbeat and, when another session's token is in it, reports `lost`;
-the trainer then stops with a checkpoint (exit code 5). A heartbeat that cannot be written is a
-storage fault, said once and retried, never a lost lease (docs/training-faults.md).
+It names the session that trains the run (host, pid, start, a random token) and a heartbeat that a
+thread refreshes every `HEARTBEAT_S` seconds. Another `train` of the run is refused (`LeaseHeld`,
+exit code 4) unless the holder is gone (its pid no longer runs on this host, or another host's
+heartbeat missed `STALE_AFTER` beats: `acquire` waits for that) or `--take-over`. Drive has no
+atomic create, so across VMs it is best effort: a holder that finds another token at a heartbeat
+stops with a checkpoint (exit code 5). The rules and messages: docs/training-faults.md.
 """
 
 from __future__ import annotations

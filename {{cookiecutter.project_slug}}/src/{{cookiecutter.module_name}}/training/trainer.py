@@ -506,15 +506,6 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
         )
 
 
-def _chunk_function(run: Run, feed: Any, fine_tuning: bool) -> Any:
-    """The chunk function for the fine-tune phase (frozen backbone, then its top N layers),
-    traced for the variables that phase trains."""
-    if run.plan.phase_step:
-        unfreeze = run.params.train.fine_tune.unfreeze_layers
-        set_backbone_trainable(run.parts.model, unfreeze if fine_tuning else None)
-    return make_chunk_function(run.parts, run.params.train, feed.next_batch)
-
-
 def _save(run: Run) -> None:
     """A checkpoint of the run's whole state at its step (once per step); a storage fault is
     reported and the run goes on."""
@@ -547,7 +538,11 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
             if chunk is None or fine_tuning != tuned:  # also right after a resume
                 if chunk is not None:
                     say(f"Step {state.step}: fine-tuning the backbone's top layers")
-                chunk, tuned = _chunk_function(run, feed, fine_tuning), fine_tuning
+                if plan.phase_step:  # trace the chunk for the variables this phase trains
+                    unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
+                    set_backbone_trainable(run.parts.model, unfreeze)
+                chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
+                tuned = fine_tuning
             # Chunks are counted from each epoch start. A run only stops (and so resumes)
             # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
             # the same computation, bit for bit.
@@ -677,17 +672,13 @@ _NOT_METRICS = ("epoch", "step", "seconds")
 
 def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
     """The validation split, streamed (`Passes`: one iterator for the run), or read once and held
-    (`in_memory`: small tabular data, whose records would cost a small model's epoch a tenth of
-    its time to parse every epoch). Vectors: big batches, few Python round trips. Images: the
-    training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
-    images in one batch: +700 MB)."""
+    (`in_memory`: small tabular data, parsed once instead of every epoch). Vectors: big batches,
+    few Python round trips; images: the training batch (a conv net's activations set the memory)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
     batches = pipeline.eval_dataset(data, "validation", batch)
     if in_memory:
         return list(batches)
-    return pipeline.Passes(
-        batches, -(-data.count("validation") // batch)
-    )  # the last batch is smaller
+    return pipeline.Passes(batches, -(-data.count("validation") // batch))  # last one smaller
 
 
 class Profiler:
