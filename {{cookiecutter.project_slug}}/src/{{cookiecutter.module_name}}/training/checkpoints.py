@@ -5,11 +5,8 @@
 `meta.json` (sizes and CRC32 of every file) and only then is the folder renamed to `step-*`: a
 rename is atomic, so a `step-*` folder is complete. A restore checks sizes and checksums again (a
 synced Drive can still lose or cut files) and falls back to the one before a damaged checkpoint.
-
-A save that fails (a full Drive, a dropped mount) is a storage fault, not the end of the run:
-`try_save` removes the partial write, says so in one line and the next interval tries again.
-Before a save that would not fit, older checkpoints are pruned if that frees enough room, never
-the newest complete one (docs/training-faults.md).
+A save that fails on the storage is reported and retried, never the end of the run
+(docs/training-faults.md).
 """
 
 from __future__ import annotations
@@ -112,7 +109,7 @@ class CheckpointStore:
 
     def try_save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path | None:
         """`save`, but a storage fault is reported in one line and returns None (the run goes on;
-        the next interval tries again). Any other error is raised."""
+        the next interval tries again)."""
         try:
             self._make_room()
             return self.save(checkpoint, step, meta)
@@ -179,10 +176,9 @@ class CheckpointStore:
         return final
 
     def prepare(self, checkpoint: Any) -> Callable[[Any], Any]:
-        """`checkpoint.write` as one traced function, traced once (call it when the variables all
-        exist: before training, not at the first save). Run eagerly, a write reads every variable
-        with ops of its own: MobileNetV3Small's checkpoint (630 variables, 14 MB) took 125 ms of
-        TensorFlow a save on 2 CPU cores, traced 19 ms (then the disk's time)."""
+        """`checkpoint.write` traced once, when the variables all exist (before training): run
+        eagerly, a write reads every variable with ops of its own (MobileNetV3Small's checkpoint:
+        125 ms of TensorFlow a save on 2 CPU cores, traced 19 ms)."""
         import tensorflow as tf
 
         if self._traced is None or self._traced[0] is not checkpoint:

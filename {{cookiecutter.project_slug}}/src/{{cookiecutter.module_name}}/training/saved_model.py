@@ -1,11 +1,8 @@
 """The model users get: raw inputs in, outputs in their units out, with `model.json` beside it.
 
-`train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
-`results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task's
-kind, the class or label names, the input kind and shape, the feature names (for text: the text
-column). A text model also starts with its vectoriser (data/text.py's TextModel), so it takes raw
-strings. `evaluate`, `predict` and `export` load the two back with `load_for_users`, and need
-nothing else.
+`train` wraps the trained logits model with the task's output layer (a text model also with its
+vectoriser, so it takes raw strings) and saves `results/models/model.keras` and `model.json`
+(`user_sidecar`). `evaluate`, `predict` and `export` load both with `load_for_users`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ model, optimizer and `train.steps_per_execution` of `train`:
   together  training steps on the input path: what `train` runs.
 
 The slower of input and compute is the bottleneck. `speed` builds its own model, optimizer and
-datasets: it never reads or writes a run's checkpoints, never takes an element of a run's input,
-and trains no run. It writes its figures to a run record of kind "speed" and to TensorBoard.
+datasets (no run's checkpoints or input are touched) and writes its figures to a run record of
+kind "speed" and to TensorBoard.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def train(
     hooks: RunHooks | None = None,
 ) -> TrainResult:
     """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
-    `choose_run`), one writer per run (the lease), then `fit` (`hooks`: a sweep's trial)."""
+    `choose_run`), one writer per run (the lease), then the run's steps (`hooks`: a sweep's
+    trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
@@ -166,9 +167,13 @@ def train(
         try:
             if lease is not None:
                 lease.start_heartbeat()
-            result = fit(
-                params, strategy, info, data, paths, expected, fresh, resume_command, lease, hooks
-            )
+            data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
+            plan = make_plan(params, info, data)
+            run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
+            _restore(run, fresh)
+            with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
+                reason = _train_loop(run, stopper)
+            result = _result(run, reason, stopper.exit_code, resume_command)
         finally:
             if lease is not None:
                 lease.release()
@@ -259,33 +264,15 @@ def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> P
     return Prepared(bundled_digits(tmp, params), tmp)
 
 
-def fit(
-    params: Params,
-    strategy: Any,
-    info: StrategyInfo,
-    data: Prepared,
-    paths: RunPaths,
-    expected: dict[str, Any],
-    fresh: bool = False,
-    resume_command: str = "",
-    lease: Lease | None = None,
-    hooks: RunHooks | None = None,
-) -> TrainResult:
-    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`;
-    `expected` is the run's fingerprint (`fingerprint.of`)."""
-    data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-    plan = make_plan(params, info, data)
-    run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
-    _restore(run, fresh)
-    with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
-        reason = _train_loop(run, stopper)
+def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> TrainResult:
+    """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
     if reason:
-        newest = max(run.last_saved, 0)
-        saved = f"checkpoint saved in {paths.checkpoints}"
+        saved = f"checkpoint saved in {run.paths.checkpoints}"
         if run.last_saved != run.state.step:
+            newest = max(run.last_saved, 0)
             saved = f"its checkpoint could not be saved, the newest is at step {newest}"
         print(
-            f"Stopped at step {run.state.step} of {plan.total} ({reason}); {saved}.\n"
+            f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
@@ -294,8 +281,8 @@ def fit(
         metrics, digest = _finish(run)
     status = "stopped" if reason else "completed"
     weights, facts = class_weight_of(run.parts.task), _facts(run, status, digest)
-    step, code = run.state.step, stopper.exit_code
-    return TrainResult(status, step, plan.total, code, reason, metrics, weights, facts)
+    step, total = run.state.step, run.plan.total
+    return TrainResult(status, step, total, exit_code, reason, metrics, weights, facts)
 
 
 def class_weight_of(task: Task) -> dict[str, float] | None:
