@@ -238,8 +238,7 @@ class CheckpointStore:
 
     def clear(self) -> list[int]:
         """Delete every checkpoint of this run (`train --fresh`); return the steps of the complete
-        ones deleted. The lease stays (this session holds it: without it, another session could
-        start on the run)."""
+        ones deleted. The lease stays: this session holds it."""
         deleted = [step for step, _ in list_checkpoints(self.directory)]
         for child in self.directory.iterdir() if self.directory.is_dir() else []:
             if child.is_dir():
@@ -264,8 +263,8 @@ def _commit(tmp: Path, final: Path) -> None:
 
 def is_storage_fault(exc: BaseException) -> bool:
     """True for a write that failed because of the storage (no space, I/O, permission, a dropped
-    mount): an OSError, or a TensorFlow OpError from the save op (`ResourceExhaustedError` out of
-    SaveV2 on a full disk, `UnknownError`/`PermissionDeniedError`/`UnavailableError` on I/O)."""
+    mount): an OSError, or a TensorFlow OpError of the save op (on a full disk, SaveV2 raises
+    `ResourceExhaustedError`)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     return isinstance(exc, OSError) or (
         "OpError" in names and type(exc).__name__ != "InvalidArgumentError"

@@ -24,10 +24,8 @@ def mode_for(monitor: str) -> str:
 
 @dataclass
 class EarlyStopping:
-    """Tracks the best value of `monitor` and stops after `patience` epochs without progress.
-
-    patience 0: never stops early, but still tracks the best (the model users get).
-    """
+    """Tracks the best value of `monitor` and stops after `patience` epochs without progress
+    (0: never stops early, but still tracks the best: the model users get)."""
 
     monitor: str = "val_loss"
     patience: int = 0

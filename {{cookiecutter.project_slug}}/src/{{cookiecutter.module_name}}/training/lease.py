@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ..core.files import atomic_write, temp_file
 
 LEASE_FILE = "lease.json"
@@ -34,22 +36,12 @@ class LeaseHeld(RuntimeError):
     """Another live session holds the run; the message is one line naming it."""
 
 
-def _pid_alive(pid: int) -> bool:
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started, or None when it is gone: with the pid it names one process, so
+    a pid reused by an unrelated process does not keep a dead holder's lease."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        pass
-    return True
-
-
-def _process_start(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot, Linux), or None: with the pid it names
-    one process, so a pid reused by an unrelated process does not keep a dead holder's lease."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
 
 
@@ -77,9 +69,8 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
         return ""
     if doc.get("host") == socket.gethostname():
         pid = int(doc.get("pid", 0))
-        started = doc.get("pid_start")
-        reused = started is not None and _process_start(pid) not in (None, started)
-        if pid == os.getpid() or not _pid_alive(pid) or reused:
+        started = _process_start(pid)
+        if pid == os.getpid() or started is None or doc.get("pid_start") not in (None, started):
             return f"its process {pid} on this host is gone"
         return None
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))

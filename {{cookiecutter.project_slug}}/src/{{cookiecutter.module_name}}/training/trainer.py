@@ -135,9 +135,8 @@ def train(
     new_run_if_changed: bool = False,
     hooks: RunHooks | None = None,
 ) -> TrainResult:
-    """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
-    `choose_run`), one writer per run (the lease), then the run's steps (`hooks`: a sweep's
-    trial)."""
+    """`python -m <module> train`: data, strategy, seeds, the run (`choose_run`), one writer per
+    run (the lease), then the run's steps (`hooks`: a sweep's trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
@@ -207,10 +206,9 @@ def choose_run(
     params: Params, project_dir: Path, expected: dict[str, Any], train_examples: int
 ) -> Params:
     """The run that `train --new-run-if-changed` (the DVC stage) trains: `run_name` when it has
-    no checkpoint, or when its newest one was made with this fingerprint and this code and has
-    not passed train.epochs (a notebook's run is reused, an interrupted stage continues); else a
-    run of its own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is
-    deleted: every other run keeps its checkpoints."""
+    no checkpoint, or when its newest one has this fingerprint and code and has not passed
+    train.epochs (a notebook's run is reused, an interrupted stage continues); else a run of its
+    own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is deleted."""
     code = fingerprint.code_digest()
     own = f"{params.run_name}-{fingerprint.digest(expected, code)[:8]}"
     meta = newest_meta(storage_root(project_dir) / "checkpoints" / params.run_name)
@@ -704,8 +702,7 @@ def weights_digest(model: Any) -> str:
 
 def _log_chunk(run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
     """The chunk of `n` steps just run (its summed loss and training metric): into the epoch's
-    sums, and step time, throughput, loss and the training metric (and GPU memory) to
-    TensorBoard."""
+    sums, and to TensorBoard with its step time, throughput and GPU memory."""
     state, batch = run.state, run.plan.global_batch
     state.epoch_loss += loss
     state.epoch_metric += metric_sum
