@@ -153,9 +153,8 @@ class CheckpointStore:
             _fsync(path)
             files[path.name] = {"size": path.stat().st_size, "crc32": _crc32(path)}
         record = {**meta, "format": FORMAT, "step": step, "saved_at": time.time(), "files": files}
-        (tmp / "meta.json.tmp").write_text(json.dumps(record, indent=1))
-        _fsync(tmp / "meta.json.tmp")
-        os.replace(tmp / "meta.json.tmp", tmp / "meta.json")
+        (tmp / "meta.json").write_text(json.dumps(record, indent=1))  # the folder is still hidden
+        _fsync(tmp / "meta.json")
         _fsync(tmp)
         # The same step saved again (e.g. after a restart): set the old one aside, not delete it,
         # so a failing commit still leaves a complete checkpoint of that step.

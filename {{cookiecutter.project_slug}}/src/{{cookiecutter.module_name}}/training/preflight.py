@@ -152,14 +152,8 @@ def before_first_step(
     checkpoints: Path,
     variables: Iterable[Any],
     held_bytes: int,
-) -> list[str]:
-    """The checks that need the built model and the data (warnings only); print and return
-    the findings."""
-    findings = [
-        space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints),
-        memory_finding(held_bytes),
-    ]
+) -> None:
+    """The checks that need the built model and the data (warnings only), printed."""
     if info.is_chief:
-        for line in findings:
-            print(line, flush=True)
-    return findings
+        space = space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints)
+        print(space, memory_finding(held_bytes), sep="\n", flush=True)
