@@ -97,9 +97,8 @@ def verify(path: Path) -> str | None:
 
 
 class CheckpointStore:
-    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from` (another
-    folder only on a multi-worker run's other workers: they read the chief's checkpoints on the
-    shared storage, and save into a scratch folder)."""
+    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from` (the chief's
+    folder, for a multi-worker run's other workers, which save into a scratch folder)."""
 
     def __init__(self, directory: Path, keep: int, restore_from: Path | None = None) -> None:
         self.directory = directory
@@ -318,9 +317,8 @@ def write_results(
     metrics_file: Path,
     sidecar: dict[str, Any] | None = None,
 ) -> None:
-    """Save the final model and metrics, each atomically (a failure leaves the old file or none,
-    never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
-    `sidecar`: what the model needs beside it (`models/model.json`: its names, ...), if any."""
+    """Save the final model, its `sidecar` (models/model.json) and metrics, each atomically; a
+    storage fault raises ResultsWriteError naming the file and the cause."""
     target = model_file
     try:
         keras_tmp = Path(temp_file(model_file))

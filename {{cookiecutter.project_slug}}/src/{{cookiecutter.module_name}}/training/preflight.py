@@ -134,9 +134,8 @@ def class_balance_finding(params: Params, spec: DataSpec) -> str:
 def before_training(
     params: Params, info: StrategyInfo, storage: Path, spec: DataSpec | None = None
 ) -> None:
-    """The checks that need no model: stop on an unmounted Drive, a missing accelerator or a
-    class weight that cannot apply; note an imbalanced training split (`spec`: the prepared
-    data's, None for the bundled digits that `train` splits itself)."""
+    """The checks that need no model (`spec`: the prepared data's, None for the bundled digits
+    that `train` splits itself)."""
     check_storage_root(storage)
     lines = [check_accelerator(params, info)]
     if spec is not None:

@@ -21,9 +21,6 @@ from ..registry import import_all
 from ..spec import DataSpec
 from ..tasks.base import Task
 
-MODEL = Path(MODEL_FILE).name
-SIDECAR = Path(SIDECAR_FILE).name
-
 
 def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any:
     """Raw inputs -> outputs in the user's units (probabilities, or the value). Text: strings,
@@ -54,7 +51,7 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
 def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
     """The saved model and its sidecar. Every registered module is imported first, so that
     Keras knows their custom layers (a backbone's preprocessing, yours)."""
-    target, sidecar = models_dir / MODEL, models_dir / SIDECAR
+    target, sidecar = (models_dir / Path(name).name for name in (MODEL_FILE, SIDECAR_FILE))
     for path in (target, sidecar):
         if not path.is_file():
             raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")

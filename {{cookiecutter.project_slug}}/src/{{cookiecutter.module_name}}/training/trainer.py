@@ -234,9 +234,8 @@ def choose_run(
 
 
 def check_data(params: Params, project_dir: Path) -> bool:
-    """The data first: a file that differs from data/manifest.json stops here, before any time
-    is spent. True when `prepare` ran; without a manifest, the bundled digits are split and
-    sharded into a temporary folder instead (`open_data`)."""
+    """The data first: a file that differs from data/manifest.json stops here. True when
+    `prepare` ran; else the bundled digits are split into a temporary folder (`open_data`)."""
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
@@ -667,9 +666,8 @@ def validation_batches(data: Prepared, global_batch: int, in_memory: bool = Fals
 
 
 class Profiler:
-    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks) in
-    the run's TensorBoard folder (the chief's). Each chunk is one step of the Profile tab, whose
-    overview splits step time into input and compute (docs/training.md)."""
+    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks, each
+    one step of the Profile tab) in the chief's TensorBoard folder (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = list(window) if enabled and len(window) == 2 else []  # [] once traced
