@@ -69,8 +69,7 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 
 
 def newest_meta(directory: Path) -> dict[str, Any] | None:
-    """The `meta.json` of the newest intact checkpoint in `directory` (nothing is read into a
-    model, nothing moved), or None."""
+    """The `meta.json` of the newest intact checkpoint in `directory` (only read), or None."""
     for _, path in reversed(list_checkpoints(directory)):
         if verify(path) is None:
             return json.loads((path / "meta.json").read_text())
@@ -107,8 +106,7 @@ class CheckpointStore:
         self._traced: tuple[Any, Callable[[Any], Any]] | None = None  # (checkpoint, its write)
 
     def try_save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path | None:
-        """`save`, but a storage fault is reported in one line and returns None (the run goes on;
-        the next interval tries again)."""
+        """`save`, but a storage fault is said in one line and returns None (the run goes on)."""
         try:
             self._make_room()
             return self.save(checkpoint, step, meta)

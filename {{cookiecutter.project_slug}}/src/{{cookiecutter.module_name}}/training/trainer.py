@@ -183,8 +183,7 @@ def train(
 
 
 def data_hash(project_dir: Path, prepared: bool, data: Prepared) -> str:
-    """The data's version for the run fingerprint: data/manifest.json's (checked by
-    `check_data`), or the hash of the temporary split's shards."""
+    """The data's version: data/manifest.json's, or the hash of the temporary split's shards."""
     if prepared:
         return manifest.data_hash(manifest.load(project_dir) or {"files": []})
     return fingerprint.folder_hash(data.folder)
@@ -491,8 +490,7 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
 
 
 def _save(run: Run) -> None:
-    """A checkpoint of the run's whole state at its step (once per step); a storage fault is
-    reported and the run goes on."""
+    """A checkpoint of the run's whole state at its step, once per step (`try_save`)."""
     state, step = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}, run.state.step
     meta = {"fingerprint": run.fingerprint, "code": fingerprint.code_digest(), "state": state}
     if step != run.last_saved and run.store.try_save(run.checkpoint, step, meta):
@@ -500,8 +498,7 @@ def _save(run: Run) -> None:
 
 
 def _train_loop(run: Run, stopper: Stopper) -> str:
-    """Chunks of train.steps_per_execution steps until the end, a stop or early stopping;
-    returns the stop reason ('' when the run completed)."""
+    """Chunks of steps until the end, a stop or early stopping; the stop reason ('' if none)."""
     cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
     strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
     writer = (
@@ -674,8 +671,7 @@ class Profiler:
         self.logdir, self.running = str(logdir), False
 
     def chunk(self, step: int) -> Any:
-        """What the chunk from `step` runs in: a step marker while tracing, which starts with
-        the first chunk in the window."""
+        """What the chunk from `step` runs in: a step marker while tracing (from the window on)."""
         if self.window and not self.running and step >= self.window[0]:
             tf.profiler.experimental.start(self.logdir)
             self.running = True
