@@ -34,8 +34,6 @@ from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy
 from .trainer import build_parts, check_data, make_plan, open_data
 
-NAMES = ("input", "compute", "together")
-
 
 def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> dict[str, Any]:
     """Measure, print one line each and the verdict, record; return the figures."""
@@ -187,8 +185,7 @@ def record(
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
     writer = tf.summary.create_file_writer(str(logdir))
     with writer.as_default():
-        for name in NAMES:
-            key = f"{name}_examples_per_sec"
+        for key in [k for k in figures if k.endswith("_examples_per_sec")]:
             tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
     writer.close()
     metrics = {**figures, "examples_per_sec": figures["together_examples_per_sec"],
