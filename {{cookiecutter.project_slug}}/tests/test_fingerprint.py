@@ -118,10 +118,10 @@ def test_digests_and_hashes(tmp_path: Path) -> None:
     (package / "a.py").write_text("x = 1\n")
     first = fingerprint.code_digest(package)
     (package / "__pycache__" / "a.cpython.pyc").write_bytes(b"\0")
-    fingerprint._CODE.clear()
+    fingerprint.code_digest.cache_clear()
     assert fingerprint.code_digest(package) == first
     (package / "a.py").write_text("x = 2\n")
-    fingerprint._CODE.clear()
+    fingerprint.code_digest.cache_clear()
     assert fingerprint.code_digest(package) != first
 
 

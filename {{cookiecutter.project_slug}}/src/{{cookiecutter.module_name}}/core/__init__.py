@@ -1,2 +1,2 @@
 """The ground floor: atomic writes and hashes (files), where things live (storage), what the
-program runs on (environment), Cloud Storage paths (gcs). Imports nothing above it."""
+program runs on (environment), paths and URLs alike (locations). Imports nothing above it."""

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from .files import atomic_write, file_sha256
@@ -27,10 +28,8 @@ DATA_MANIFEST = "data/manifest.json"
 
 
 def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, Any]:
-    """Everything about this runtime that can change a result, as a JSON-ready dictionary.
-
-    `devices=False` skips TensorFlow (importing it costs seconds) and reports only the rest.
-    """
+    """Everything about this runtime that can change a result, as a JSON-ready dictionary
+    (`devices=False`: without TensorFlow, whose import costs seconds)."""
     project_dir = Path(project_dir)
     tf_info = tensorflow_info() if devices else {"skipped": True}
     gpus = nvidia_gpus() or [{"name": name} for name in tf_info.get("gpus", [])]
@@ -47,7 +46,7 @@ def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, An
             "machine": platform.machine(),
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
-            "memory_gb": _memory_gb(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         },
         "colab": {"on_colab": on_colab(), "accelerator": accelerator(gpus, tf_info)},
         "tensorflow": tf_info,
@@ -236,11 +235,3 @@ def log_environment(project_dir: Path, output: Path | None = None, packages: boo
 def utc_now() -> datetime:
     """The current time in UTC (`datetime.UTC` needs Python 3.11)."""
     return datetime.now(timezone.utc)  # noqa: UP017
-
-
-def _memory_gb() -> float | None:
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return round(pages / 2**30, 1)

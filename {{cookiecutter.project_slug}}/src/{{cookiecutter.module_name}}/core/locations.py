@@ -42,11 +42,6 @@ def _fs(path: str) -> tuple[Any, str]:
     return fsspec.core.url_to_fs(str(path))
 
 
-def _url(like: str, inner: str) -> str:
-    """`inner` (a path inside a file system) as the URL form of `like`."""
-    return f"{str(like).split('://')[0]}://{inner}" if is_url(like) else inner
-
-
 def open_binary(path: str) -> IO[bytes]:
     """Open `path` for reading bytes: a stream for a URL, a file otherwise."""
     fs, inner = _fs(path)
@@ -92,7 +87,7 @@ def walk_files(path: str) -> Iterator[str]:
     for found in sorted(fs.find(inner)):
         relative = found[len(root) :].strip("/")
         if not any(part.startswith(".") for part in relative.split("/")):
-            yield _url(path, found)
+            yield f"{str(path).split('://')[0]}://{found}" if is_url(path) else found
 
 
 def size(path: str) -> int:

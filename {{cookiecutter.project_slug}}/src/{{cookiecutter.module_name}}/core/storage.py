@@ -29,11 +29,6 @@ DRIVE_ROOT = Path("/content/drive")  # where Colab mounts Google Drive
 COLAB_DRIVE = DRIVE_ROOT / "MyDrive"
 
 
-class StorageError(ConfigError):
-    """A storage location that cannot be used here; the message is one line for the user
-    (a ConfigError, so the command line prints it as `error: ...`)."""
-
-
 def on_colab() -> bool:
     """True inside a Google Colab runtime."""
     if "COLAB_RELEASE_TAG" in os.environ:
@@ -53,7 +48,7 @@ def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     bucket_and_prefix = location[len("gs://") :].strip("/")
     mount = Path(os.environ.get("PROJECT_GCS_MOUNT", "/gcs"))
     if not bucket_and_prefix or not mount.is_dir():
-        raise StorageError(
+        raise ConfigError(  # one line for the user: the command line prints `error: ...`
             f"{variable}={location}: a gs:// location is read through Cloud Storage FUSE at "
             f"{mount}/<bucket>{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI mounts it){% endif %}; none is here. Mount the bucket with "
             f"gcsfuse and give its folder (example: {variable}=/mnt/my-bucket/{PROJECT_SLUG})"

@@ -5,11 +5,8 @@
 `meta.json` (sizes and CRC32 of every file) and only then is the folder renamed to `step-*`: a
 rename is atomic, so a `step-*` folder is complete. A restore checks sizes and checksums again (a
 synced Drive can still lose or cut files) and falls back to the one before a damaged checkpoint.
-
-A save that fails (a full Drive, a dropped mount) is a storage fault, not the end of the run:
-`try_save` removes the partial write, says so in one line and the next interval tries again.
-Before a save that would not fit, older checkpoints are pruned if that frees enough room, never
-the newest complete one (docs/training-faults.md).
+A save that fails on the storage is reported and retried, never the end of the run
+(docs/training-faults.md).
 """
 
 from __future__ import annotations
@@ -72,8 +69,7 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 
 
 def newest_meta(directory: Path) -> dict[str, Any] | None:
-    """The `meta.json` of the newest intact checkpoint in `directory` (nothing is read into a
-    model, nothing moved), or None."""
+    """The `meta.json` of the newest intact checkpoint in `directory` (only read), or None."""
     for _, path in reversed(list_checkpoints(directory)):
         if verify(path) is None:
             return json.loads((path / "meta.json").read_text())
@@ -100,9 +96,8 @@ def verify(path: Path) -> str | None:
 
 
 class CheckpointStore:
-    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from` (another
-    folder only on a multi-worker run's other workers: they read the chief's checkpoints on the
-    shared storage, and save into a scratch folder)."""
+    """Saves to `directory`, keeps the newest `keep`, restores from `restore_from` (the chief's
+    folder, for a multi-worker run's other workers, which save into a scratch folder)."""
 
     def __init__(self, directory: Path, keep: int, restore_from: Path | None = None) -> None:
         self.directory = directory
@@ -111,8 +106,7 @@ class CheckpointStore:
         self._traced: tuple[Any, Callable[[Any], Any]] | None = None  # (checkpoint, its write)
 
     def try_save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path | None:
-        """`save`, but a storage fault is reported in one line and returns None (the run goes on;
-        the next interval tries again). Any other error is raised."""
+        """`save`, but a storage fault is said in one line and returns None (the run goes on)."""
         try:
             self._make_room()
             return self.save(checkpoint, step, meta)
@@ -156,9 +150,8 @@ class CheckpointStore:
             _fsync(path)
             files[path.name] = {"size": path.stat().st_size, "crc32": _crc32(path)}
         record = {**meta, "format": FORMAT, "step": step, "saved_at": time.time(), "files": files}
-        (tmp / "meta.json.tmp").write_text(json.dumps(record, indent=1))
-        _fsync(tmp / "meta.json.tmp")
-        os.replace(tmp / "meta.json.tmp", tmp / "meta.json")
+        (tmp / "meta.json").write_text(json.dumps(record, indent=1))  # the folder is still hidden
+        _fsync(tmp / "meta.json")
         _fsync(tmp)
         # The same step saved again (e.g. after a restart): set the old one aside, not delete it,
         # so a failing commit still leaves a complete checkpoint of that step.
@@ -179,10 +172,9 @@ class CheckpointStore:
         return final
 
     def prepare(self, checkpoint: Any) -> Callable[[Any], Any]:
-        """`checkpoint.write` as one traced function, traced once (call it when the variables all
-        exist: before training, not at the first save). Run eagerly, a write reads every variable
-        with ops of its own: MobileNetV3Small's checkpoint (630 variables, 14 MB) took 125 ms of
-        TensorFlow a save on 2 CPU cores, traced 19 ms (then the disk's time)."""
+        """`checkpoint.write` traced once, when the variables all exist (before training): run
+        eagerly, a write reads every variable with ops of its own (MobileNetV3Small's checkpoint:
+        125 ms of TensorFlow a save on 2 CPU cores, traced 19 ms)."""
         import tensorflow as tf
 
         if self._traced is None or self._traced[0] is not checkpoint:
@@ -242,8 +234,7 @@ class CheckpointStore:
 
     def clear(self) -> list[int]:
         """Delete every checkpoint of this run (`train --fresh`); return the steps of the complete
-        ones deleted. The lease stays (this session holds it: without it, another session could
-        start on the run)."""
+        ones deleted. The lease stays: this session holds it."""
         deleted = [step for step, _ in list_checkpoints(self.directory)]
         for child in self.directory.iterdir() if self.directory.is_dir() else []:
             if child.is_dir():
@@ -268,8 +259,8 @@ def _commit(tmp: Path, final: Path) -> None:
 
 def is_storage_fault(exc: BaseException) -> bool:
     """True for a write that failed because of the storage (no space, I/O, permission, a dropped
-    mount): an OSError, or a TensorFlow OpError from the save op (`ResourceExhaustedError` out of
-    SaveV2 on a full disk, `UnknownError`/`PermissionDeniedError`/`UnavailableError` on I/O)."""
+    mount): an OSError, or a TensorFlow OpError of the save op (on a full disk, SaveV2 raises
+    `ResourceExhaustedError`)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     return isinstance(exc, OSError) or (
         "OpError" in names and type(exc).__name__ != "InvalidArgumentError"
@@ -324,9 +315,8 @@ def write_results(
     metrics_file: Path,
     sidecar: dict[str, Any] | None = None,
 ) -> None:
-    """Save the final model and metrics, each atomically (a failure leaves the old file or none,
-    never half of one); a storage fault raises ResultsWriteError naming the file and the cause.
-    `sidecar`: what the model needs beside it (`models/model.json`: its names, ...), if any."""
+    """Save the final model, its `sidecar` (models/model.json) and metrics, each atomically; a
+    storage fault raises ResultsWriteError naming the file and the cause."""
     target = model_file
     try:
         keras_tmp = Path(temp_file(model_file))

@@ -1,8 +1,7 @@
 """Early stopping and the best model: which epoch was best by `train.monitor`, and when to stop.
 
-A pure function of the validation metrics, which every worker computes alike: every worker takes
-the same decision at the same step (the lockstep rule, policy.py), and the trainer still agrees it
-across workers before acting on `should_stop`.
+A pure function of the validation metrics, alike on every worker; the trainer still agrees
+`should_stop` across workers before acting on it (the lockstep rule, policy.py).
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ def mode_for(monitor: str) -> str:
 
 @dataclass
 class EarlyStopping:
-    """Tracks the best value of `monitor` and stops after `patience` epochs without progress.
-
-    patience 0: never stops early, but still tracks the best (the model users get).
-    """
+    """Tracks the best value of `monitor` and stops after `patience` epochs without progress
+    (0: never stops early, but still tracks the best: the model users get)."""
 
     monitor: str = "val_loss"
     patience: int = 0
@@ -64,9 +61,6 @@ class EarlyStopping:
     @classmethod
     def from_state(cls, monitor: str, patience: int, state: dict[str, Any] | None) -> EarlyStopping:
         """Today's settings, yesterday's progress (when it watched the same metric)."""
-        policy = cls(monitor=monitor, patience=patience)
-        if state and state.get("monitor") == monitor:
-            policy.best = state.get("best")
-            policy.best_step = int(state.get("best_step", -1))
-            policy.epochs_without_improvement = int(state.get("epochs_without_improvement", 0))
-        return policy
+        kept = ("best", "best_step", "epochs_without_improvement")
+        same = state and state.get("monitor") == monitor
+        return cls(monitor, patience, **({k: state[k] for k in kept} if same else {}))

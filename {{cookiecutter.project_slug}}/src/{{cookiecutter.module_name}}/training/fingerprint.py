@@ -1,31 +1,25 @@
 """What defines a run: one fingerprint, recorded in every checkpoint's `meta.json`.
 
 A checkpoint continues one computation: resumed with other data or settings, it would give a model
-that no single run produced. So `train` compares the newest checkpoint's fingerprint with the one
-it would record now and refuses, naming each difference (`train.learning_rate was 0.001, now
-0.003`). The fingerprint holds:
-- `data`: the data's hash (data/manifest.py; for the bundled digits' temporary split, its shards');
-- `seed` and `data.augment` (the example order, dropout and augmentation draws);
-- every key of `model`, `task` and `train` but `RUN_ONLY`, which change how or when a run runs,
-  not what it computes (a resumed run cuts the same chunks; `train.epochs`: more epochs continue
-  the run, except under a schedule over all the steps, whose every step depends on the total);
-- `global_batch` (batch_size x replicas); not `distribute` or `repro`: a run may resume on other
-  hardware;
-- derived values, named only when nothing else differs: `learning_rate_applied` and `variables`
-  (the model's weights as the code builds them: an architecture changed in model.py).
-A key on one side only (`model.args.width` set, or removed) is a difference too, but a derived
-value known on one side only (`variables` before the model is built) is not.
+that no single run produced. So `train` refuses, naming each difference (`train.learning_rate was
+0.001, now 0.003`). The fingerprint holds the data's hash; `seed` and `data.augment`; every key of
+`model`, `task` and `train` but `RUN_ONLY` (how or when a run runs, not what it computes; more
+`train.epochs` continue a run, except under a schedule over all the steps); `global_batch` (not
+`distribute` or `repro`: a run may resume on other hardware); and derived values, named only when
+nothing else differs and only when known on both sides: `learning_rate_applied` and `variables`
+(the model's weights as the code builds them). A key on one side only is a difference too.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from ..config import Params
+from ..config import Params, flat
 from ..core.files import file_sha256
 
 RUN_ONLY = frozenset(
@@ -45,25 +39,13 @@ DERIVED = ("learning_rate_applied", "variables")  # shown only when nothing else
 DATA = "data"
 
 
-def flatten(tree: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1}."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}.{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = list(value) if isinstance(value, (list, tuple)) else value
-    return flat
-
-
 def settings(params: Params) -> dict[str, Any]:
     """The keys of `params` that define a run (see the module docstring)."""
     tree = params.to_dict()
     found: dict[str, Any] = {"seed": tree["seed"], "data.augment": list(tree["data"]["augment"])}
-    for section in SECTIONS:
-        found.update(flatten(tree[section], section))
-    found = {k: v for k, v in found.items() if k not in RUN_ONLY}
+    for section in SECTIONS:  # an empty `model.args: {}` sets nothing
+        found.update(flat(tree[section], f"{section}."))
+    found = {k: v for k, v in found.items() if k not in RUN_ONLY and v != {}}
     if params.train.schedule != "constant":  # the schedule's length is the run's
         found["train.epochs"] = params.train.epochs
     return found
@@ -114,8 +96,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
     return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
 
 
@@ -134,22 +114,18 @@ def folder_hash(folder: Path, prefix: str = "data/processed") -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-_CODE: dict[Path, str] = {}
-
-
+@functools.cache
 def code_digest(package: Path | None = None) -> str:
     """A hash of the package's source files (this checkout's `src/<module>`, caches left out):
     what a DVC stage depends on. Computed once per process."""
     package = Path(package or Path(__file__).resolve().parents[1])
-    if package not in _CODE:
-        files = sorted(
-            p
-            for p in package.rglob("*")
-            if p.is_file()
-            and "__pycache__" not in p.parts
-            and p.suffix != ".pyc"
-            and not p.name.startswith(".")
-        )
-        lines = [f"{p.relative_to(package).as_posix()} {file_sha256(p)}" for p in files]
-        _CODE[package] = hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    return _CODE[package]
+    files = sorted(
+        p
+        for p in package.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix != ".pyc"
+        and not p.name.startswith(".")
+    )
+    lines = [f"{p.relative_to(package).as_posix()} {file_sha256(p)}" for p in files]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()

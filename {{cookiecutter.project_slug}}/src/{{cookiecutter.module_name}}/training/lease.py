@@ -1,18 +1,11 @@
-"""One writer per run: a lease file in the run's checkpoint folder.
+"""One writer per run: a lease file, `<storage>/checkpoints/<run_name>/lease.json`.
 
-`<storage>/checkpoints/<run_name>/lease.json` names the session that trains the run (host, pid,
-start time, a random token) and a heartbeat time that a thread refreshes every `HEARTBEAT_S`
-seconds. Another `train` of the run stops at once (`LeaseHeld`, exit code 4) and writes nothing
-there, unless the holder is gone: its pid no longer runs on this host (a restart after a crash),
-its heartbeat is older than `STALE_AFTER` beats (another VM that died), or `--take-over`. Another
-host's lease with a recent heartbeat is watched, not refused at once: a new Colab VM usually finds
-the lease of the VM that just died, so `acquire` waits (saying so) for its next heartbeat (alive:
-refused) or until it is stale (taken over).
-
-Drive has no atomic create and syncs with a lag, so across VMs the lease is best effort: the
-holder re-reads it at each heartbeat and, when another session's token is in it, reports `lost`;
-the trainer then stops with a checkpoint (exit code 5). A heartbeat that cannot be written is a
-storage fault, said once and retried, never a lost lease (docs/training-faults.md).
+It names the session that trains the run (host, pid, start, a random token) and a heartbeat that a
+thread refreshes every `HEARTBEAT_S` seconds. Another `train` of the run is refused (`LeaseHeld`,
+exit code 4) unless the holder is gone (its pid no longer runs on this host, or another host's
+heartbeat missed `STALE_AFTER` beats: `acquire` waits for that) or `--take-over`. Drive has no
+atomic create, so across VMs it is best effort: a holder that finds another token at a heartbeat
+stops with a checkpoint (exit code 5). The rules and messages: docs/training-faults.md.
 """
 
 from __future__ import annotations
@@ -26,6 +19,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ..core.files import atomic_write, temp_file
 
@@ -41,22 +36,12 @@ class LeaseHeld(RuntimeError):
     """Another live session holds the run; the message is one line naming it."""
 
 
-def _pid_alive(pid: int) -> bool:
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started, or None when it is gone: with the pid it names one process, so
+    a pid reused by an unrelated process does not keep a dead holder's lease."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        pass
-    return True
-
-
-def _process_start(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot, Linux), or None: with the pid it names
-    one process, so a pid reused by an unrelated process does not keep a dead holder's lease."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
 
 
@@ -84,9 +69,8 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
         return ""
     if doc.get("host") == socket.gethostname():
         pid = int(doc.get("pid", 0))
-        started = doc.get("pid_start")
-        reused = started is not None and _process_start(pid) not in (None, started)
-        if pid == os.getpid() or not _pid_alive(pid) or reused:
+        started = _process_start(pid)
+        if pid == os.getpid() or started is None or doc.get("pid_start") not in (None, started):
             return f"its process {pid} on this host is gone"
         return None
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))

@@ -117,9 +117,8 @@ def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
 
 
 class BestWeights:
-    """A copy of the model's weights at its best validation result (`train.monitor`), in
-    variables the checkpoint saves: a resumed run keeps the best model of the steps before it.
-    `results/models/model.keras` gets these weights."""
+    """The model's weights at its best validation result (`train.monitor`), in variables the
+    checkpoint saves (a resumed run keeps the best so far): what model.keras gets."""
 
     def __init__(self, model: Any) -> None:
         import tensorflow as tf

@@ -1,17 +1,10 @@
 """Checks before the first training step, one line per finding.
 
-Two findings stop the run, because nothing useful can come of it:
-- the storage root is under `/content/drive` but Google Drive is not mounted (checkpoints would go
-  to the VM's disk, under a path that looks like Drive, and vanish with the VM);
-- `distribute.require_accelerator: true` and there is no GPU or TPU (a Colab runtime that silently
-  fell back to CPU would take hours for minutes of work).
-Two are warnings, because the run can still work:
-- free space at the storage root below a checkpoint's size x (`train.keep_checkpoints` + 1):
-  a checkpoint that does not fit is reported and skipped (checkpoints.py), training goes on;
-- memory below what the data path holds.
-One is a note: a training split whose rarest class or label has under a tenth of the commonest
-one's examples, without `train.class_weight`. With class weights, they are printed; a
-setting that cannot apply (a class the data lacks, weights for regression) stops the run.
+Stops, because nothing useful can come of the run: a storage root on Drive's path with Drive not
+mounted (the checkpoints would vanish with the VM); no GPU or TPU under
+`distribute.require_accelerator`; a `train.class_weight` that cannot apply. Warnings, because the
+run can still work: free space for the checkpoints kept, memory for the data path. A note: a
+training split whose rarest class has under a tenth of the commonest one's examples, unweighted.
 """
 
 from __future__ import annotations
@@ -141,9 +134,8 @@ def class_balance_finding(params: Params, spec: DataSpec) -> str:
 def before_training(
     params: Params, info: StrategyInfo, storage: Path, spec: DataSpec | None = None
 ) -> None:
-    """The checks that need no model: stop on an unmounted Drive, a missing accelerator or a
-    class weight that cannot apply; note an imbalanced training split (`spec`: the prepared
-    data's, None for the bundled digits that `train` splits itself)."""
+    """The checks that need no model (`spec`: the prepared data's, None for the bundled digits
+    that `train` splits itself)."""
     check_storage_root(storage)
     lines = [check_accelerator(params, info)]
     if spec is not None:
@@ -159,14 +151,8 @@ def before_first_step(
     checkpoints: Path,
     variables: Iterable[Any],
     held_bytes: int,
-) -> list[str]:
-    """The checks that need the built model and the data (warnings only); print and return
-    the findings."""
-    findings = [
-        space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints),
-        memory_finding(held_bytes),
-    ]
+) -> None:
+    """The checks that need the built model and the data (warnings only), printed."""
     if info.is_chief:
-        for line in findings:
-            print(line, flush=True)
-    return findings
+        space = space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints)
+        print(space, memory_finding(held_bytes), sep="\n", flush=True)

@@ -1,12 +1,8 @@
 """The record of a training run: `results/runs/<run_id>/manifest.json`.
 
-Everything needed to trace a result back and run it again: params (also saved beside the
-manifest as `params.yaml`), seed, environment, git commit, data manifest hash, the class weights
-of the loss, checkpoint location, metrics (train.json's numbers), the run's `facts` (its name,
-status, data hash, fingerprint, weights digest, strategy, device, precision and monitor),
-artifacts (with sha256) and timing. Every training run writes one, also a run that was stopped
-(its status says so), and sends it to the experiment tracker. `kind` says what wrote it:
-"train", or "speed" (`python -m <module> speed`: its throughputs on this machine).
+Everything needed to trace a result back and run it again (`build_record` lists it; params are
+also saved beside it as `params.yaml`). Every training run writes one, also a stopped one (its
+status says so), and sends it to the experiment tracker. `kind`: "train", or "speed".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The model users get: raw inputs in, outputs in their units out, with `model.json` beside it.
 
-`train` wraps the trained logits model (model.py) with the task's output layer (task.py) and saves
-`results/models/model.keras` (checkpoints.write_results) with a sidecar, `model.json`: the task's
-kind, the class or label names, the input kind and shape, the feature names (for text: the text
-column). A text model also starts with its vectoriser (data/text.py's TextModel), so it takes raw
-strings. `evaluate`, `predict` and `export` load the two back with `load_for_users`, and need
-nothing else.
+`train` wraps the trained logits model with the task's output layer (a text model also with its
+vectoriser, so it takes raw strings) and saves `results/models/model.keras` and `model.json`
+(`user_sidecar`). `evaluate`, `predict` and `export` load both with `load_for_users`.
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ from ..data.text import TextModel
 from ..registry import import_all
 from ..spec import DataSpec
 from ..tasks.base import Task
-
-MODEL = Path(MODEL_FILE).name
-SIDECAR = Path(SIDECAR_FILE).name
 
 
 def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any:
@@ -57,7 +51,7 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
 def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
     """The saved model and its sidecar. Every registered module is imported first, so that
     Keras knows their custom layers (a backbone's preprocessing, yours)."""
-    target, sidecar = models_dir / MODEL, models_dir / SIDECAR
+    target, sidecar = (models_dir / Path(name).name for name in (MODEL_FILE, SIDECAR_FILE))
     for path in (target, sidecar):
         if not path.is_file():
             raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")

@@ -11,11 +11,8 @@ import numpy as np
 
 def seed_everything(seed: int, deterministic: bool) -> list[str]:
     """Seed Python, NumPy, TensorFlow/Keras (and torch if installed); return what was seeded.
-
-    `deterministic` also turns on TensorFlow op determinism: ops then pick deterministic kernels
-    (or raise if they have none), so the same seed gives bit-identical results on the same
-    hardware and software, at some speed cost (see the README).
-    """
+    `deterministic` also turns on TensorFlow's op determinism: bit-identical results for the same
+    seed on the same hardware and software, at some speed cost (docs/reproducibility.md)."""
     import keras  # here: a notebook's setup imports this module on runtimes without TensorFlow
     import tensorflow as tf
 

@@ -9,8 +9,8 @@ model, optimizer and `train.steps_per_execution` of `train`:
   together  training steps on the input path: what `train` runs.
 
 The slower of input and compute is the bottleneck. `speed` builds its own model, optimizer and
-datasets: it never reads or writes a run's checkpoints, never takes an element of a run's input,
-and trains no run. It writes its figures to a run record of kind "speed" and to TensorBoard.
+datasets (no run's checkpoints or input are touched) and writes its figures to a run record of
+kind "speed" and to TensorBoard.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from .run_record import build_record, list_runs, new_run_id, write_run_record
 from .seeding import seed_everything
 from .strategy import StrategyInfo, make_strategy
 from .trainer import build_parts, check_data, make_plan, open_data
-
-NAMES = ("input", "compute", "together")
 
 
 def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> dict[str, Any]:
@@ -187,8 +185,7 @@ def record(
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
     writer = tf.summary.create_file_writer(str(logdir))
     with writer.as_default():
-        for name in NAMES:
-            key = f"{name}_examples_per_sec"
+        for key in [k for k in figures if k.endswith("_examples_per_sec")]:
             tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
     writer.close()
     metrics = {**figures, "examples_per_sec": figures["together_examples_per_sec"],

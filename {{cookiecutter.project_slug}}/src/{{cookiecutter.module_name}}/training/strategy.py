@@ -92,26 +92,19 @@ def choose_plan(hw: Hardware, cfg: DistributeConfig) -> DevicePlan:
             kind = "mirrored"
         else:
             kind = "default"
-    notes = []
-    logical = 0
-    if kind == "mirrored" and not hw.gpus:
-        logical = cfg.logical_cpus if cfg.logical_cpus >= 2 else 0
+    split = cfg.logical_cpus >= 2 and not hw.gpus and kind == "mirrored"
+    notes = ()
     if cfg.logical_cpus >= 2 and (hw.gpus or kind in ("tpu", "default")):
-        notes.append(
-            "distribute.logical_cpus is ignored: it only applies to MirroredStrategy on CPU"
-        )
-    return DevicePlan(kind=kind, gpus=gpus, logical_cpus=logical, notes=tuple(notes))
+        notes = ("distribute.logical_cpus is ignored: it only applies to MirroredStrategy on CPU",)
+    return DevicePlan(kind, gpus, cfg.logical_cpus if split else 0, notes)
 
 
 def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]:
     """The Keras dtype policy for `train.mixed_precision` on `device`, and a notice if any."""
-    if not enabled:
-        return "float32", None
-    if device == "GPU":
-        return "mixed_float16", None
-    if device == "TPU":
-        return "mixed_bfloat16", None
-    return "float32", "train.mixed_precision is ignored on CPU (it would only be slower)"
+    if enabled and device == "CPU":
+        return "float32", "train.mixed_precision is ignored on CPU (it would only be slower)"
+    policy = {"GPU": "mixed_float16", "TPU": "mixed_bfloat16"}.get(device) if enabled else None
+    return policy or "float32", None
 
 
 def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[object, StrategyInfo]:
@@ -142,13 +135,9 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
             )
         else:
             strategy = tf.distribute.get_strategy()
-    name = type(strategy).__name__
+    name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
     info = StrategyInfo(
-        name=_NAMES.get(name, name),
-        replicas=strategy.num_replicas_in_sync,
-        device=device,
-        is_chief=is_chief(strategy),
-        workers=_workers(strategy),
+        _NAMES.get(name, name), replicas, device, is_chief(strategy), _workers(strategy)
     )
     where = f"{info.workers} workers, " if info.workers > 1 else ""
     print(
@@ -170,10 +159,9 @@ _MIRRORED: dict[tuple[str, ...], object] = {}
 
 
 def _mirrored(tf, devices: list[str]) -> object:
-    """One MirroredStrategy per device set and process. A second one (a second `train` in a
-    notebook kernel, or in a test session) would number its all-reduces from the start again,
-    and TensorFlow matches them by number: a model of other shapes then fails with "Shape
-    mismatch in the collective instance"."""
+    """One MirroredStrategy per device set and process: a second one (a second `train` in one
+    kernel) would number its all-reduces from the start again, and TensorFlow matches them by
+    number ("Shape mismatch in the collective instance")."""
     key = tuple(devices)
     if key not in _MIRRORED:
         _MIRRORED[key] = tf.distribute.MirroredStrategy(devices)

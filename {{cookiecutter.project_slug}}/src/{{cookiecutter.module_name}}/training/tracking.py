@@ -26,23 +26,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import flat
 from ..core.storage import results_root
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
 
 
-def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(params: dict[str, Any]) -> dict[str, Any]:
     """{'train': {'epochs': 3}} -> {'train.epochs': 3}; lists become text."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        elif isinstance(value, (list, tuple)):
-            flat[name] = json.dumps(value)
-        else:
-            flat[name] = value
-    return flat
+    return {k: json.dumps(v) if isinstance(v, list | tuple) else v for k, v in flat(params).items()}
 
 
 def numeric(metrics: dict[str, Any]) -> dict[str, float]:

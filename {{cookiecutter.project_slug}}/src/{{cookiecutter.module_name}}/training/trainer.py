@@ -135,8 +135,8 @@ def train(
     new_run_if_changed: bool = False,
     hooks: RunHooks | None = None,
 ) -> TrainResult:
-    """`python -m <module> train`: data, strategy, seeds, the run (`new_run_if_changed`: see
-    `choose_run`), one writer per run (the lease), then `fit` (`hooks`: a sweep's trial)."""
+    """`python -m <module> train`: data, strategy, seeds, the run (`choose_run`), one writer per
+    run (the lease), then the run's steps (`hooks`: a sweep's trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
@@ -166,9 +166,13 @@ def train(
         try:
             if lease is not None:
                 lease.start_heartbeat()
-            result = fit(
-                params, strategy, info, data, paths, expected, fresh, resume_command, lease, hooks
-            )
+            data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
+            plan = make_plan(params, info, data)
+            run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
+            _restore(run, fresh)
+            with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
+                reason = _train_loop(run, stopper)
+            result = _result(run, reason, stopper.exit_code, resume_command)
         finally:
             if lease is not None:
                 lease.release()
@@ -179,8 +183,7 @@ def train(
 
 
 def data_hash(project_dir: Path, prepared: bool, data: Prepared) -> str:
-    """The data's version for the run fingerprint: data/manifest.json's (checked by
-    `check_data`), or the hash of the temporary split's shards."""
+    """The data's version: data/manifest.json's, or the hash of the temporary split's shards."""
     if prepared:
         return manifest.data_hash(manifest.load(project_dir) or {"files": []})
     return fingerprint.folder_hash(data.folder)
@@ -202,10 +205,9 @@ def choose_run(
     params: Params, project_dir: Path, expected: dict[str, Any], train_examples: int
 ) -> Params:
     """The run that `train --new-run-if-changed` (the DVC stage) trains: `run_name` when it has
-    no checkpoint, or when its newest one was made with this fingerprint and this code and has
-    not passed train.epochs (a notebook's run is reused, an interrupted stage continues); else a
-    run of its own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is
-    deleted: every other run keeps its checkpoints."""
+    no checkpoint, or when its newest one has this fingerprint and code and has not passed
+    train.epochs (a notebook's run is reused, an interrupted stage continues); else a run of its
+    own, `<run_name>-<8 hex digits of the fingerprint and the code>`. Nothing is deleted."""
     code = fingerprint.code_digest()
     own = f"{params.run_name}-{fingerprint.digest(expected, code)[:8]}"
     meta = newest_meta(storage_root(project_dir) / "checkpoints" / params.run_name)
@@ -231,9 +233,8 @@ def choose_run(
 
 
 def check_data(params: Params, project_dir: Path) -> bool:
-    """The data first: a file that differs from data/manifest.json stops here, before any time
-    is spent. True when `prepare` ran; without a manifest, the bundled digits are split and
-    sharded into a temporary folder instead (`open_data`)."""
+    """The data first: a file that differs from data/manifest.json stops here. True when
+    `prepare` ran; else the bundled digits are split into a temporary folder (`open_data`)."""
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
@@ -259,33 +260,15 @@ def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> P
     return Prepared(bundled_digits(tmp, params), tmp)
 
 
-def fit(
-    params: Params,
-    strategy: Any,
-    info: StrategyInfo,
-    data: Prepared,
-    paths: RunPaths,
-    expected: dict[str, Any],
-    fresh: bool = False,
-    resume_command: str = "",
-    lease: Lease | None = None,
-    hooks: RunHooks | None = None,
-) -> TrainResult:
-    """Train `params.model` on `data` under `strategy`, resuming from `paths.checkpoints`;
-    `expected` is the run's fingerprint (`fingerprint.of`)."""
-    data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-    plan = make_plan(params, info, data)
-    run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
-    _restore(run, fresh)
-    with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
-        reason = _train_loop(run, stopper)
+def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> TrainResult:
+    """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
     if reason:
-        newest = max(run.last_saved, 0)
-        saved = f"checkpoint saved in {paths.checkpoints}"
+        saved = f"checkpoint saved in {run.paths.checkpoints}"
         if run.last_saved != run.state.step:
+            newest = max(run.last_saved, 0)
             saved = f"its checkpoint could not be saved, the newest is at step {newest}"
         print(
-            f"Stopped at step {run.state.step} of {plan.total} ({reason}); {saved}.\n"
+            f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}",
             flush=True,
         )
@@ -294,8 +277,8 @@ def fit(
         metrics, digest = _finish(run)
     status = "stopped" if reason else "completed"
     weights, facts = class_weight_of(run.parts.task), _facts(run, status, digest)
-    step, code = run.state.step, stopper.exit_code
-    return TrainResult(status, step, plan.total, code, reason, metrics, weights, facts)
+    step, total = run.state.step, run.plan.total
+    return TrainResult(status, step, total, exit_code, reason, metrics, weights, facts)
 
 
 def class_weight_of(task: Task) -> dict[str, float] | None:
@@ -506,18 +489,8 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
         )
 
 
-def _chunk_function(run: Run, feed: Any, fine_tuning: bool) -> Any:
-    """The chunk function for the fine-tune phase (frozen backbone, then its top N layers),
-    traced for the variables that phase trains."""
-    if run.plan.phase_step:
-        unfreeze = run.params.train.fine_tune.unfreeze_layers
-        set_backbone_trainable(run.parts.model, unfreeze if fine_tuning else None)
-    return make_chunk_function(run.parts, run.params.train, feed.next_batch)
-
-
 def _save(run: Run) -> None:
-    """A checkpoint of the run's whole state at its step (once per step); a storage fault is
-    reported and the run goes on."""
+    """A checkpoint of the run's whole state at its step, once per step (`try_save`)."""
     state, step = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}, run.state.step
     meta = {"fingerprint": run.fingerprint, "code": fingerprint.code_digest(), "state": state}
     if step != run.last_saved and run.store.try_save(run.checkpoint, step, meta):
@@ -525,8 +498,7 @@ def _save(run: Run) -> None:
 
 
 def _train_loop(run: Run, stopper: Stopper) -> str:
-    """Chunks of train.steps_per_execution steps until the end, a stop or early stopping;
-    returns the stop reason ('' when the run completed)."""
+    """Chunks of steps until the end, a stop or early stopping; the stop reason ('' if none)."""
     cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
     strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
     writer = (
@@ -547,7 +519,11 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
             if chunk is None or fine_tuning != tuned:  # also right after a resume
                 if chunk is not None:
                     say(f"Step {state.step}: fine-tuning the backbone's top layers")
-                chunk, tuned = _chunk_function(run, feed, fine_tuning), fine_tuning
+                if plan.phase_step:  # trace the chunk for the variables this phase trains
+                    unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
+                    set_backbone_trainable(run.parts.model, unfreeze)
+                chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
+                tuned = fine_tuning
             # Chunks are counted from each epoch start. A run only stops (and so resumes)
             # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
             # the same computation, bit for bit.
@@ -677,31 +653,25 @@ _NOT_METRICS = ("epoch", "step", "seconds")
 
 def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
     """The validation split, streamed (`Passes`: one iterator for the run), or read once and held
-    (`in_memory`: small tabular data, whose records would cost a small model's epoch a tenth of
-    its time to parse every epoch). Vectors: big batches, few Python round trips. Images: the
-    training batch, because a conv net's activations, not the inputs, set the memory (600 96x96
-    images in one batch: +700 MB)."""
+    (`in_memory`: small tabular data, parsed once instead of every epoch). Vectors: big batches,
+    few Python round trips; images: the training batch (a conv net's activations set the memory)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
     batches = pipeline.eval_dataset(data, "validation", batch)
     if in_memory:
         return list(batches)
-    return pipeline.Passes(
-        batches, -(-data.count("validation") // batch)
-    )  # the last batch is smaller
+    return pipeline.Passes(batches, -(-data.count("validation") // batch))  # last one smaller
 
 
 class Profiler:
-    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks) in
-    the run's TensorBoard folder (the chief's). Each chunk is one step of the Profile tab, whose
-    overview splits step time into input and compute (docs/training.md)."""
+    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks, each
+    one step of the Profile tab) in the chief's TensorBoard folder (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = list(window) if enabled and len(window) == 2 else []  # [] once traced
         self.logdir, self.running = str(logdir), False
 
     def chunk(self, step: int) -> Any:
-        """What the chunk from `step` runs in: a step marker while tracing, which starts with
-        the first chunk in the window."""
+        """What the chunk from `step` runs in: a step marker while tracing (from the window on)."""
         if self.window and not self.running and step >= self.window[0]:
             tf.profiler.experimental.start(self.logdir)
             self.running = True
@@ -726,8 +696,7 @@ def weights_digest(model: Any) -> str:
 
 def _log_chunk(run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
     """The chunk of `n` steps just run (its summed loss and training metric): into the epoch's
-    sums, and step time, throughput, loss and the training metric (and GPU memory) to
-    TensorBoard."""
+    sums, and to TensorBoard with its step time, throughput and GPU memory."""
     state, batch = run.state, run.plan.global_batch
     state.epoch_loss += loss
     state.epoch_metric += metric_sum
