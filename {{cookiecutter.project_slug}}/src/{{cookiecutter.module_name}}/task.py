@@ -89,13 +89,9 @@ class Classification(Classes):
         return keras.metrics.sparse_categorical_accuracy(y_true, logits)
 
     def metric_targets(self, metric: keras.metrics.Metric, y_true: Any) -> Any:
-        """Class indices for the sparse metrics, one-hot rows for the others."""
+        """Class indices for the sparse metrics (their function is `sparse_...`), one-hot rows
+        for the others."""
         y_true = keras.ops.cast(y_true, "int32")
-        sparse = (
-            keras.metrics.SparseCategoricalAccuracy,
-            keras.metrics.SparseTopKCategoricalAccuracy,
-        )
-        name = getattr(getattr(metric, "_fn", None), "__name__", "")
-        if isinstance(metric, sparse) or name.startswith("sparse_"):
+        if getattr(getattr(metric, "_fn", None), "__name__", "").startswith("sparse_"):
             return y_true
         return keras.ops.one_hot(y_true, self.num_outputs)

@@ -1,21 +1,11 @@
 """`export`: the saved model (`results/models/model.keras`) in a format other programs run.
 
-- `--format saved_model` (the default): a TensorFlow SavedModel, endpoint `serve`, raw inputs in
-  and outputs in the user's units (TensorFlow Serving{% if cookiecutter.vertex_ai == "yes" %}, Vertex AI{% endif %}).
-- `--format litert`: a LiteRT (TensorFlow Lite) `.tflite` file for phones and small devices,
-  taking the same inputs as the saved model (pixels 0-255 at `data.image_size`, or the feature
-  vector). TensorFlow's builtin ops only: neither LiteRT interpreter that TensorFlow 2.20 offers
-  runs the "Flex" (Select TensorFlow) ops, so a model that needs one is refused in one line naming
-  the op and the layer. `--quantize float16` stores the weights as float16 (half the size);
-  `int8` is dynamic-range quantisation (int8 weights, float activations, about a quarter).
-  A text model's string layers (TextVectorization) have no builtin ops: the `.tflite` is the
-  network on token ids, with `vocabulary.txt` beside it (line i = id i).
-
-Every LiteRT export is run at once by the LiteRT interpreter (`ai-edge-litert`) on the test split
-beside the Keras model: both sets of test metrics, the largest output difference and how often
-the two give the same prediction (as `predict` writes it) go to `results/metrics/export.json`
-(one entry per exported file), the printed line and the model card's "Exported files" section,
-which the command then rewrites (model_card.update_exports).
+`--format saved_model` (the default): a TensorFlow SavedModel, endpoint `serve`. `--format litert`:
+a `.tflite` of TensorFlow's builtin ops only (neither LiteRT interpreter of TensorFlow 2.20 runs
+"Flex" ops), optionally `--quantize`d; a text model's is the network on token ids, with
+`vocabulary.txt` beside it. Every `.tflite` is run at once by `ai-edge-litert` on the test split
+beside the Keras model; what it found goes to `results/metrics/export.json` and the model card
+(docs/customise.md, "Exports").
 """
 
 from __future__ import annotations
@@ -206,20 +196,17 @@ def write_vocabulary(vectorizer: Any, folder: Path) -> Path:
     return atomic_write(folder / VOCABULARY, "\n".join(tokens) + "\n")
 
 
-def litert_runner(path: Path) -> tuple[Any, str]:
+def litert_runner(path: Path) -> Any:
     """inputs (a batch of any size) -> outputs of the `.tflite` at `path`, through its one
-    signature (which resizes the batch); and the interpreter's name."""
-    found = Interpreter(model_path=str(path))
-    name = f"ai-edge-litert {version('ai-edge-litert')}"
-    signature, spec = next(iter(found.get_signature_list().items()))
-    (input_name,) = spec["inputs"]
-    runner = found.get_signature_runner(signature)
+    signature (which resizes the batch)."""
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    (input_name,) = runner.get_input_details()
 
     def run(x: np.ndarray) -> np.ndarray:
         (outputs,) = runner(**{input_name: x}).values()
         return np.asarray(outputs)
 
-    return run, name
+    return run
 
 
 def check_litert(
@@ -228,7 +215,7 @@ def check_litert(
     """Run the `.tflite` beside the Keras model: on the test split when the data is prepared
     here (`compare_on_test`), else on one probe example (zeros; token ids of 1) that shows it
     runs and gives the network's outputs."""
-    run, name = litert_runner(tflite)
+    run, name = litert_runner(tflite), f"ai-edge-litert {version('ai-edge-litert')}"
     dtype = np.dtype(network.inputs[0].dtype)
     if not (project_dir / PROCESSED / "spec.json").is_file():
         shape = (1, *network.inputs[0].shape[1:])
@@ -249,26 +236,25 @@ def compare_on_test(
     task = make_task(params, data.spec)
     vectorizer = text_vectorizer(model)
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
-    ys, ref, got = [], [], []
-    for x, y in eval_dataset(data, "test", batch):
-        ref.append(np.asarray(model(x, training=False), np.float32))
-        inputs = vectorizer(x) if vectorizer is not None else x
-        got.append(run(np.asarray(inputs, dtype)).reshape(ref[-1].shape))
-        ys.append(y.numpy())
-    if not ys:
-        raise ConfigError("data.test_fraction: the test split is empty (example: 0.2)")
-    y_all, ref_all, got_all = np.concatenate(ys), np.concatenate(ref), np.concatenate(got)
-    scores = {}
-    for key, outputs in (("keras", ref_all), ("litert", got_all)):
-        metrics = task.evaluate([(y_all, outputs)]).metrics
-        scores[key] = {k.removeprefix("test_"): v for k, v in metrics.items()}
-    ref, got = (np.array(task.predictions(o)["prediction"]) for o in (ref_all, got_all))
+    got: list[np.ndarray] = []  # the .tflite's outputs, batch by batch
+
+    def keras_batches() -> Iterator[tuple[Any, np.ndarray]]:
+        for x, y in eval_dataset(data, "test", batch):
+            ref = np.asarray(model(x, training=False), np.float32)
+            inputs = vectorizer(x) if vectorizer is not None else x
+            got.append(run(np.asarray(inputs, dtype)).reshape(ref.shape))
+            yield y.numpy(), ref
+
+    on_keras = task.evaluate(keras_batches())
+    on_litert = task.evaluate([(on_keras.targets, np.concatenate(got))])
+    ref, out = (np.array(task.predictions(e.outputs)["prediction"]) for e in (on_keras, on_litert))
     return {
         "checked_on": "test split",
-        "examples": len(y_all),
-        "max_abs_diff": float(np.max(np.abs(ref_all - got_all))),
-        "same_prediction": float(np.mean(ref == got)),  # as `predict` writes them
-        **scores,
+        "examples": len(on_keras.targets),
+        "max_abs_diff": float(np.max(np.abs(on_keras.outputs - on_litert.outputs))),
+        "same_prediction": float(np.mean(ref == out)),  # as `predict` writes them
+        "keras": {k.removeprefix("test_"): v for k, v in on_keras.metrics.items()},
+        "litert": {k.removeprefix("test_"): v for k, v in on_litert.metrics.items()},
     }
 
 
@@ -304,10 +290,9 @@ def export_litert(
 def record_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
     """export.json's entry for a SavedModel `export` wrote (and the card's exports section)."""
     results = results_root(project_dir)
-    size = sum(p.stat().st_size for p in destination.rglob("*") if p.is_file())
     entry = {
         "format": "saved_model",
-        "bytes": size,
+        "bytes": sum(p.stat().st_size for p in destination.rglob("*") if p.is_file()),
         "model_sha256": file_sha256(results / MODEL_FILE),
         "inputs": "as model.keras (endpoint `serve`)",
     }
@@ -317,11 +302,9 @@ def record_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
 
 def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
     """Add (or replace) `output`'s entry in export.json."""
-    path = results / EXPORTS
-    exports = json.loads(path.read_text()) if path.is_file() else {}
+    exports = load_exports(results)
     exports[_shown(output, results)] = entry
-    atomic_write(path, json.dumps(exports, indent=2) + "\n")
-    return path
+    return atomic_write(results / EXPORTS, json.dumps(exports, indent=2) + "\n")
 
 
 def load_exports(results: Path) -> dict[str, dict[str, Any]]:
@@ -364,11 +347,8 @@ def _inputs(network: Any, vectorizer: Any) -> str:
 
 def _shown(path: Path, results: Path) -> str:
     """`path` relative to the results root when inside it (export.json's keys), else as is."""
-    path = Path(path).resolve()
-    try:
-        return path.relative_to(results.resolve()).as_posix()
-    except ValueError:
-        return str(path)
+    path, root = Path(path).resolve(), results.resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def _check_litert_output(output: Path) -> None:
@@ -376,12 +356,7 @@ def _check_litert_output(output: Path) -> None:
     example = "(example: --output results/models/model-int8.tflite)"
     if output.suffix != ".tflite":
         raise ConfigError(f"--output {output}: a LiteRT model is a .tflite file {example}")
-    if output.is_dir() or (output.exists() and _head(output)[4:8] != _TFLITE_MAGIC):
+    if output.is_dir() or (output.exists() and output.read_bytes()[4:8] != _TFLITE_MAGIC):
         raise ConfigError(
             f"--output {output}: exists and is not a LiteRT model; not overwriting it {example}"
         )
-
-
-def _head(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(8)

@@ -1,13 +1,8 @@
-"""The model card, `results/reports/model_card.md`: what the model is, what it was trained on and
-how, how well it does, the files to ship, and what it is for.
+"""The model card, `results/reports/model_card.md` (docs/customise.md, "The model card").
 
-`evaluate` writes it whole (the last DVC stage; notebook 03 shows it); `export` rewrites only its
-"Exported files" section. The section "Intended use and limits" is yours: whatever is between its
-two HTML comment markers is kept, word for word, each time the card is written. Everything here
-is read from what the other commands wrote: data/manifest.json and data/processed/spec.json
-(`prepare`), results/metrics/train.json and the run record results/runs/<run_id>/manifest.json of
-the run that saved the model (`train`: its `facts`), the test metrics and what was scored
-(`evaluate`), export.json's entries (`export`, passed in by the caller).
+`evaluate` writes it whole from what the other commands wrote; `export` rewrites only its
+"Exported files" section. Whatever the user writes between the two HTML comment markers of
+"Intended use and limits" is kept, word for word, each time the card is written.
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ from ..data import manifest
 from ..data.split import origin
 from ..spec import SPLITS, DataSpec
 from ..tasks.base import Evaluation, Task, make_task, task_class
+from ..training.run_record import find_run
 
 CARD = "reports/model_card.md"  # under the results root
 USER_BEGIN = "<!-- intended-use: yours; regeneration keeps everything up to the closing marker -->"
@@ -40,14 +36,9 @@ cases; the metric that matters for the use, and the level that is good enough.""
 NOT_TRAINING = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai == "yes" %}, "vertex"{% endif %})
 
 
-def card_path(project_dir: Path) -> Path:
-    """`results/reports/model_card.md` (under `$PROJECT_RESULTS_DIR` when that is set)."""
-    return results_root(Path(project_dir)) / CARD
-
-
 def card_markdown(project_dir: Path) -> str:
     """The card's text, for notebook 03 (`Markdown(card_markdown(PROJECT))`)."""
-    path = card_path(project_dir)
+    path = results_root(Path(project_dir)) / CARD
     if not path.is_file():
         return f"No model card yet: `{COMMAND} evaluate` writes {CARD}."
     return path.read_text(encoding="utf-8")
@@ -67,15 +58,15 @@ def write_card(
     path = results / CARD
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
     model_sha = file_sha256(results / MODEL_FILE)
-    run = find_run(results, model_sha) or {}
+    run = find_run(results, MODEL_FILE) or {}
     task = make_task(params, spec)  # with the class weights that train.class_weight gives
     sections = [
         f"# Model card: {PROJECT_SLUG}",
         f"<!-- Written by `{COMMAND} evaluate` (its exports section also by `export`). Edit only "
         'the section "Intended use and limits": the rest is rewritten each time. -->',
-        model_section(_read_json(results / SIDECAR_FILE), task, model_sha, run, params),
+        model_section(read_json(results / SIDECAR_FILE), task, model_sha, run, params),
         data_section(project_dir, spec, task, run),
-        training_section(run, _read_json(results / TRAIN_METRICS), task, params, project_dir),
+        training_section(run, read_json(results / TRAIN_METRICS), task, params, project_dir),
         metrics_section(evaluation, scored_on),
         "## Exported files\n\n"
         + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results, exports)),
@@ -117,7 +108,8 @@ def _between(begin: str, end: str, body: str) -> str:
     return f"{begin}\n{body.strip(chr(10))}\n{end}"
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`, or {} when there is no such file."""
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
@@ -174,17 +166,6 @@ def data_section(project_dir: Path, spec: DataSpec, task: Task, run: dict[str, A
     return text
 
 
-def find_run(results: Path, model_sha: str) -> dict[str, Any] | None:
-    """The run record of the run that saved this model: the newest one whose artifacts hold
-    `model.keras` with this sha256 (None when no record matches)."""
-    for path in sorted((results / "runs").glob("*/manifest.json"), reverse=True):
-        record = _read_json(path)
-        for artifact in record.get("artifacts", []):
-            if artifact.get("sha256") == model_sha and artifact["path"].endswith(MODEL_FILE):
-                return record
-    return None
-
-
 def training_section(
     run: dict[str, Any], train: dict[str, Any], task: Task, params: Params, project_dir: Path
 ) -> str:
@@ -194,11 +175,7 @@ def training_section(
     file = project_dir / "params.yaml"
     params = load_params(file) if file.is_file() else params
     ran = {**flat(params.to_dict()), **flat(run.get("params", {}))}  # the run's, else the file's
-    facts = run.get("facts") or {}
-
-    def fact(name: str, default: Any = "?") -> Any:  # a run record without facts: train.json's
-        return facts.get(name, train.get(name, default))
-
+    fact = (run.get("facts") or {}).get
     git, env, timing = run.get("git", {}), run.get("environment", {}), run.get("timing", {})
     commit = f"`{git['commit'][:12]}` on {git.get('branch')}" if git.get("commit") else "none yet"
     if git.get("dirty"):
@@ -210,26 +187,25 @@ def training_section(
         resumed += f" (this session started at step {train.get('started_at_step', '?')})"
     run_row = "no run record in results/runs/ holds this model.keras (sha256)"
     if run:
-        status = fact("status", run.get("status"))
-        run_row = f"`{run['run_id']}` ({status}), record `results/runs/{run['run_id']}/`"
+        run_row = f"`{run['run_id']}` ({run['status']}), record `results/runs/{run['run_id']}/`"
     rows = [
         ["run", run_row],
         ["commit", commit],
-        ["hardware", f"{fact('device')}, "
+        ["hardware", f"{fact('device', '?')}, "
          f"{machine.get('cpu_count', '?')} CPUs, {machine.get('memory_gb', '?')} GB RAM; "
          f"TensorFlow {tf.get('version', '?')}, Keras {tf.get('keras_version', '?')}, Python "
          f"{python.get('version', '?')}"],
         ["time", f"{timing.get('started_at', '?')} to {timing.get('finished_at', '?')}"],
         ["seed", f"{ran['seed']} (deterministic ops: {ran['repro.deterministic']})"],
         ["steps", f"{train.get('steps', '?')} (global batch {train.get('global_batch', '?')}, "
-         f"{train.get('replicas', '?')} replica(s), {fact('strategy')}); best at step "
+         f"{train.get('replicas', '?')} replica(s), {fact('strategy', '?')}); best at step "
          f"{train.get('best_step', '?')} by {fact('monitor', ran['train.monitor'])}"],
         ["speed", f"{train.get('examples_per_sec', '?')} examples/s, precision "
-         f"{fact('precision')}"],
+         f"{fact('precision', '?')}"],
         ["resumes", resumed],
         ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted)"],
         ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items()
-                                 if k.startswith("val_") and _is_number(v))],
+                                 if k.startswith("val_"))],
     ]  # fmt: skip
     changes = param_changes(run.get("params", {}), params)
     changed = table(changes, ["key", "run", "params.yaml"]) if changes else "None."
@@ -333,10 +309,6 @@ def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str
 def _shown(name: str) -> str:
     """A file under the results root as the project shows it (an absolute path as it is)."""
     return f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _size(path: Path) -> str:

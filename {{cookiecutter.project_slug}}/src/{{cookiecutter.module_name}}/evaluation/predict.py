@@ -1,10 +1,8 @@
-"""Predictions from the saved model alone (training/saved_model.py: `model.keras`, `model.json`).
+"""Predictions from the saved model alone (`model.keras`, `model.json`; docs/customise.md).
 
-`predict` scores a CSV with the training feature columns (or the text column), an image file or a
-folder of images (every format `prepare` accepts, made into pixels by data/images.py as `prepare`
-stored the training images), a `.txt` file or a folder of them. Its CSV holds `id` (a row number,
-the first data row being 1, or a file) and the columns the task's kind gives (`prediction`, and
-a probability per class or label). export.py writes the same model for other programs.
+`predict` scores a CSV (the training feature columns, or the text column), image files (made
+into pixels by data/images.py as `prepare` stored the training images) or `.txt` files. Its CSV
+holds `id` (a row number from 1, or a file) and the columns the task's kind gives.
 """
 
 from __future__ import annotations
@@ -54,71 +52,63 @@ def prediction_table(
 
 
 def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], Any]]:
-    """(ids, raw inputs) in chunks: CSV rows for vectors, files for images, either for text."""
+    """(ids, raw inputs) in chunks of CHUNK: CSV rows for vectors, files for images, either for
+    text (a string tensor, not a NumPy array of strings: Keras's `predict` refuses those)."""
+    kind, columns = info["input_kind"], info["feature_names"]
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder (example: predict data/new.csv)")
-    if info["input_kind"] == "text":
-        yield from _read_texts(source, info["feature_names"][0])
+    if source.suffix.lower() == ".csv" and kind != "image":
+        yield from _read_csv(source, columns, text=kind == "text")
         return
-    if info["input_kind"] == "vector":
-        if source.suffix.lower() != ".csv":
-            raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
-        yield from _read_csv(source, info["feature_names"])
-        return
+    if kind == "vector":
+        raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
+    suffixes = (".txt",) if kind == "text" else IMAGE_SUFFIXES
     files = [source] if source.is_file() else sorted(
-        p for p in source.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES
+        p for p in source.rglob("*") if p.suffix.lower() in suffixes
     )  # fmt: skip
-    if not files or files[0].suffix.lower() not in IMAGE_SUFFIXES:
+    if not files or files[0].suffix.lower() not in suffixes:
         raise ConfigError(
-            f"{source}: no images ({' '.join(IMAGE_SUFFIXES)}) (example: predict photos/)"
+            f"{source}: this model takes text: a CSV with a {columns[0]!r} column, a .txt file "
+            "or a folder of them (example: predict reviews.csv)"
+            if kind == "text"
+            else f"{source}: no images ({' '.join(IMAGE_SUFFIXES)}) (example: predict photos/)"
         )
     fmt = info.get("image_encoding") or "png"
     for start in range(0, len(files), CHUNK):
         chunk = files[start : start + CHUNK]
-        pixels = [model_input(p.read_bytes(), info["input_shape"], fmt, str(p)) for p in chunk]
-        yield [str(p) for p in chunk], np.stack(pixels)
+        if kind == "text":
+            inputs = tf.constant([decode_text(p.read_bytes(), str(p)) for p in chunk])
+        else:
+            pixels = [model_input(p.read_bytes(), info["input_shape"], fmt, str(p)) for p in chunk]
+            inputs = np.stack(pixels)
+        yield [str(p) for p in chunk], inputs
 
 
-def _read_csv(source: Path, features: list[str]) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(row numbers, the training feature columns as float32) in chunks of CHUNK rows."""
+def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[list[str], Any]]:
+    """(row numbers, inputs) in chunks of CHUNK rows: the text column, or the training feature
+    columns as float32."""
     for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
-        missing = [name for name in features if name not in table.columns]
+        missing = [name for name in columns if name not in table.columns]
+        if missing and text:
+            raise ConfigError(
+                f"{source}: no column {missing[0]!r}, the text this model was trained on "
+                f"(columns: {', '.join(list(table.columns)[:8])})"
+            )
         if missing:
             raise ConfigError(
                 f"{source}: missing feature column {missing[0]!r} "
-                f"(the training features: {', '.join(features)})"
+                f"(the training features: {', '.join(columns)})"
             )
-        numbers = table[features].apply(pd.to_numeric, errors="coerce")
+        rows = [str(i + 1) for i in table.index]
+        if text:
+            yield rows, tf.constant(table[columns[0]].tolist())
+            continue
+        numbers = table[columns].apply(pd.to_numeric, errors="coerce")
         bad = numbers.isna().to_numpy()
         if bad.any():
             row, col = np.argwhere(bad)[0]
             raise ConfigError(
-                f"{source}: row {table.index[row] + 1}, column {features[col]!r}: expected a "
-                f"number, got {table[features[col]].iloc[row]!r}"
+                f"{source}: row {table.index[row] + 1}, column {columns[col]!r}: expected a "
+                f"number, got {table[columns[col]].iloc[row]!r}"
             )
-        yield [str(i + 1) for i in table.index], numbers.to_numpy(dtype=np.float32)
-
-
-def _read_texts(source: Path, column: str) -> Iterator[tuple[list[str], Any]]:
-    """(row numbers or file paths, a string tensor) in chunks: the column `column` of a CSV, a
-    `.txt` file, or every `.txt` file under a folder (UTF-8). A tensor, not a NumPy array of
-    strings: Keras's `predict` refuses those."""
-    if source.suffix.lower() == ".csv":
-        for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
-            if column not in table.columns:
-                raise ConfigError(
-                    f"{source}: no column {column!r}, the text this model was trained on "
-                    f"(columns: {', '.join(list(table.columns)[:8])})"
-                )
-            yield [str(i + 1) for i in table.index], tf.constant(table[column].tolist())
-        return
-    files = [source] if source.is_file() else sorted(source.rglob("*.txt"))
-    if not files or files[0].suffix.lower() != ".txt":
-        raise ConfigError(
-            f"{source}: this model takes text: a CSV with a {column!r} column, a .txt file or a "
-            "folder of them (example: predict reviews.csv)"
-        )
-    for start in range(0, len(files), CHUNK):
-        chunk = files[start : start + CHUNK]
-        texts = [decode_text(p.read_bytes(), str(p)) for p in chunk]
-        yield [str(p) for p in chunk], tf.constant(texts)
+        yield rows, numbers.to_numpy(dtype=np.float32)

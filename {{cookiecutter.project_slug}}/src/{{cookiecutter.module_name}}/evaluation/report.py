@@ -1,15 +1,12 @@
 """Figures and tables for the notebooks: data exploration, training curves, evaluation.
 
 The notebooks only call these functions, so a figure looks the same from every notebook and from
-`make notebooks`, and the plotting code is reviewed and linted like the rest of the package.
-Every figure is also saved to `results/figures/<name>.png`. What depends on the task's kind (the
-evaluation figure, the per-class or per-label table) the kind draws itself (tasks/); tables are
-pandas DataFrames written as Markdown.
+`make notebooks`. Every figure is saved to `results/figures/<name>.png`; tables are pandas
+DataFrames written as Markdown. The kind draws its own evaluation figure and table (tasks/).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from ..spec import SPLITS, load_spec
 from ..tasks.base import make_task, task_class
 from ..training.preflight import class_balance_finding
 from .evaluate import PLOTS, TEST_PREDICTIONS
+from .model_card import read_json
 from .model_card import table as markdown
 
 FIGURES = Path("results") / "figures"
@@ -52,17 +50,18 @@ def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) 
         ax.set(xlabel=target, ylabel="density", title=f"{target} per split")
         return ax.figure
     width = first.shape[1] if first.ndim == 2 else len(names or []) or int(first.max()) + 1
-    counts = {s: _counts(np.asarray(y), width) for s, y in splits.items()}
     what = "label" if first.ndim == 2 else "class"
+    counts = {}
+    for split, y in splits.items():
+        y = np.asarray(y)
+        counts[split] = (
+            y.sum(axis=0) if y.ndim == 2 else np.bincount(y.astype(int), minlength=width)
+        )
     ticks = names or [str(i) for i in range(width)]
     ax = pd.DataFrame(counts, index=ticks).plot.bar(figsize=(7, 3), rot=0)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(xlabel=what, ylabel="examples", title=f"Examples per {what} and split")
     return ax.figure
-
-
-def _counts(y: np.ndarray, width: int) -> np.ndarray:
-    return y.sum(axis=0) if y.ndim == 2 else np.bincount(y.astype(int), minlength=width)
 
 
 def split_table(project_dir: Path) -> str:
@@ -84,32 +83,25 @@ def class_balance(project_dir: Path, params: Params) -> str:
     task = make_task(params, spec)
     counts = pd.Series(spec.train_counts).reindex(spec.names).fillna(0).astype(int)
     table = pd.DataFrame({task.name_word: spec.names, "examples": counts.to_numpy()})
-    table["share"] = (table["examples"] / max(int(spec.counts.get("train", 0)), 1)).map(
-        "{:.1%}".format
-    )
+    share = table["examples"] / max(int(spec.counts.get("train", 0)), 1)
+    table["share"] = share.map("{:.1%}".format)
     table["weight"] = task.class_weights or (1.0,) * len(spec.names)
     note = class_balance_finding(params, spec)
     head = f"Training split, train.class_weight: {params.train.class_weight}"
     return f"{head}\n\n{markdown(table)}" + (f"\n\n{note}" if note else "")
 
 
-def as_image(features: np.ndarray) -> np.ndarray:
-    """One example as an array to show: an image as it is (grey or RGB), a vector square when
-    its length is (64, 784), else one row, so tabular data still gets a picture."""
-    array = np.asarray(features)
-    if array.ndim == 3:  # an image [h, w, c] of pixel values 0-255
-        return array[..., 0] if array.shape[-1] == 1 else np.clip(array / 255.0, 0.0, 1.0)
-    flat = array.reshape(-1)
-    side = int(round(np.sqrt(flat.size)))
-    return flat.reshape(side, side) if side * side == flat.size else flat.reshape(1, -1)
-
-
 def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
-    """Draw one example on `ax` without ticks: an image square, a row of features stretched."""
-    picture = as_image(features)
+    """Draw one example on `ax` without ticks: an image as it is (grey or RGB), a vector square
+    when its length is (64, 784), else one row stretched, so tabular data still gets a picture."""
+    picture = np.asarray(features)
+    if picture.ndim == 3:  # an image [h, w, c] of pixel values 0-255
+        picture = picture[..., 0] if picture.shape[-1] == 1 else np.clip(picture / 255.0, 0, 1)
+    else:
+        side = int(round(np.sqrt(picture.size)))
+        picture = picture.reshape((side, side) if side * side == picture.size else (1, -1))
     ax.imshow(picture, cmap=cmap, aspect="auto" if picture.shape[0] == 1 else "equal")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set(xticks=[], yticks=[])
 
 
 def _target_text(target: np.ndarray, names: list[str] | None) -> str:
@@ -146,11 +138,10 @@ def plot_examples(
         len(rows), per_class, figsize=(per_class, height * len(rows)), squeeze=False
     )
     for row, picks in zip(axes, rows, strict=True):
-        for ax in row:
-            ax.axis("off")
+        for ax in row[len(picks) :]:
+            ax.axis("off")  # an empty cell
         for ax, i in zip(row, picks, strict=False):
             _show(ax, x[i], cmap)
-            ax.axis("on")
             if not by_class:
                 ax.set_title(_target_text(y[i], names), fontsize=8)
         if by_class:
@@ -196,7 +187,7 @@ def load_history(project_dir: Path) -> list[dict[str, float]]:
     path = results_root(Path(project_dir)) / TRAIN_METRICS
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no training metrics yet; run the training notebook first")
-    return json.loads(path.read_text()).get("history", [])
+    return read_json(path).get("history", [])
 
 
 def plot_training_curves(history: list[dict[str, float]]) -> Any:
@@ -220,21 +211,24 @@ def main_metric(history: list[dict[str, float]]) -> str:
     return (tracked or ["loss"])[0]
 
 
+def _evaluated(project_dir: Path, name: str) -> Path:
+    """`evaluate`'s output `name` under the results root; an error when it is not there yet."""
+    path = results_root(Path(project_dir)) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
+    return path
+
+
 def _plots(project_dir: Path, task: Any) -> dict[str, pd.DataFrame]:
     """`evaluate`'s plot tables of the task's kind (results/plots/)."""
-    folder = results_root(Path(project_dir)) / PLOTS
-    if not all((folder / name).is_file() for name in task.plot_columns):
-        raise FileNotFoundError(f"{folder}: not written yet; run `{COMMAND} evaluate`")
-    return {name: pd.read_csv(folder / name, keep_default_na=False) for name in task.plot_columns}
+    paths = {name: _evaluated(project_dir, f"{PLOTS}/{name}") for name in task.plot_columns}
+    return {name: pd.read_csv(path, keep_default_na=False) for name, path in paths.items()}
 
 
 def evaluation_summary(project_dir: Path, task_type: str) -> str:
     """Markdown of `evaluate`'s results: which test split, the test scores, then the kind's
     table per class or label (the plot whose first column names them), if it has one."""
-    path = results_root(Path(project_dir)) / TEST_METRICS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
-    test = json.loads(path.read_text())
+    test = read_json(_evaluated(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
     scores = ", ".join(f"{k.removeprefix('test_')} {v:.4f}" for k, v in test.items()
                        if k != "test_examples")  # fmt: skip
@@ -255,20 +249,15 @@ def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
 def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
     """The `n` rows of `evaluate`'s results/predictions/test.csv with the highest loss (the task's
     own loss of each example, which evaluate wrote), highest first."""
-    path = results_root(Path(project_dir)) / TEST_PREDICTIONS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
+    path = _evaluated(project_dir, TEST_PREDICTIONS)
     rows = pd.read_csv(path, dtype=str, keep_default_na=False)
     return rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
 
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
     """Notebook 03: the `n` test examples the model gets most wrong (`worst_predictions`), as a
-    Markdown table of id, truth, prediction and loss (for text also the text, its first
-    `TEXT_SHOWN` characters); for images also a figure of them titled with truth, prediction and
-    loss, saved as results/figures/03_worst_examples.png. Image files are shown from `data.path`
-    as they are (upright, at their own size); other image sources (and a file no longer there)
-    from the test shards, as the model saw them."""
+    Markdown table of id, truth, prediction and loss (for text also the text); for images also
+    a figure of them (`_pictures`, `plot_worst`), saved as results/figures/03_worst_examples.png."""
     rows = worst_predictions(project_dir, n)
     spec = load_spec(Path(project_dir) / PROCESSED)
     columns = ["id", "target", "prediction", "loss"]
@@ -284,8 +273,9 @@ def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
 
 
 def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[str, np.ndarray]:
-    """{id: pixels 0-255 [h, w, c]}: the files in `data.path` (source images), else what the
-    test shards hold."""
+    """{id: pixels 0-255 [h, w, c]}: the files in `data.path` as they are (upright, at their
+    own size) for source images, else (and for a file no longer there) what the test shards
+    hold, as the model saw them."""
     found: dict[str, np.ndarray] = {}
     if data.source == "images":
         local = (project_dir / data.path).expanduser()  # as prepare reads it
@@ -322,15 +312,14 @@ def plot_worst(rows: pd.DataFrame, pictures: dict[str, np.ndarray]) -> Any:
     cols = 4
     lines = max(1, -(-len(rows) // cols))
     fig, axes = plt.subplots(lines, cols, figsize=(2.4 * cols, 2.6 * lines), squeeze=False)
-    for ax in axes.ravel():
-        ax.axis("off")
+    for ax in axes.ravel()[len(rows) :]:
+        ax.axis("off")  # an empty cell
     for ax, row in zip(axes.ravel(), rows.to_dict("records"), strict=False):
         if row["id"] in pictures:
             _show(ax, pictures[row["id"]].astype(np.float32), "gray")
         title = f"{row['target'] or '-'} -> {row['prediction'] or '-'}\nloss {row['loss']}"
         ax.set_title(title, fontsize=8)
         ax.set_xlabel(row["id"][-28:], fontsize=6)
-        ax.axis("on")
     fig.suptitle("Worst test examples (truth -> prediction)")
     fig.tight_layout()
     return fig

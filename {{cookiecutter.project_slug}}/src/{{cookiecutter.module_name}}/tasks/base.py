@@ -36,11 +36,15 @@ EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before tak
 class Evaluation:
     """What `evaluate` writes: `metrics` (numbers only: evaluate.json), `plots` (file name ->
     table, under results/plots/: dvc.yaml's plots) and `table`, the scores per class or label
-    that the model card and notebook 03 show (None: the kind has none)."""
+    that the model card and notebook 03 show (None: the kind has none); `Task.evaluate` adds
+    every test example's target, output and loss."""
 
     metrics: dict[str, float]
     plots: dict[str, pd.DataFrame]
     table: pd.DataFrame | None = None
+    targets: np.ndarray | None = None
+    outputs: np.ndarray | None = None
+    losses: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -69,23 +73,9 @@ class Task:
         return len(self.names)
 
     # --- what each kind defines ------------------------------------------------------------
-
-    # loss, output_layer, logits_from_outputs, standard_metrics, train_metric: task.py's contract
-
-    def loss(self, y_true: Any, logits: Any) -> Any:
-        raise NotImplementedError
-
-    def output_layer(self) -> keras.layers.Layer:
-        raise NotImplementedError
-
-    def logits_from_outputs(self, outputs: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def standard_metrics(self) -> list[keras.metrics.Metric]:
-        raise NotImplementedError
-
-    def train_metric(self, y_true: Any, logits: Any) -> Any:
-        raise NotImplementedError
+    # loss, output_layer, logits_from_outputs, standard_metrics and train_metric: task.py's
+    # contract says what each takes and returns. Then `report`, `figure`, and the defaults
+    # below, which suit a target that is one number per example:
 
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
@@ -96,7 +86,7 @@ class Task:
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
         """The columns of the predictions CSV for these outputs: `prediction`, then any more."""
-        return {"prediction": [f"{float(v):.6g}" for v in np.ravel(outputs)]}
+        return {"prediction": self.target_text(outputs)}
 
     def target_text(self, targets: np.ndarray) -> list[str]:
         """Targets as the `prediction` column writes them (evaluate's `target` column)."""
@@ -199,8 +189,9 @@ class Task:
         return keras.ops.convert_to_numpy(losses).astype(np.float64)
 
     def evaluate(self, batches: Iterable[tuple[Any, Any]]) -> Evaluation:
-        """`report` of the (targets, outputs) batches of the saved model; `test_loss` is the
-        training loss of the outputs turned back into logits, as `val_loss` is in training."""
+        """`report` of the (targets, outputs) batches of the saved model, with every target,
+        output and loss; `test_loss` is the training loss of the outputs turned back into
+        logits, as `val_loss` is in training."""
         metrics = self.make_metrics()
 
         # One graph for every batch: eagerly, AUC(multi_label=True) builds a new tf.function
@@ -218,10 +209,12 @@ class Task:
         if not ys:
             raise ConfigError("data.test_fraction: the test split is empty (example: 0.2)")
         y_all, out_all = np.concatenate(ys), np.concatenate(outs)
+        losses = self.example_losses(y_all, out_all)
         scores = {f"test_{m.name}": float(m.result()) for m in metrics}
-        scores["test_loss"] = float(np.mean(self.example_losses(y_all, out_all)))
+        scores["test_loss"] = float(np.mean(losses))
         scores["test_examples"] = len(y_all)
-        return self.report(scores, y_all, out_all)
+        found = self.report(scores, y_all, out_all)
+        return replace(found, targets=y_all, outputs=out_all, losses=losses)
 
     def _named_metrics(self, taken: set[str]) -> list[keras.metrics.Metric]:
         """`task.metrics` by keras name, except those already there."""

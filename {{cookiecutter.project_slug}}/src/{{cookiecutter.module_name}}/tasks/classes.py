@@ -1,10 +1,8 @@
 """Tasks whose target is one class per example: what they share, whatever their loss.
 
-The targets are class indices (int64 in the shards, int32 in batches) over `names`, sorted in
-natural order ('2' before '10'); `prepare` stratifies its random split by class; `evaluate`
-reports per-class precision, recall and F1, balanced accuracy and macro F1, and the confusion
-pairs; predictions name the arg-max class beside a probability per class. Classification
-(task.py) is the built-in task of this kind; a task of yours with another loss subclasses it.
+The targets are class indices over `names`, sorted in natural order ('2' before '10'); splits
+are stratified by class; predictions name the arg-max class beside a probability per class.
+Classification (task.py) is the built-in task of this kind; one with another loss subclasses it.
 """
 
 from __future__ import annotations
@@ -65,12 +63,9 @@ class Classes(Task):
         """Balanced accuracy and macro F1 beside accuracy; per-class precision, recall, F1 and
         support (every class, also one the test split lacks); the confusion pairs."""
         truth, predicted = y_true.astype(int), outputs.argmax(axis=1)
-        classes = list(range(len(self.names)))
-        scores["test_balanced_accuracy"] = float(metrics.balanced_accuracy_score(truth, predicted))
-        scores["test_macro_f1"] = float(
-            metrics.f1_score(truth, predicted, labels=classes, average="macro", zero_division=0)
-        )
         table = per_name_table("class", self.names, truth, predicted)
+        scores["test_balanced_accuracy"] = float(metrics.balanced_accuracy_score(truth, predicted))
+        scores["test_macro_f1"] = float(table["f1"].mean())  # over every class, as sklearn's
         names = np.array(self.names, dtype=object)
         pairs = pd.DataFrame({"actual": names[truth], "predicted": names[predicted]})
         return Evaluation(scores, {"confusion_matrix.csv": pairs, "per_class.csv": table}, table)

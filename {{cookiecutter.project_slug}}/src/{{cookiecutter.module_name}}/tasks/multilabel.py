@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import keras
 import numpy as np
 import pandas as pd
+from sklearn.preprocessing import MultiLabelBinarizer
 
 from ..config import ConfigError
 from ..registry import register
@@ -40,17 +41,12 @@ class Multilabel(Task):
     }
 
     def loss(self, y_true: Any, logits: Any) -> Any:
-        y = keras.ops.cast(y_true, "float32")
-        if not self.class_weights:
-            fn = keras.losses.BinaryCrossentropy(
-                from_logits=True, label_smoothing=self.label_smoothing, reduction="none"
-            )
-            return fn(y, logits)
-        # Each label's positive term x its weight (tf.nn.weighted_cross_entropy_with_logits):
-        # (1 - y) z + (1 + (w - 1) y) softplus(-z), which is the plain loss where w = 1.
-        y = y * (1.0 - self.label_smoothing) + 0.5 * self.label_smoothing
+        # Binary cross-entropy with each label's positive term x its weight (1 when unweighted),
+        # as tf.nn.weighted_cross_entropy_with_logits: (1 - y) z + (1 + (w - 1) y) softplus(-z).
+        y = keras.ops.cast(y_true, "float32") * (1.0 - self.label_smoothing)
+        y = y + 0.5 * self.label_smoothing
         z = keras.ops.cast(logits, "float32")
-        w = keras.ops.convert_to_tensor(self.class_weights, "float32")
+        w = keras.ops.convert_to_tensor(self.class_weights or [1.0] * len(self.names), "float32")
         per_label = (1.0 - y) * z + (1.0 + (w - 1.0) * y) * keras.ops.softplus(-z)
         return keras.ops.mean(per_label, axis=-1)
 
@@ -103,17 +99,15 @@ class Multilabel(Task):
                     f"{len(self.names)} in every one (or give label strings)"
                 )
             return np.asarray(values, dtype=np.float32)
-        index = {name: i for i, name in enumerate(self.names)}
-        targets = np.zeros((len(values), len(self.names)), dtype=np.float32)
-        for row, value in enumerate(values):
-            for label in _labels(value):
-                if label not in index:
-                    raise ConfigError(
-                        f"{column}: row {row + 1}: unknown label {label!r} (labels joined by "
-                        f"'{LABEL_SEPARATOR}', example: {'|'.join(self.names[:2])!r})"
-                    )
-                targets[row, index[label]] = 1.0
-        return targets
+        rows = [_labels(value) for value in values]
+        for row, labels in enumerate(rows):
+            unknown = [label for label in labels if label not in self.names]
+            if unknown:
+                raise ConfigError(
+                    f"{column}: row {row + 1}: unknown label {unknown[0]!r} (labels joined by "
+                    f"'{LABEL_SEPARATOR}', example: {'|'.join(self.names[:2])!r})"
+                )
+        return MultiLabelBinarizer(classes=self.names).fit_transform(rows).astype(np.float32)
 
     def target_shape(self) -> tuple[int, ...]:
         return (len(self.names),)
@@ -141,10 +135,8 @@ class Multilabel(Task):
 
     def _joined(self, rows: np.ndarray, threshold: float) -> list[str]:
         """`cat|dog` for each row: the names whose value reaches `threshold`."""
-        named = (
-            [n for n, v in zip(self.names, row, strict=True) if v >= threshold] for row in rows
-        )
-        return [LABEL_SEPARATOR.join(names) for names in named]
+        names = np.array(self.names, dtype=object)
+        return [LABEL_SEPARATOR.join(names[row >= threshold]) for row in rows]
 
     def outputs_text(self) -> str:
         return (

@@ -84,10 +84,7 @@ class Regression(Task):
         rows = plots["predictions.csv"]
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         rows.plot.scatter(x="actual", y="predicted", s=8, alpha=0.6, ax=left)
-        low, high = (
-            rows[["actual", "predicted"]].min().min(),
-            rows[["actual", "predicted"]].max().max(),
-        )
+        low, high = rows[["actual", "predicted"]].stack().agg(["min", "max"])
         left.plot([low, high], [low, high], "k--", lw=1)
         left.set(xlabel="true", title="Predicted vs true (test split)")
         rows["residual"].plot.hist(bins=30, ax=right)
