@@ -74,7 +74,7 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
     overrides = [*LONG, *STRATEGIES[strategy]]
     # The uninterrupted reference, in this process.
     ref = train(load_params(tiny_project / "params.yaml", overrides), tiny_project)
-    replicas = ref.metrics["replicas"]
+    replicas = ref.facts["replicas"]
     epochs = ref.metrics["steps"] // (TRAIN_DIGITS // (8 * replicas))
     total = (3 if strategy == "default" else 2) * (TRAIN_DIGITS // (8 * replicas))
     assert ref.status == "completed" and ref.step == total
@@ -260,7 +260,7 @@ def test_small_tabular_data_resumes_bit_identical_under_two_replicas(
     make_feed = trainer.make_feed
     monkeypatch.setattr(trainer, "make_feed", lambda *a: feeds.append(make_feed(*a)) or feeds[-1])
     ref = train(load_params(params, [*overrides, "run_name=whole"]), tiny_project)
-    assert ref.metrics["replicas"] == 2 and ref.step == 2 * per_epoch
+    assert ref.facts["replicas"] == 2 and ref.step == 2 * per_epoch
 
     cut = load_params(params, [*overrides, "run_name=cut", "train.time_budget_minutes=1e-6"])
     calls = []
@@ -273,5 +273,5 @@ def test_small_tabular_data_resumes_bit_identical_under_two_replicas(
     # each epoch's training loss covers all its steps (it was stopped in each epoch).
     rows = [{k: v for k, v in h.items() if k != "seconds"} for h in calls[-1].metrics["history"]]
     assert rows == [{k: v for k, v in h.items() if k != "seconds"} for h in ref.metrics["history"]]
-    assert len(rows) == 2 and calls[-1].metrics["resumes"] == 4
+    assert len(rows) == 2 and calls[-1].facts["resumes"] == 4
     assert len(feeds) == 1 + len(calls) and all(isinstance(f, Resident) for f in feeds)

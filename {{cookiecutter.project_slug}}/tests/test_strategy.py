@@ -130,9 +130,10 @@ def test_real_two_replica_mirrored_training(tiny_project: Path, capsys) -> None:
     assert "Global batch 64 = 32 per replica x 2 replicas" in out
     assert result.status == "completed"
     metrics = json.loads((tiny_project / "results/metrics/train.json").read_text())
-    assert metrics["replicas"] == 2 and metrics["global_batch"] == 64
+    facts = result.facts  # the run record's: how the run was split
+    assert facts["replicas"] == 2 and facts["global_batch"] == 64
     assert metrics["steps"] == 2 * (1438 // 64)
-    assert metrics["learning_rate"] == pytest.approx(2 * params.train.learning_rate)  # linear rule
+    assert facts["learning_rate"] == pytest.approx(2 * params.train.learning_rate)  # linear rule
     assert metrics["val_accuracy"] > 0.2  # above chance (0.1) after 44 steps
     assert (tiny_project / "results/models/model.keras").is_file()
     assert np.isfinite(metrics["train_loss"])

@@ -182,9 +182,9 @@ def training_section(
         commit += " (**uncommitted changes**: the commit alone does not reproduce it)"
     tf, python, machine = env.get("tensorflow", {}), env.get("python", {}), env.get("platform", {})
     weights = zip(task.names, task.class_weights, strict=False)  # none: unweighted
-    resumed = str(train.get("resumes", "not recorded"))
-    if train.get("resumes"):
-        resumed += f" (this session started at step {train.get('started_at_step', '?')})"
+    resumed = str(fact("resumes", "not recorded"))
+    if fact("resumes"):
+        resumed += f" (this session started at step {fact('started_at_step', '?')})"
     run_row = "no run record in results/runs/ holds this model.keras (sha256)"
     if run:
         run_row = f"`{run['run_id']}` ({run['status']}), record `results/runs/{run['run_id']}/`"
@@ -197,8 +197,8 @@ def training_section(
          f"{python.get('version', '?')}"],
         ["time", f"{timing.get('started_at', '?')} to {timing.get('finished_at', '?')}"],
         ["seed", f"{ran['seed']} (deterministic ops: {ran['repro.deterministic']})"],
-        ["steps", f"{train.get('steps', '?')} (global batch {train.get('global_batch', '?')}, "
-         f"{train.get('replicas', '?')} replica(s), {fact('strategy', '?')}); best at step "
+        ["steps", f"{train.get('steps', '?')} (global batch {fact('global_batch', '?')}, "
+         f"{fact('replicas', '?')} replica(s), {fact('strategy', '?')}); best at step "
          f"{train.get('best_step', '?')} by {fact('monitor', ran['train.monitor'])}"],
         ["speed", f"{train.get('examples_per_sec', '?')} examples/s, precision "
          f"{fact('precision', '?')}"],

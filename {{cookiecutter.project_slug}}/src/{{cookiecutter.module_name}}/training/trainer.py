@@ -289,7 +289,8 @@ def class_weight_of(task: Task) -> dict[str, float] | None:
 
 
 def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
-    """The run's facts for its run record: names, hashes, hardware (train.json holds numbers)."""
+    """The run's facts for its run record: names, hashes, hardware, how the run was split and
+    resumed (train.json holds the numbers that compare runs; params.yaml the settings)."""
     return {
         "run_name": run.params.run_name,
         "status": status,
@@ -300,6 +301,12 @@ def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
         "device": run.info.device,
         "precision": run.plan.precision,
         "monitor": run.params.train.monitor,
+        "replicas": run.info.replicas,
+        "workers": run.info.workers,
+        "global_batch": run.plan.global_batch,
+        "learning_rate": run.plan.learning_rate,  # train.learning_rate, scaled (train.lr_scaling)
+        "resumes": run.state.resumes,
+        "started_at_step": run.started_at_step,
     }
 
 
@@ -614,22 +621,14 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     last = state.history[-1] if state.history else {}
     metrics = {
         "steps": state.step,
-        "epochs": params.train.epochs,
-        "seed": params.seed,
         # val_loss is weighted like the training loss (what picks the best model and drives
         # early stopping); evaluate's test_loss is not.
         **final,
         **{f"train_{k}": v for k, v in last.items() if k not in _NOT_METRICS and k not in final},
         "best_step": state.early.best_step,
         "stopped_early": int(run.stopped_early),  # 1 or 0: a metrics file holds numbers
-        "resumes": state.resumes,
-        "started_at_step": run.started_at_step,
         "examples_per_sec": round(speed, 1),
         "wall_time_s": round(run.elapsed(), 2),
-        "global_batch": plan.global_batch,
-        "replicas": info.replicas,
-        "workers": info.workers,
-        "learning_rate": plan.learning_rate,
         "history": state.history,
     }
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
