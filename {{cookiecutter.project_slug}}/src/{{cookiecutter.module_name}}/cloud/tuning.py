@@ -22,6 +22,7 @@ from ..config import COMMAND, ConfigError, Dimension, Params, load_params, sweep
 from ..core.storage import results_root
 from ..training.early_stopping import mode_for
 from ..training.policy import RunHooks
+from ..training.sweep_study import searched
 from ..training.trainer import train
 
 ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid": "GRID_SEARCH"}
@@ -29,12 +30,7 @@ ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid":
 
 def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     """The HyperparameterTuningJob of `sweep:` whose trials run the CustomJobSpec `trial_job`."""
-    dims, sweep, monitor = sweep_space(params), params.sweep, params.train.monitor
-    if not dims:
-        raise ConfigError(
-            "sweep.space: empty, nothing to search "
-            "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
-        )
+    dims, sweep, monitor = searched(params), params.sweep, params.train.monitor
     if params.vertex.parallel_trials > sweep.n_trials:
         raise ConfigError(
             f"vertex.parallel_trials: {params.vertex.parallel_trials} is more than sweep.n_trials "
