@@ -100,16 +100,6 @@ def trial_values(argv: list[str], dims: dict[str, Dimension]) -> dict[str, Any]:
     return values
 
 
-def trial_id() -> str:
-    """Vertex AI's trial id, `$CLOUD_ML_TRIAL_ID`."""
-    if not os.environ.get("CLOUD_ML_TRIAL_ID"):
-        raise ConfigError(
-            "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
-            f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
-        )
-    return os.environ["CLOUD_ML_TRIAL_ID"]
-
-
 def run_tuning_trial(
     params: Params,
     project_dir: Path,
@@ -124,9 +114,14 @@ def run_tuning_trial(
             f"sweep.name: {params.sweep.name!r}, but the trial is of {name!r} "
             f"(example: --set sweep.name={name})"
         )
+    if not os.environ.get("CLOUD_ML_TRIAL_ID"):  # Vertex AI's trial id
+        raise ConfigError(
+            "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
+            f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
+        )
     dims = sweep_space(params)
     values = trial_values(argv, dims)
-    run_name = f"{name}-vertex-{trial_id()}"
+    run_name = f"{name}-vertex-{os.environ['CLOUD_ML_TRIAL_ID']}"
     sets = [dims[k].override(v) for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)

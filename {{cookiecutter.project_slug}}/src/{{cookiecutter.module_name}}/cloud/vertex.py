@@ -107,7 +107,8 @@ def job_spec(
     args = list(command or ["train"])
     if not cfg.image_uri:
         # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket.
-        args += ["--params", fuse_path(params_uri(cfg))]
+        # read through Vertex AI's Cloud Storage FUSE mount: gs://bucket/x is /gcs/bucket/x
+        args += ["--params", "/gcs/" + params_uri(cfg).removeprefix("gs://")]
     for item in forwarded or []:
         args += ["--set", item]
     env = [
@@ -164,11 +165,6 @@ def job_spec(
 def params_uri(cfg: VertexConfig) -> str:
     """Where a Python-package job reads params.yaml: `<bucket>/params.yaml`."""
     return f"{cfg.bucket.rstrip('/')}/params.yaml"
-
-
-def fuse_path(uri: str) -> str:
-    """`gs://bucket/x` as Vertex AI's Cloud Storage FUSE mount shows it: `/gcs/bucket/x`."""
-    return "/gcs/" + uri[len("gs://") :]
 
 
 def upload_command(cfg: VertexConfig, params_file: Path) -> list[str]:
