@@ -156,26 +156,26 @@ def storage_password() -> str | None:
     return None
 
 
+@quiet_optuna()  # the heartbeat and its retry are marked experimental
 def database_storage(text: str) -> optuna.storages.RDBStorage:
     """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
     server or a refused login is one ConfigError line naming sweep.storage."""
-    url = database_url(text)
-    connect: dict[str, Any] = {"password": storage_password()}
+    url, password = database_url(text), storage_password()
+    connect: dict[str, Any] = {"password": password} if password else {}  # else ~/.pgpass
     if url.get_backend_name() == "postgresql":
         connect["connect_timeout"] = 10
     for attempt in range(1, 6):
         try:
-            with quiet_optuna():
-                return optuna.storages.RDBStorage(
-                    url.render_as_string(hide_password=False),
-                    engine_kwargs={"connect_args": {k: v for k, v in connect.items() if v}},
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=3,  # a trial that kills its worker each time is given up
-                        inherit_intermediate_values=True,  # its earlier epochs, for the pruner
-                    ),
-                )
+            return optuna.storages.RDBStorage(
+                url.render_as_string(hide_password=False),
+                engine_kwargs={"connect_args": connect},
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=3,  # a trial that kills its worker each time is given up
+                    inherit_intermediate_values=True,  # its earlier epochs, for the pruner
+                ),
+            )
         except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
             # Workers that start together on an empty database race to create its tables
             # (optuna#1092): the losers try again once the winner's tables are there.
