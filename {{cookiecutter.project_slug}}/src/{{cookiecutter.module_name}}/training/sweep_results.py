@@ -181,10 +181,9 @@ def write_params(path: Path, trial: Params) -> dict[str, tuple[Any, Any]]:
         for part in sections:
             node = node.setdefault(part, {})
         node[leaf] = value
-    out, tmp = io.StringIO(), Path(temp_file(path))
-    yaml.dump(doc, out)
+    tmp = Path(temp_file(path))
     try:
-        tmp.write_text(out.getvalue())
+        yaml.dump(doc, tmp)
         written = flat(load_params(tmp).to_dict())
         if any(written.get(k) != v for k, (_, v) in changed.items()):
             raise ConfigError(
