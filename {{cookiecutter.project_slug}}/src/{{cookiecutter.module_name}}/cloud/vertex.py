@@ -106,8 +106,8 @@ def job_spec(
     bucket = cfg.bucket.rstrip("/")
     args = list(command or ["train"])
     if not cfg.image_uri:
-        # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket.
-        # read through Vertex AI's Cloud Storage FUSE mount: gs://bucket/x is /gcs/bucket/x
+        # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket,
+        # which the job reads through Vertex AI's Cloud Storage FUSE mount (/gcs/<bucket>/...).
         args += ["--params", "/gcs/" + params_uri(cfg).removeprefix("gs://")]
     for item in forwarded or []:
         args += ["--set", item]
