@@ -105,6 +105,18 @@ def test_a_bad_space_stops_the_command_with_exit_2(capsys) -> None:
     assert len(err.splitlines()) == 1
 
 
+def test_a_bad_component_argument_stops_the_sweep_before_any_trial(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The registry's check runs at the sweep's start, as train's: not one failed trial each."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
+    space = "sweep.space={model.args.height: {choices: [8, 16]}}"
+    code = main(["sweep", "--params", str(PROJECT / "params.yaml"), "--set", space])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: sweep.space.model.args.height: "), err
+    assert len(err.splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
 # -- the study on the storage root -----------------------------------------------------------------
 def _journal(folder: Path, trials: int):
     """A journal with `trials` finished trials, written by Optuna itself."""

@@ -22,6 +22,7 @@ from ..config import COMMAND, ConfigError, Dimension, Params, load_params, sweep
 from ..core.storage import results_root
 from ..training.early_stopping import mode_for
 from ..training.policy import RunHooks
+from ..training.sweep_study import searched
 from ..training.trainer import train
 
 ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid": "GRID_SEARCH"}
@@ -29,12 +30,7 @@ ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid":
 
 def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     """The HyperparameterTuningJob of `sweep:` whose trials run the CustomJobSpec `trial_job`."""
-    dims, sweep, monitor = sweep_space(params), params.sweep, params.train.monitor
-    if not dims:
-        raise ConfigError(
-            "sweep.space: empty, nothing to search "
-            "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
-        )
+    dims, sweep, monitor = searched(params), params.sweep, params.train.monitor
     if params.vertex.parallel_trials > sweep.n_trials:
         raise ConfigError(
             f"vertex.parallel_trials: {params.vertex.parallel_trials} is more than sweep.n_trials "
@@ -104,16 +100,6 @@ def trial_values(argv: list[str], dims: dict[str, Dimension]) -> dict[str, Any]:
     return values
 
 
-def trial_id() -> str:
-    """Vertex AI's trial id, `$CLOUD_ML_TRIAL_ID`."""
-    if not os.environ.get("CLOUD_ML_TRIAL_ID"):
-        raise ConfigError(
-            "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
-            f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
-        )
-    return os.environ["CLOUD_ML_TRIAL_ID"]
-
-
 def run_tuning_trial(
     params: Params,
     project_dir: Path,
@@ -128,9 +114,14 @@ def run_tuning_trial(
             f"sweep.name: {params.sweep.name!r}, but the trial is of {name!r} "
             f"(example: --set sweep.name={name})"
         )
+    if not os.environ.get("CLOUD_ML_TRIAL_ID"):  # Vertex AI's trial id
+        raise ConfigError(
+            "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
+            f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
+        )
     dims = sweep_space(params)
     values = trial_values(argv, dims)
-    run_name = f"{name}-vertex-{trial_id()}"
+    run_name = f"{name}-vertex-{os.environ['CLOUD_ML_TRIAL_ID']}"
     sets = [dims[k].override(v) for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)

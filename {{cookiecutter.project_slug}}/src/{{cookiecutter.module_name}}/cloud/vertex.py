@@ -6,13 +6,9 @@ Checked here: what needs no catalogue of Google Cloud (the job's shape, the buck
 Machine types, accelerators and regions are checked by Vertex AI on submission; its error is
 shown in one line. `--sweep`: a tuning job around this job instead (tuning.py).
 
-How the job runs the same code: worker pool 0 is the chief (exactly one replica) and pool 1 the
-workers. Vertex AI sets `TF_CONFIG` on each replica ({"cluster": {"chief": [...], "worker": [...]},
-"task": {"type": "chief"|"worker", "index": i}}), so `distribute.strategy: auto` picks
-MultiWorkerMirroredStrategy, and only the chief writes checkpoints and results. Those go to the
-bucket: `PROJECT_STORAGE_DIR` and `PROJECT_RESULTS_DIR` are gs:// URLs, read through the
-Cloud Storage FUSE mount that Vertex AI provides at /gcs/<bucket> (see storage.py).
-
+Worker pool 0 is the chief (one replica), pool 1 the workers: Vertex AI's `TF_CONFIG` makes
+`distribute.strategy: auto` pick MultiWorkerMirroredStrategy, and the chief writes checkpoints and
+results to the bucket through Vertex AI's /gcs mount (docs/scaling.md, storage.py).
 Field names follow the Vertex AI v1 REST reference (CustomJobSpec, WorkerPoolSpec, MachineSpec,
 ContainerSpec, PythonPackageSpec, GcsDestination).
 """
@@ -56,15 +52,10 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
         raise _bad("chief_replicas", "worker pool 0 is the chief: exactly 1 replica", "1")
     if cfg.accelerator_type.startswith("TPU_") and cfg.worker_replicas:
         raise _bad("worker_replicas", "a TPU job runs on one TPU VM here, so it must be 0", "0")
-    if not cfg.bucket:
-        raise _bad(
-            "bucket", "required: checkpoints and results go there", f"gs://my-bucket/{PROJECT_SLUG}"
-        )
     if not _gs_url(cfg.bucket):
+        why = f"{cfg.bucket!r} is not a gs://bucket[/folder] URL" if cfg.bucket else "required"
         raise _bad(
-            "bucket",
-            f"{cfg.bucket!r} is not a gs://bucket[/folder] URL",
-            f"gs://my-bucket/{PROJECT_SLUG}",
+            "bucket", f"{why}: checkpoints and results go there", f"gs://my-bucket/{PROJECT_SLUG}"
         )
     if bool(cfg.image_uri) == bool(cfg.python_package_uri):
         what = "both are set" if cfg.image_uri else "neither is set"
@@ -115,8 +106,9 @@ def job_spec(
     bucket = cfg.bucket.rstrip("/")
     args = list(command or ["train"])
     if not cfg.image_uri:
-        # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket.
-        args += ["--params", fuse_path(params_uri(cfg))]
+        # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket,
+        # which the job reads through Vertex AI's Cloud Storage FUSE mount (/gcs/<bucket>/...).
+        args += ["--params", "/gcs/" + params_uri(cfg).removeprefix("gs://")]
     for item in forwarded or []:
         args += ["--set", item]
     env = [
@@ -142,18 +134,14 @@ def job_spec(
                 "env": env,
             }
         }
-    pools = [{"machineSpec": machine, "replicaCount": cfg.chief_replicas, **program}]
-    if cfg.worker_replicas:
-        # Same machines as the chief: MultiWorkerMirroredStrategy keeps one full copy of the
-        # model per replica and waits for the slowest, so unequal workers only waste money.
-        # (Deep copies: YAML would otherwise write the shared parts as &anchors and *aliases.)
-        pools.append(
-            {
-                "machineSpec": copy.deepcopy(machine),
-                "replicaCount": cfg.worker_replicas,
-                **copy.deepcopy(program),
-            }
-        )
+    # The workers on the chief's machines: MultiWorkerMirroredStrategy keeps one full copy of the
+    # model per replica and waits for the slowest, so unequal workers only waste money. Each pool
+    # its own copies: YAML would otherwise write the shared parts as &anchors and *aliases.
+    replicas = [cfg.chief_replicas, *([cfg.worker_replicas] if cfg.worker_replicas else [])]
+    pools = [
+        {"machineSpec": copy.deepcopy(machine), "replicaCount": n, **copy.deepcopy(program)}
+        for n in replicas
+    ]
     spec: dict[str, Any] = {
         "workerPoolSpecs": pools,
         # Vertex AI also exports AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR
@@ -179,11 +167,6 @@ def params_uri(cfg: VertexConfig) -> str:
     return f"{cfg.bucket.rstrip('/')}/params.yaml"
 
 
-def fuse_path(uri: str) -> str:
-    """`gs://bucket/x` as Vertex AI's Cloud Storage FUSE mount shows it: `/gcs/bucket/x`."""
-    return "/gcs/" + uri[len("gs://") :]
-
-
 def upload_command(cfg: VertexConfig, params_file: Path) -> list[str]:
     """The `gcloud storage cp` that puts params.yaml where a Python-package job reads it."""
     cmd = ["gcloud", "storage", "cp", str(params_file), params_uri(cfg)]
@@ -195,12 +178,6 @@ def gcloud_command(cfg: VertexConfig, group: str, name: str, config_path: Path) 
     cmd = ["gcloud", "ai", group, "create", f"--region={cfg.region}", f"--display-name={name}"]
     cmd.append(f"--config={config_path}")
     return cmd + ([f"--project={cfg.project}"] if cfg.project else [])
-
-
-def write_spec(spec: dict[str, Any], path: Path, first_line: str) -> None:
-    """Write `spec` as YAML under a comment line, atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, f"{first_line}\n" + yaml.safe_dump(spec, sort_keys=False))
 
 
 def forwarded_overrides(overrides: list[str]) -> list[str]:
@@ -234,12 +211,10 @@ def run_vertex(
         group, kind, name = "hp-tuning-jobs", "HyperparameterTuningJob", job["displayName"]
         path = Path(output or f"results/vertex/hpt-{params.sweep.name}.yaml")
     path = path if path.is_absolute() else project_dir / path
-    write_spec(
-        job,
-        path,
-        f"# Vertex AI {kind} written by `python -m {PACKAGE} vertex`; submit with "
-        f"`gcloud ai {group} create --config=...`.",
-    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# Vertex AI {kind} written by `python -m {PACKAGE} vertex`; submit with "
+    header += f"`gcloud ai {group} create --config=...`.\n"
+    atomic_write(path, header + yaml.safe_dump(job, sort_keys=False))
     commands = [gcloud_command(cfg, group, name, path)]
     if not cfg.image_uri:
         commands.insert(0, upload_command(cfg, params_file or project_dir / "params.yaml"))

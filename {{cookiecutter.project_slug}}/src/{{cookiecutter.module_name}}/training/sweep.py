@@ -22,11 +22,12 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
-from ..config import COMMAND, ConfigError, Params, sweep_space, yaml_text
+from ..config import COMMAND, ConfigError, Params, flat, yaml_text
+from ..registry import check
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
-from .sweep_study import Sweep, distributions, flat_params, quiet_optuna, study_folder, values_of
+from .sweep_study import Sweep, distributions, quiet_optuna, searched, study_folder, values_of
 from .trainer import train
 
 # Keys that may differ between the sessions of one study: they do not change what a trial learns.
@@ -54,11 +55,8 @@ def run_sweep(
     """Run trials until the study has `sweep.n_trials` finished ones, the time budget ends or a
     stop; the exit code is `train`'s (0 done, 3 time budget, 130/143 interrupted: run it again)."""
     cfg = params.sweep
-    if not sweep_space(params):
-        raise ConfigError(
-            "sweep.space: empty, nothing to search "
-            "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
-        )
+    searched(params)
+    check(params)  # a misspelt component or a bad argument in the space: before any trial
     if params.distribute.strategy == "multiworker":
         raise ConfigError(
             "distribute.strategy: multiworker, but a sweep runs its trials one at a time on this "
@@ -231,8 +229,8 @@ def _reporter(sweep: Sweep, trial: optuna.Trial, pruned: list[int]) -> Any:
 def _check_same_study(sweep: Sweep) -> None:
     """Refuse to add trials to a study started with another space, sampler, monitor or other
     shared params: their values would not compare."""
-    flat = flat_params(sweep.params.to_dict())
-    mine = {k: v for k, v in flat.items() if k not in sweep.dims and not k.startswith(FREE_KEYS)}
+    values = flat(sweep.params.to_dict())
+    mine = {k: v for k, v in values.items() if k not in sweep.dims and not k.startswith(FREE_KEYS)}
     mine |= {"sweep.space": sweep.cfg.space, "sweep.sampler": sweep.cfg.sampler}
     first = sweep.study.user_attrs.get("definition")
     if first is None:

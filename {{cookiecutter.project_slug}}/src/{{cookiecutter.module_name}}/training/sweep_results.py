@@ -25,13 +25,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from ruamel.yaml import YAML
 
-from ..config import COMMAND, ConfigError, Params, load_params, yaml_text
+from ..config import COMMAND, ConfigError, Params, flat, load_params, yaml_text
 from ..core.files import atomic_write, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from .checkpoints import list_checkpoints
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, distributions, flat_params, study_folder, values_of
+from .sweep_study import JOURNAL, Sweep, distributions, study_folder, values_of
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -164,7 +164,7 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
 def write_params(path: Path, trial: Params) -> dict[str, tuple[Any, Any]]:
     """Write the keys in which `trial` differs from the params file into it (ruamel.yaml keeps
     its comments and layout), checked before it replaces the file; returns {key: (old, new)}."""
-    current, wanted = flat_params(load_params(path).to_dict()), flat_params(trial.to_dict())
+    current, wanted = flat(load_params(path).to_dict()), flat(trial.to_dict())
     changed = {
         k: (current.get(k), v)
         for k, v in wanted.items()
@@ -181,11 +181,10 @@ def write_params(path: Path, trial: Params) -> dict[str, tuple[Any, Any]]:
         for part in sections:
             node = node.setdefault(part, {})
         node[leaf] = value
-    out, tmp = io.StringIO(), Path(temp_file(path))
-    yaml.dump(doc, out)
+    tmp = Path(temp_file(path))
     try:
-        tmp.write_text(out.getvalue())
-        written = flat_params(load_params(tmp).to_dict())
+        yaml.dump(doc, tmp)
+        written = flat(load_params(tmp).to_dict())
         if any(written.get(k) != v for k, (_, v) in changed.items()):
             raise ConfigError(
                 f"{path}: could not write the trial's settings; set them by hand: "

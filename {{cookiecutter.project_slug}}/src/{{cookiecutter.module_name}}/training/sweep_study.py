@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import os
 import random
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -50,7 +51,7 @@ class Sweep:
         self.params, self.params_file, self.project_dir = params, params_file, project_dir
         self.overrides = overrides  # the command's `--set` items: the base of every trial
         self.lease = lease  # one session's sweep: it writes the journal; None: a database
-        self.cfg, self.monitor, self.dims = params.sweep, params.train.monitor, sweep_space(params)
+        self.cfg, self.monitor, self.dims = params.sweep, params.train.monitor, searched(params)
         self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
         self.results = results_root(project_dir) / "sweeps" / self.cfg.name
         with quiet_optuna():
@@ -74,15 +75,14 @@ class Sweep:
         return load_params(self.params_file, [*overrides, *sets, f"run_name={run}"])
 
 
-def flat_params(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'train': {'epochs': 3}} -> {'train.epochs': 3} (lists and the space stay whole)."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value and key != "space":
-            flat.update(flat_params(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def searched(params: Params) -> dict[str, Dimension]:
+    """The keys `sweep.space` searches; an empty space is one ConfigError line."""
+    if not sweep_space(params):
+        raise ConfigError(
+            "sweep.space: empty, nothing to search "
+            "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
+        )
+    return sweep_space(params)
 
 
 @contextlib.contextmanager
@@ -110,16 +110,6 @@ def study_folder(project_dir: Path, name: str) -> Path:
     return folder
 
 
-class _NoLock:
-    """The journal's file lock: none needed, the sweep's lease keeps other writers away."""
-
-    def acquire(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        pass
-
-
 def journal_storage(folder: Path, mend: bool) -> optuna.storages.JournalStorage:
     """The one-session study in `folder`; `mend` (the lease holder) drops a cut last line."""
     path = folder / JOURNAL
@@ -130,7 +120,9 @@ def journal_storage(folder: Path, mend: bool) -> optuna.storages.JournalStorage:
             os.fsync(f.fileno())
         print(f"{path}: its last line was cut off (a write lost with a VM); dropped.", flush=True)
     folder.mkdir(parents=True, exist_ok=True)
-    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=_NoLock())
+    # No file lock (Optuna's is a symlink, which Drive lacks): the lease keeps other sessions
+    # away, and this one only serialises the process's own threads.
+    backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=threading.Lock())
     return optuna.storages.journal.JournalStorage(backend)
 
 
@@ -164,26 +156,26 @@ def storage_password() -> str | None:
     return None
 
 
+@quiet_optuna()  # the heartbeat and its retry are marked experimental
 def database_storage(text: str) -> optuna.storages.RDBStorage:
     """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
     server or a refused login is one ConfigError line naming sweep.storage."""
-    url = database_url(text)
-    connect: dict[str, Any] = {"password": storage_password()}
+    url, password = database_url(text), storage_password()
+    connect: dict[str, Any] = {"password": password} if password else {}  # else ~/.pgpass
     if url.get_backend_name() == "postgresql":
         connect["connect_timeout"] = 10
     for attempt in range(1, 6):
         try:
-            with quiet_optuna():
-                return optuna.storages.RDBStorage(
-                    url.render_as_string(hide_password=False),
-                    engine_kwargs={"connect_args": {k: v for k, v in connect.items() if v}},
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                        max_retry=3,  # a trial that kills its worker each time is given up
-                        inherit_intermediate_values=True,  # its earlier epochs, for the pruner
-                    ),
-                )
+            return optuna.storages.RDBStorage(
+                url.render_as_string(hide_password=False),
+                engine_kwargs={"connect_args": connect},
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=3,  # a trial that kills its worker each time is given up
+                    inherit_intermediate_values=True,  # its earlier epochs, for the pruner
+                ),
+            )
         except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
             # Workers that start together on an empty database race to create its tables
             # (optuna#1092): the losers try again once the winner's tables are there.
