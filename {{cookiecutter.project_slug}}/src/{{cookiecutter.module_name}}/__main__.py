@@ -25,7 +25,6 @@ from .training.checkpoints import CheckpointMismatch, ResultsWriteError
 from .training.lease import EXIT_LEASE_HELD, LeaseHeld
 from .training.strategy import StrategyError
 
-PROG = COMMAND
 # A setting or the data (exit code 2), the hardware or the storage (1): docs/training-faults.md.
 USER_ERRORS = (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError)
 RUN_ERRORS = (StrategyError, ResultsWriteError)
@@ -38,7 +37,7 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in args.argv if a not in ("--fresh", "--take-over")]
-    resume = shlex.join([*PROG.split(), *argv])
+    resume = shlex.join([*COMMAND.split(), *argv])
 {%- if cookiecutter.vertex_ai == "yes" %}
     if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
         from .cloud.tuning import run_tuning_trial  # when the command runs
@@ -64,7 +63,7 @@ def cmd_speed(args: argparse.Namespace, params: Params) -> int:
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
-    speed(params, args.project, args.steps, shlex.join([*PROG.split(), *args.argv]))
+    speed(params, args.project, args.steps, shlex.join([*COMMAND.split(), *args.argv]))
     return 0
 
 
@@ -194,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a params key, e.g. --set train.epochs=5 (repeatable)",
     )
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(func: Command, help: str) -> argparse.ArgumentParser:

@@ -226,12 +226,12 @@ def run_notebooks(
         raise NotebookError(f"no notebooks matching {PATTERN} in {project_dir / 'notebooks'}")
     parameters = parameters or {}
     declared = {nb: set(papermill.inspect_notebook(str(nb))) for nb in notebooks}
-    unknown = set(parameters) - set().union(*declared.values())
+    known = set().union(*declared.values())
+    unknown = sorted(set(parameters) - known)
     if unknown:
-        known = ", ".join(sorted(set().union(*declared.values())))
         raise NotebookError(
-            f"-p {sorted(unknown)[0]}: no notebook has this parameter (they have: {known}; "
-            "example: -p epochs=1)"
+            f"-p {unknown[0]}: no notebook has this parameter (they have: "
+            f"{', '.join(sorted(known))}; example: -p epochs=1)"
         )
     out_dir = project_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
