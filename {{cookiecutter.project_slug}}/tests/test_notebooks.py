@@ -27,6 +27,7 @@ from {{ cookiecutter.module_name }}.colab.notebooks import (
     keep_state_on_storage,
     push_stage,
     run_notebooks,
+    stop_unless_swept,
     stop_unless_trained,
 )
 from {{ cookiecutter.module_name }}.colab.restore import (
@@ -225,6 +226,24 @@ def test_each_exit_code_of_train_has_its_own_advice():
     train = next(p for p in NOTEBOOKS if p.name.startswith("02_"))
     cell = next(c.source for c in code_cells(train) if "exit_code = main(" in c.source)
     assert "stop_unless_trained(exit_code, " in cell and "assert exit_code" not in cell
+
+
+def test_a_sweep_another_session_holds_stops_in_one_line():
+    """04's sweep cell: exit code 4 says in one line that another session holds the sweep, and
+    offers `take_over` (`sweep --take-over`) only for a session that is gone."""
+    assert stop_unless_swept(0, "s") is None
+    lines = {}
+    for code in (1, 2, 3, 4, 5, 130, 143, 9):
+        with pytest.raises(NotebookStop) as stopped:
+            stop_unless_swept(code, "s")
+        text = lines[code] = str(stopped.value)
+        assert stopped.value._render_traceback_() == [text] and "\n" not in text
+        assert text.startswith(f"Sweep stopped (exit code {code}): ")
+    assert len(set(lines.values())) == len(lines), "each code its own advice"
+    assert lines[4].startswith("Sweep stopped (exit code 4): another session holds sweep 's'")
+    assert "only if that session is gone, set take_over = True" in lines[4]
+    sweep = next(p for p in NOTEBOOKS if p.name.startswith("04_"))
+    assert any('["--take-over"] if take_over' in c.source for c in code_cells(sweep))
 
 
 def push_like_dvc(project: Path, doc: dict, remote: Path) -> None:

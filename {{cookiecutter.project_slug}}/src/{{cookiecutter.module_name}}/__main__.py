@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .colab.githooks import install
 from .colab.runtime_check import TPU_STOP, on_colab_tpu
-from .config import COMMAND, ConfigError, Params, load_params
+from .config import COMMAND, ConfigError, Params, load_params, parse_assignment
 from .core.environment import log_environment
 from .core.storage import results_root
 from .data.manifest import ManifestMismatch
@@ -24,10 +25,10 @@ from .training.checkpoints import CheckpointMismatch, ResultsWriteError
 from .training.lease import EXIT_LEASE_HELD, LeaseHeld
 from .training.strategy import StrategyError
 
-PROG = COMMAND
 # A setting or the data (exit code 2), the hardware or the storage (1): docs/training-faults.md.
 USER_ERRORS = (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError)
 RUN_ERRORS = (StrategyError, ResultsWriteError)
+Command = Callable[[argparse.Namespace, Params], int]
 
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
@@ -36,7 +37,7 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
 
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in args.argv if a not in ("--fresh", "--take-over")]
-    resume = shlex.join([*PROG.split(), *argv])
+    resume = shlex.join([*COMMAND.split(), *argv])
 {%- if cookiecutter.vertex_ai == "yes" %}
     if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
         from .cloud.tuning import run_tuning_trial  # when the command runs
@@ -62,7 +63,7 @@ def cmd_speed(args: argparse.Namespace, params: Params) -> int:
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
-    speed(params, args.project, args.steps, shlex.join([*PROG.split(), *args.argv]))
+    speed(params, args.project, args.steps, shlex.join([*COMMAND.split(), *args.argv]))
     return 0
 
 
@@ -111,22 +112,22 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
     from .evaluation.model_card import update_exports
 
     results = results_root(args.project)
-    if args.format == "litert":
-        output = Path(args.output) if args.output else results / export.LITERT_FILE
-        entry = export.export_litert(params, args.project, output, args.quantize)
-        update_exports(results, export.load_exports(results))
-        print(export.litert_summary(output, entry), flush=True)
-        return 0
-    if args.quantize:
+    if args.quantize and args.format != "litert":
         raise ConfigError(
             f"--quantize {args.quantize}: only a LiteRT model is quantised "
             f"(example: --format litert --quantize {args.quantize})"
         )
-    output = Path(args.output) if args.output else results / export.SAVED_MODEL_DIR
-    export.export_saved_model(results / "models", output)
-    export.record_saved_model(args.project, output)
+    default = export.LITERT_FILE if args.format == "litert" else export.SAVED_MODEL_DIR
+    output = Path(args.output) if args.output else results / default
+    if args.format == "litert":
+        entry = export.export_litert(params, args.project, output, args.quantize)
+        said = export.litert_summary(output, entry)
+    else:
+        export.export_saved_model(results / "models", output)
+        export.record_saved_model(args.project, output)
+        said = f"Wrote a SavedModel (endpoint `serve`) to {output}"
     update_exports(results, export.load_exports(results))
-    print(f"Wrote a SavedModel (endpoint `serve`) to {output}", flush=True)
+    print(said, flush=True)
     return 0
 
 
@@ -166,7 +167,7 @@ def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     from .colab import notebooks  # when the command runs
 
     try:
-        parameters = notebooks.parse_parameters(args.parameter)
+        parameters = dict(parse_assignment(item, "-p", "epochs=1") for item in args.parameter)
         notebooks.run_notebooks(args.project, parameters, args.only, args.timeout)
     except (notebooks.NotebookError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -192,30 +193,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a params key, e.g. --set train.epochs=5 (repeatable)",
     )
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_data_commands(sub, common)
-    _add_model_commands(sub, common)
-    _add_search_commands(sub, common)
-    _add_tool_commands(sub, common)
+
+    def command(func: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(func.__name__.removeprefix("cmd_"), parents=[common], help=help)
+        p.set_defaults(func=func)
+        return p
+
+    _add_pipeline_commands(command)
+    _add_other_commands(command)
     return parser
 
 
-def _add_data_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """prepare, stage."""
-    p = sub.add_parser("prepare", parents=[common], help="write data/raw, the split, the manifest")
-    p.set_defaults(func=cmd_prepare)
+def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """prepare, stage, train, speed, evaluate, predict, export."""
+    command(cmd_prepare, "write data/raw, the split, the manifest")
 
-    p = sub.add_parser("stage", parents=[common], help="copy data to fast local disk (resumable)")
+    p = command(cmd_stage, "copy data to fast local disk (resumable)")
     p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")
     p.add_argument("dest", help="folder on local disk, e.g. /content/data")
     p.add_argument("--verify", action="store_true", help="re-hash every file on both sides")
-    p.set_defaults(func=cmd_stage)
 
-
-def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """train, speed, evaluate, predict, export."""
-    p = sub.add_parser("train", parents=[common], help="train (resumes the run named run_name)")
+    p = command(cmd_train, "train (resumes the run named run_name)")
     p.add_argument(
         "--fresh",
         action="store_true",
@@ -240,21 +240,17 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         help="run as a trial of a Vertex AI tuning job for sweep NAME (`vertex --sweep` sets it)",
     )
 {%- endif %}
-    p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("speed", parents=[common], help="input vs compute: which one limits train")
+    p = command(cmd_speed, "input vs compute: which one limits train")
     p.add_argument("--steps", type=int, default=50, help="steps per measurement (default: 50)")
-    p.set_defaults(func=cmd_speed)
 
-    p = sub.add_parser("evaluate", parents=[common], help="test-split metrics and plot data")
-    p.set_defaults(func=cmd_evaluate)
+    command(cmd_evaluate, "test-split metrics and plot data")
 
-    p = sub.add_parser("predict", parents=[common], help="score new data with the saved model")
+    p = command(cmd_predict, "score new data with the saved model")
     p.add_argument("input", help="a CSV with the training columns, an image, a .txt, or a folder")
     p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
-    p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("export", parents=[common], help="SavedModel (serving) or LiteRT (devices)")
+    p = command(cmd_export, "SavedModel (serving) or LiteRT (devices)")
     p.add_argument(
         "--format",
         choices=["saved_model", "litert"],
@@ -272,12 +268,11 @@ def _add_model_commands(sub: argparse._SubParsersAction, common: argparse.Argume
         default=None,
         help="default: results/models/saved_model, or results/models/model.tflite (litert)",
     )
-    p.set_defaults(func=cmd_export)
 
 
-def _add_search_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """sweep{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}."""
-    p = sub.add_parser("sweep", parents=[common], help="hyperparameter search (resumes the study)")
+def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """sweep{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}, env, notebooks, hooks."""
+    p = command(cmd_sweep, "hyperparameter search (resumes the study)")
     p.add_argument(
         "--best",
         action="store_true",
@@ -288,10 +283,9 @@ def _add_search_commands(sub: argparse._SubParsersAction, common: argparse.Argum
         action="store_true",
         help="run this sweep even if another session holds it (that one then stops)",
     )
-    p.set_defaults(func=cmd_sweep)
 {%- if cookiecutter.vertex_ai == "yes" %}
 
-    p = sub.add_parser("vertex", parents=[common], help="run training as a Vertex AI custom job")
+    p = command(cmd_vertex, "run training as a Vertex AI custom job")
     p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
     p.add_argument(
         "--sweep",
@@ -299,18 +293,13 @@ def _add_search_commands(sub: argparse._SubParsersAction, common: argparse.Argum
         help="a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
     )
     p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
-    p.set_defaults(func=cmd_vertex)
 {%- endif %}
 
-
-def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """env, notebooks, hooks."""
-    p = sub.add_parser("env", parents=[common], help="print and save the environment")
+    p = command(cmd_env, "print and save the environment")
     p.add_argument("--output", default=None, help="file (default: results/environment.json)")
     p.add_argument("--brief", action="store_true", help="print the summary, not every package")
-    p.set_defaults(func=cmd_env)
 
-    p = sub.add_parser("notebooks", parents=[common], help="run the notebooks, write HTML reports")
+    p = command(cmd_notebooks, "run the notebooks, write HTML reports")
     p.add_argument(
         "-p",
         dest="parameter",
@@ -321,10 +310,8 @@ def _add_tool_commands(sub: argparse._SubParsersAction, common: argparse.Argumen
     )
     p.add_argument("--only", nargs="+", default=None, metavar="PREFIX", help="e.g. --only 01 02")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
-    p.set_defaults(func=cmd_notebooks)
 
-    p = sub.add_parser("hooks", parents=[common], help="register the git hooks (nbstripout, ...)")
-    p.set_defaults(func=cmd_hooks)
+    command(cmd_hooks, "register the git hooks (nbstripout, ...)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,23 +1,19 @@
 """params.yaml -> typed, validated settings.
 
-`params.yaml` is the one configuration of the project, and the one place its values are written:
-the code, DVC and the notebooks read it. This module says what each key takes (a type, bounds, an
-example) and holds no values: a key missing from params.yaml is an error naming it, as is a
-typo, so nothing silently falls back to a value written somewhere else. `load_params` reads the
-file, applies `--set dotted.key=value` overrides and checks every value, so a typo stops the run
-at once with one line that names the key, instead of hours later.
-
-The schema is a set of pydantic dataclasses (they stay plain dataclasses for `dataclasses.replace`
-and `asdict`). A setting of the package's own is one field here plus its line in params.yaml. A
-component's own settings need neither: `model.args`, `data.args` and an augmentation's entry in
-`data.augment` pass keyword arguments to the registered function, which declares them
-(registry.py checks them).
+`params.yaml` is the one configuration of the project and the one place its values are written.
+This module says what each key takes (a type, bounds, an example) and holds no values, so nothing
+silently falls back to a value written elsewhere. `load_params` reads the file, applies `--set
+dotted.key=value` overrides and checks every value: a missing key, a typo or a bad value stops
+the run at once with one line that names the key. A setting of the package's own is one field
+here plus its line in params.yaml; a component's own settings (`model.args`, `data.args`, an
+entry of `data.augment`) need neither: registry.py checks them against the function.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -35,14 +31,6 @@ from pydantic import dataclasses as pydantic_dataclasses
 # How a user runs this package: messages quote it.
 COMMAND = "python -m {{ cookiecutter.module_name }}"
 
-STRATEGIES = ("auto", "mirrored", "multiworker", "tpu", "default")
-LR_SCALING = ("linear", "none")
-FEATURE_KINDS = ("vector", "image")
-OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULES = ("constant", "cosine")
-SPLIT_METHODS = ("random", "folders", "files", "column")  # data.split (data/split.py)
-SAMPLERS = ("tpe", "random", "grid")
-PRUNERS = ("median", "none")
 # Keys a sweep cannot search: each trial sets its own run_name; the rest do not train a model.
 NOT_SEARCHABLE = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai == "yes" %}, "vertex"{% endif %})
 
@@ -84,7 +72,8 @@ def _field(example: str, expect: str = "", **constraints: Any) -> Any:
     return Field(json_schema_extra={"example": example, "expect": expect}, **constraints)
 
 
-# Unknown keys are errors: a typo must not silently fall back to a default.
+# Unknown keys are errors: a typo must not silently fall back to a default. The classes stay
+# plain dataclasses (`dataclasses.replace`, `asdict`).
 schema = pydantic_dataclasses.dataclass(config={"extra": "forbid"})
 # A component's own keyword arguments (registry.py checks them against its signature).
 Arguments = dict[Text, Any]
@@ -101,7 +90,7 @@ class DataConfig:
     name: Text = _field("mnist")
     label: Text = _field("label")
     features: Text = _field("features")
-    feature_kind: Literal[FEATURE_KINDS] = _field("image")
+    feature_kind: Literal["vector", "image"] = _field("image")
     image_size: list[PosInt] = _field("[64,64]", "a list of integers >= 1")
     image_channels: Int = _field("3", ge=1)
     augment: list[Augmentation] = _field(
@@ -111,7 +100,7 @@ class DataConfig:
     text: Text = _field("review")
     max_tokens: Int = _field("50000", ge=3)
     sequence_length: Int = _field("256", ge=1)
-    split: Literal[SPLIT_METHODS] = _field("folders")
+    split: Literal["random", "folders", "files", "column"] = _field("folders")
     split_column: Text = _field("fold")
 
     @field_validator("augment")
@@ -152,10 +141,10 @@ class TrainConfig:
     epochs: Int = _field("10", ge=1)
     batch_size: Int = _field("64", ge=1)  # per replica
     learning_rate: Float = _field("0.001", gt=0.0)
-    lr_scaling: Literal[LR_SCALING] = _field("linear")
-    optimizer: Literal[OPTIMIZERS] = _field("adamw")
+    lr_scaling: Literal["linear", "none"] = _field("linear")
+    optimizer: Literal["adam", "adamw", "sgd"] = _field("adamw")
     momentum: Float = _field("0.9", ge=0.0, lt=1.0)  # sgd
-    schedule: Literal[SCHEDULES] = _field("cosine")
+    schedule: Literal["constant", "cosine"] = _field("cosine")
     warmup_steps: Int = _field("500", ge=0)  # cosine: linear warm-up steps
     weight_decay: Float = _field("0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
     clip_norm: Float = _field("1.0", ge=0.0)  # 0 = no clipping
@@ -185,7 +174,7 @@ class TrainConfig:
 
 @schema
 class DistributeConfig:
-    strategy: Literal[STRATEGIES] = _field("mirrored")
+    strategy: Literal["auto", "mirrored", "multiworker", "tpu", "default"] = _field("mirrored")
     logical_cpus: Int = _field("2", ge=0)
     gpus: list[NonNegInt] = _field("[0,1]", "a list of integers >= 0")  # [] = every GPU
     memory_growth: Bool = _field("false")
@@ -235,8 +224,8 @@ class SweepConfig:
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
     )
     n_trials: Int = _field("20", ge=1)
-    sampler: Literal[SAMPLERS] = _field("random")
-    pruner: Literal[PRUNERS] = _field("none")
+    sampler: Literal["tpe", "random", "grid"] = _field("random")
+    pruner: Literal["median", "none"] = _field("none")
     startup_trials: Int = _field("5", ge=0)  # drawn at random, never pruned
     warmup_epochs: Int = _field("2", ge=0)  # a trial trains this many epochs before pruning
     keep_best: Int = _field("3", ge=1)  # finished trials whose checkpoints are kept
@@ -420,14 +409,11 @@ def sweep_space(params: Params) -> dict[str, Dimension]:
     raw = params.to_dict()
     dims = {key: _dimension(key, spec, raw) for key, spec in cfg.space.items()}
     if cfg.sampler == "grid":
-        points = 1
         for dim in dims.values():
             if not dim.choices:
-                raise ConfigError(
-                    f"sweep.space.{dim.key}: the grid sampler needs choices "
-                    "(example: {choices: [1.0e-4, 1.0e-3, 1.0e-2]})"
-                )
-            points *= len(dim.choices)
+                example = "{choices: [1.0e-4, 1.0e-3, 1.0e-2]}"
+                raise _refused(dim.key, "the grid sampler needs choices", example)
+        points = math.prod(len(dim.choices) for dim in dims.values())
         if cfg.n_trials > points:
             raise ConfigError(
                 f"sweep.n_trials: {cfg.n_trials}, but the grid has {points} points "
@@ -436,72 +422,62 @@ def sweep_space(params: Params) -> dict[str, Dimension]:
     return dims
 
 
+def _refused(key: str, problem: str, example: str) -> ConfigError:
+    """`sweep.space.<key>: <problem> (example: <example>)`."""
+    return ConfigError(f"sweep.space.{key}: {problem} (example: {example})")
+
+
 def _dimension(key: str, spec: Any, raw: dict[str, Any]) -> Dimension:
     """One entry of `sweep.space`, checked against the params schema."""
-    where = f"sweep.space.{key}"
-    info = _field_of(key)
-    if key.split(".")[0] in NOT_SEARCHABLE:
-        raise ConfigError(
-            f"{where}: {key.split('.')[0]} cannot be searched (each trial is its own run on this "
-            "machine) (example: train.learning_rate)"
-        )
-    if _is_argument(key):  # a component's own argument: registry.check checks its values
-        info = None
-    elif info is None or dataclasses.is_dataclass(info.annotation):
+    section = key.split(".")[0]
+    if section in NOT_SEARCHABLE:
+        why = "each trial is its own run on this machine"
+        raise _refused(key, f"{section} cannot be searched ({why})", "train.learning_rate")
+    info = None if _is_argument(key) else _field_of(key)  # an argument: registry.check checks it
+    if not _is_argument(key) and (info is None or dataclasses.is_dataclass(info.annotation)):
         what = "a section" if info is not None else "not a params key"
-        raise ConfigError(f"{where}: {what} (example: train.learning_rate: {RANGE_EXAMPLE})")
+        raise _refused(key, what, f"train.learning_rate: {RANGE_EXAMPLE}")
     unknown = [name for name in spec if name not in SPACE_FIELDS]
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown field {unknown[0]!r} (known: {', '.join(SPACE_FIELDS)}) "
-            f"(example: {RANGE_EXAMPLE})"
-        )
+        known = ", ".join(SPACE_FIELDS)
+        raise _refused(key, f"unknown field {unknown[0]!r} (known: {known})", RANGE_EXAMPLE)
     if "choices" in spec:
-        return _choices(key, spec, raw)
+        return _choices(key, spec, info, raw)
     return _range(key, spec, info, raw)
 
 
-def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> Dimension:
-    where = f"sweep.space.{key}"
+def _choices(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
     choices = spec["choices"]
     if set(spec) - {"choices"}:
-        raise ConfigError(
-            f"{where}: give either low and high or choices, not both (example: {CHOICES_EXAMPLE})"
-        )
+        raise _refused(key, "give either low and high or choices, not both", CHOICES_EXAMPLE)
     if not isinstance(choices, list) or not choices:
-        raise ConfigError(f"{where}: choices must be a non-empty list (example: {CHOICES_EXAMPLE})")
-    texts = [yaml_text(c) for c in choices]
-    if len(set(texts)) != len(texts):
-        raise ConfigError(f"{where}: a choice is listed twice (example: {CHOICES_EXAMPLE})")
+        raise _refused(key, "choices must be a non-empty list", CHOICES_EXAMPLE)
+    if len({yaml_text(c) for c in choices}) != len(choices):
+        raise _refused(key, "a choice is listed twice", CHOICES_EXAMPLE)
     for value in choices:
         _check_value(key, value, raw)
-    info = _field_of(key)
     integer = info.annotation is int if info else all(_is_int(c) for c in choices)
     return Dimension(key, choices=tuple(choices), integer=integer)
 
 
 def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
-    where = f"sweep.space.{key}"
     low, high = _number_from_text(spec.get("low")), _number_from_text(spec.get("high"))
     integer = info.annotation is int if info else _is_int(low) and _is_int(high)
     if info is not None and info.annotation not in (int, float):
-        raise ConfigError(
-            f"{where}: {key} is not a number, so give choices (example: {CHOICES_EXAMPLE})"
-        )
+        raise _refused(key, f"{key} is not a number, so give choices", CHOICES_EXAMPLE)
     if "low" not in spec or "high" not in spec:
-        raise ConfigError(f"{where}: give low and high, or choices (example: {RANGE_EXAMPLE})")
+        raise _refused(key, "give low and high, or choices", RANGE_EXAMPLE)
     log = spec.get("log", False)
     example = "{low: 16, high: 256, log: true}" if integer else RANGE_EXAMPLE
     kinds = (int,) if integer else (int, float)
     if not all(isinstance(v, kinds) and not isinstance(v, bool) for v in (low, high)):
-        what = "integers" if integer else "numbers"
-        raise ConfigError(f"{where}: low and high must be {what} (example: {example})")
+        raise _refused(key, f"low and high must be {'integers' if integer else 'numbers'}", example)
     if not isinstance(log, bool):
-        raise ConfigError(f"{where}: log must be true or false (example: {example})")
+        raise _refused(key, "log must be true or false", example)
     if not low < high:
-        raise ConfigError(f"{where}: low ({low}) must be below high ({high}) (example: {example})")
+        raise _refused(key, f"low ({low}) must be below high ({high})", example)
     if log and low <= 0:
-        raise ConfigError(f"{where}: a log range needs low > 0, got {low} (example: {example})")
+        raise _refused(key, f"a log range needs low > 0, got {low}", example)
     for value in (low, high):
         _check_value(key, value, raw)
     return Dimension(key, low=low, high=high, log=log, integer=integer)

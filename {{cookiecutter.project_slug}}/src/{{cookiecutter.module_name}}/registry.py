@@ -39,8 +39,8 @@ KINDS = {
 }
 # How many arguments every function of a kind gets first; its own keyword arguments follow.
 FIXED = {"source": 3, "augmentation": 2, "architecture": 3}  # (path, data, kind), (image, key), ...
-# Where a component's own arguments are given: the key, and the key naming the component.
-ARGUMENTS = {"model.args": "model.architecture", "data.args": "data.source"}
+# Where a component's own arguments are given, and the kind of that component.
+ARGUMENTS = {"model.args": "architecture", "data.args": "source"}
 _ENTRIES: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
 _imported = False
 
@@ -160,16 +160,15 @@ def check(params: Params) -> None:
             if kind == "augmentation":
                 arguments(kind, name, args, f"{key}.{name}")
     dims = sweep_space(params).values()
-    for key, named_by in ARGUMENTS.items():
-        kind = next(k for k, (name_key, _) in KINDS.items() if name_key == named_by)
-        given = getattr(params, key.split(".")[0]).args
-        arguments(kind, values[named_by], given, key)
+    for key, kind in ARGUMENTS.items():
+        name, given = values[KINDS[kind][0]], getattr(params, key.split(".")[0]).args
+        arguments(kind, name, given, key)
         for dim in dims:
             if dim.key.startswith(f"{key}."):
                 tried = [*dim.choices, *(v for v in (dim.low, dim.high) if v is not None)]
                 for value in tried:
                     arg = dim.key.removeprefix(f"{key}.")
-                    arguments(kind, values[named_by], {**given, arg: value}, f"sweep.space.{key}")
+                    arguments(kind, name, {**given, arg: value}, f"sweep.space.{key}")
 
 
 def import_all() -> None:

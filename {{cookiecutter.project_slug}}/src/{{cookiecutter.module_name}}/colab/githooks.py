@@ -1,11 +1,7 @@
 """Notebook hygiene in git, registered by `install` (`make hooks`, every notebook's setup):
-
-- nbstripout, the clean filter of `*.ipynb` (named in the committed `.gitattributes`): outputs,
-  counts and Colab's churn never reach git; the runtime the notebook expects is kept.
-- nbdime's diff and merge drivers. `.gitattributes` names nbdime's (`diff=jupyternotebook`) and
-  nbstripout is installed against that file, so it adds no `diff=` of its own; nbdime's driver
-  runs the filter first, so diffs show stripped notebooks.
-- the pre-commit hook, when pre-commit is installed (a dev tool, not on Colab).
+nbstripout as the clean filter of `*.ipynb` (outputs, counts and Colab's churn never reach git),
+nbdime's diff and merge drivers (they run the filter first: diffs show stripped notebooks), and
+the pre-commit hook where pre-commit is installed (a dev tool, not on Colab).
 """
 
 from __future__ import annotations

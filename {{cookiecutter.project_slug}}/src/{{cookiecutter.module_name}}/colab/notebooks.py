@@ -1,17 +1,6 @@
-"""The notebooks' side of the package: the shared start of a session, and headless runs.
-
-- `start_session`, called by every notebook's setup cell once the package is importable: git
-  hooks, the environment log, the seed; on Colab also `keep_state_on_storage`, which puts what
-  must outlive the VM in the storage folder on Drive (TensorBoard logs, run records, the trained
-  model, which restore.py brings back on a new VM, the DVC remote).
-- `check_accelerator` (02), and `stop_unless_trained` / `stop_unless_swept`: one line of advice
-  for `train`'s or `sweep`'s exit code.
-- `push_stage`: record a stage that ran in `dvc.lock` and push it with DVC's run cache, so another
-  machine restores it (`dvc pull`, `dvc repro`) instead of running it again.
-- `run_notebooks` (`make notebooks`, `python -m <module> notebooks`) executes every numbered
-  notebook with papermill, in order, and writes each executed notebook and its HTML report to
-  `results/reports/`.
-"""
+"""The notebooks' side of the package: the shared start of a session (`start_session`, and on
+Colab `keep_state_on_storage`), one line of advice for `train`'s or `sweep`'s exit code, DVC's
+record of a stage a notebook ran (`push_stage`), and headless runs (`run_notebooks`)."""
 
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..config import load_params, parse_assignment
+from ..config import flat, load_params
 from ..core.environment import log_environment
 from ..core.storage import on_colab, storage_root
 from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
@@ -115,48 +104,54 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
 def stop_unless_trained(exit_code: int, run_name: str) -> None:
     """Nothing when `train` finished (exit code 0); else stop the cell with one line: what the
     exit code means for run `run_name` and what to do (docs/training-faults.md)."""
+    run = f"run '{run_name}'"
     advice = {
-        1: "the hardware or the storage failed (the error above says which); fix it, then run "
-        "this cell again",
-        2: f"a setting or the data is not valid, or differs from what run '{run_name}' was "
-        "started with (the error above names it); put it back to resume the run, or set "
-        "run_name to a new name to train another run (this one keeps its checkpoints)",
-        EXIT_BUDGET: f"train.time_budget_minutes ran out and run '{run_name}' saved a "
-        "checkpoint; run this cell again to continue it",
-        EXIT_LEASE_HELD: f"another session is training run '{run_name}' (the error above names "
-        "it); let it finish, or set run_name to train another run; if that session is gone, "
-        "run this cell again: its lease is taken over once its heartbeats have stopped",
-        EXIT_LEASE_LOST: f"another session took run '{run_name}' over while this one trained; "
-        "this one saved its checkpoint and stopped. Follow the run in that session",
-        130: f"interrupted; run '{run_name}' saved a checkpoint: run this cell again to resume",
-        143: f"stopped (SIGTERM); run '{run_name}' saved a checkpoint: run this cell again to "
-        "resume",
+        2: f"a setting or the data is not valid, or differs from what {run} was started with "
+        "(the error above names it); put it back to resume the run, or set run_name to a new "
+        "name to train another run (this one keeps its checkpoints)",
+        EXIT_BUDGET: f"train.time_budget_minutes ran out and {run} saved a checkpoint; run this "
+        "cell again to continue it",
+        EXIT_LEASE_HELD: f"another session is training {run} (the error above names it); let it "
+        "finish, or set run_name to train another run; if that session is gone, run this cell "
+        "again: its lease is taken over once its heartbeats have stopped",
+        EXIT_LEASE_LOST: f"another session took {run} over while this one trained; this one "
+        "saved its checkpoint and stopped. Follow the run in that session",
     }
-    if exit_code:
-        what = advice.get(exit_code, "see the message above")
-        raise NotebookStop(f"Training stopped (exit code {exit_code}): {what}.")
+    _stop("Training", exit_code, run, advice)
 
 
 def stop_unless_swept(exit_code: int, sweep_name: str) -> None:
     """Nothing when `sweep` finished (exit code 0); else stop the cell with one line: what the
     exit code means for sweep `sweep_name` and what to do. Every stop keeps the study."""
+    sweep = f"sweep '{sweep_name}'"
     advice = {
         1: "the hardware or the storage failed (the error above says which); fix it, then run "
         "this cell again: the study goes on where it stopped",
         2: "a setting, the search space or the data is not valid (the error above names it); "
         "fix it and run this cell again, or set sweep_name to start another study",
-        EXIT_BUDGET: f"sweep.time_budget_minutes ran out; sweep '{sweep_name}' keeps its "
-        "trials: run this cell again to go on",
-        EXIT_LEASE_HELD: "another session is training a trial of this sweep outside it (the "
-        "error above names the run); run this cell again once it has finished",
-        130: f"interrupted; the trial saved a checkpoint: run this cell again to resume sweep "
-        f"'{sweep_name}' at that trial",
-        143: f"stopped (SIGTERM); the trial saved a checkpoint: run this cell again to resume "
-        f"sweep '{sweep_name}'",
+        EXIT_BUDGET: f"sweep.time_budget_minutes ran out; {sweep} keeps its trials: run this "
+        "cell again to go on",
+        EXIT_LEASE_HELD: f"another session holds {sweep} or a run of its trials (the error above "
+        "names it); let it finish, or set sweep_storage to a database URL to share the study; "
+        "only if that session is gone, set take_over = True and run this cell again",
+        EXIT_LEASE_LOST: f"another session took {sweep} over; this one saved its trial's "
+        "checkpoint and stopped. Follow the sweep in that session",
+    }
+    _stop("Sweep", exit_code, f"the trial of {sweep}", advice)
+
+
+def _stop(what: str, exit_code: int, saver: str, advice: dict[int, str]) -> None:
+    """Raise NotebookStop with the advice for `exit_code` (those of 1, 130 and 143 shared)."""
+    advice = {
+        1: "the hardware or the storage failed (the error above says which); fix it, then run "
+        "this cell again",
+        130: f"interrupted; {saver} saved a checkpoint: run this cell again to resume",
+        143: f"stopped (SIGTERM); {saver} saved a checkpoint: run this cell again to resume",
+        **advice,
     }
     if exit_code:
-        what = advice.get(exit_code, "see the message above")
-        raise NotebookStop(f"Sweep stopped (exit code {exit_code}): {what}.")
+        said = advice.get(exit_code, "see the message above")
+        raise NotebookStop(f"{what} stopped (exit code {exit_code}): {said}.")
 
 
 def sync_run_records(runs: Path, kept: Path) -> int:
@@ -181,11 +176,11 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
     cache to the DVC remote; True when pushed. A run with values other than params.yaml's
     (`overrides`, the notebook's parameters) is not the stage: the note says which differ."""
     project_dir = Path(project_dir)
-    saved = yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8"))
+    saved = flat(yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8")))
     differ = [
-        f"{key}={value!r} (params.yaml: {_dotted(saved, key)!r})"
+        f"{key}={value!r} (params.yaml: {saved.get(key)!r})"
         for key, value in (overrides or {}).items()
-        if _dotted(saved, key) != value
+        if saved.get(key) != value
     ]
     if differ:
         print(
@@ -205,18 +200,6 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
             return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
     return True
-
-
-def _dotted(tree: dict[str, Any], key: str) -> Any:
-    """`_dotted(params, "train.epochs")`: the value at a dotted key, None when absent."""
-    for part in key.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
-
-
-def parse_parameters(items: list[str]) -> dict[str, Any]:
-    """`["epochs=1", "run_name=nb"]` -> {"epochs": 1, "run_name": "nb"} (YAML types)."""
-    return dict(parse_assignment(item, "-p", "epochs=1") for item in items)
 
 
 def run_notebooks(
@@ -243,12 +226,12 @@ def run_notebooks(
         raise NotebookError(f"no notebooks matching {PATTERN} in {project_dir / 'notebooks'}")
     parameters = parameters or {}
     declared = {nb: set(papermill.inspect_notebook(str(nb))) for nb in notebooks}
-    unknown = set(parameters) - set().union(*declared.values())
+    known = set().union(*declared.values())
+    unknown = sorted(set(parameters) - known)
     if unknown:
-        known = ", ".join(sorted(set().union(*declared.values())))
         raise NotebookError(
-            f"-p {sorted(unknown)[0]}: no notebook has this parameter (they have: {known}; "
-            "example: -p epochs=1)"
+            f"-p {unknown[0]}: no notebook has this parameter (they have: "
+            f"{', '.join(sorted(known))}; example: -p epochs=1)"
         )
     out_dir = project_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ the recorded data). Nothing on the VM is overwritten.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -43,25 +44,26 @@ def load_run_params(project_dir: Path, overrides: dict[str, Any] | None = None) 
 def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
     """Before 02 trains: the data run `run_name` was trained on (its newest checkpoint's
     fingerprint), or for a new run the data dvc.lock records; one line saying what was done."""
-    project_dir = Path(project_dir)
     params = load_run_params(project_dir, overrides)
-    storage = storage_root(project_dir)
-    meta = newest_meta(storage / "checkpoints" / params.run_name) or {}
-    data_hash = (meta.get("fingerprint") or {}).get("data")
-    return restore_data(project_dir, params, storage, data_hash, f"run '{params.run_name}'")
+    return _restore_trained_on(project_dir, params, params.run_name, f"run '{params.run_name}'")
 
 
 def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
     """Before 04 searches: the data the sweep's trials were trained on (the newest checkpoint of
     its runs `<sweep.name>-<n>`), or for a new sweep the data dvc.lock records; one line."""
-    project_dir = Path(project_dir)
     params = load_run_params(project_dir, overrides)
-    storage = storage_root(project_dir)
     name = params.sweep.name
-    metas = [newest_meta(run) or {} for run in (storage / "checkpoints").glob(f"{name}-*")]
-    hashes = [(m.get("fingerprint") or {}).get("data") for m in metas]
+    return _restore_trained_on(project_dir, params, f"{name}-*", f"sweep '{name}'")
+
+
+def _restore_trained_on(project_dir: Path, params: Params, runs: str, whose: str) -> str:
+    """`restore_data` for the data the runs matching `runs` were trained on (the first newest
+    checkpoint's fingerprint found), or the data dvc.lock records."""
+    storage = storage_root(Path(project_dir))
+    metas = [newest_meta(run) or {} for run in (storage / "checkpoints").glob(runs)]
+    hashes = [(meta.get("fingerprint") or {}).get("data") for meta in metas]
     data_hash = next((h for h in hashes if h), None)
-    return restore_data(project_dir, params, storage, data_hash, f"sweep '{name}'")
+    return restore_data(Path(project_dir), params, storage, data_hash, whose)
 
 
 def run_facts(project_dir: Path, storage: Path | None = None) -> dict[str, Any]:
@@ -212,9 +214,8 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
         return None
     run_name = run_facts(project_dir, storage).get("run_name") or "run"
     target = Path(storage) / MODELS / run_name
-    if (target / "train.json").is_file() and (target / "train.json").read_bytes() == files[
-        "train.json"
-    ].read_bytes():
+    kept = target / "train.json"
+    if kept.is_file() and filecmp.cmp(kept, files["train.json"], shallow=False):
         return f"Model of run '{run_name}': in {target} already"
     partial, old = target.with_name(f".{run_name}.partial"), target.with_name(f".{run_name}.old")
     for leftover in (partial, old):

@@ -1,14 +1,12 @@
 """Before anything is installed on Colab: can this runtime run the project as locked?
 
-`stop_on_tpu` refuses a TPU runtime at once: Colab's have had no TensorFlow since 2025-03, and no
-`tensorflow-tpu` build works beside their JAX and libtpu. `check_runtime` compares the runtime
-with the snapshot of Colab's GPU runtime that requirements.txt was locked to: Python, tensorflow,
-keras and numpy, and every other preinstalled package with its pin (tools/lock.py's OVERRIDES
-excepted). Installing the lock over a runtime that moved on would replace TensorFlow, Keras or
-NumPy and need a restart: where they differ it stops in one line naming them and the ways out,
-and saves this runtime's `pip freeze` to the storage folder (`make lock COLAB_FREEZE=<file>`).
-Off Colab both do nothing. Runs from the checkout before anything is installed: the standard
-library only (core.hardware too).
+`stop_on_tpu` refuses a TPU runtime at once (Colab's have had no TensorFlow since 2025-03).
+`check_runtime` compares the runtime with the snapshot of Colab's GPU runtime that
+requirements.txt was locked to (Python, then every preinstalled package the lock pins, but
+tools/lock.py's OVERRIDES): where they differ, installing the lock would replace them and need a
+restart, so it stops in one line naming them and the ways out, and saves this runtime's `pip
+freeze` to the storage folder (docs/troubleshooting.md). Off Colab both do nothing. The standard
+library only (core.hardware too): it runs from the checkout before anything is installed.
 """
 
 from __future__ import annotations
