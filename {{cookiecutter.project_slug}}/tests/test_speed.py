@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import sets, tensorboard_values
-from PIL import Image
+from examples import write_images
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.training.run_record import list_runs
@@ -22,17 +22,6 @@ LAST = re.compile(
     r"bottleneck=(input|compute) input_examples_per_sec=(\S+) "
     r"compute_examples_per_sec=(\S+) together_examples_per_sec=(\S+)"
 )
-
-
-def _images(folder: Path, per_class: int = 12) -> None:
-    """PNG class folders: three classes of 20x20 RGB images, told apart by colour."""
-    rng = np.random.default_rng(0)
-    for k, name in enumerate(("red", "green", "blue")):
-        (folder / name).mkdir(parents=True)
-        for i in range(per_class):
-            pixels = rng.integers(0, 60, (20, 20, 3), dtype=np.uint8)
-            pixels[..., k] += 180
-            Image.fromarray(pixels).save(folder / name / f"{i}.png")
 
 
 def _csv(path: Path, rows: int = 200) -> None:
@@ -46,7 +35,7 @@ def _csv(path: Path, rows: int = 200) -> None:
 
 CASES = {
     # The small image folder, streamed (decoded every step), one replica.
-    "images": (_images, "images", "data.source=images", "data.image_size=[16,16]",
+    "images": (write_images, "images", "data.source=images", "data.image_size=[16,16]",
                "data.image_channels=3", "model.architecture=cnn", "model.filters=[8]",
                "distribute.strategy=default"),
     # A CSV held in memory (no per-step iterator) under two logical-CPU replicas.
