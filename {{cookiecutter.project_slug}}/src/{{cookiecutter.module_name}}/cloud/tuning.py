@@ -1,12 +1,6 @@
-"""`vertex --sweep`: the sweep's search as a Vertex AI hyperparameter tuning job.
-
-`sweep:` becomes a HyperparameterTuningJob (Vertex AI v1): the space as its parameters,
-`train.monitor` as its metric, `sweep.sampler` as its algorithm, `sweep.pruner: median` as its
-median stopping (Vertex AI's rule: a trial's best value against the median of the completed
-trials' running averages), and as each trial the custom job of `vertex`, which the command line
-passes in. The trial runs `train --sweep-trial <name>` with Vertex AI's `--<key>=<value>`
-arguments as the run `<name>-vertex-<trial id>` (checkpoints in the bucket: a restarted trial
-resumes) and reports `train.monitor` after each epoch through cloudml-hypertune.
+"""`vertex --sweep`: the sweep's search as a Vertex AI hyperparameter tuning job (Vertex AI v1),
+whose trials run `train --sweep-trial <name>` and report `train.monitor` through
+cloudml-hypertune (docs/training.md, "Beyond one machine: Vertex AI").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`python -m <module> sweep`: a hyperparameter search whose trials are ordinary training runs.
 
-The Optuna study (sweep_study.py) proposes each trial's values and prunes it; the trial trains
-as the run `<name>-<number>` (`train` with the values as `--set` overrides), so a trial cut off
-by a disconnect resumes at its next batch. One session: a trial that a killed session left
-running is taken up first, under its own number. A database: Optuna's heartbeat marks a dead
-worker's trial failed and queues its retry, which trains as that trial's run (from its checkpoint
-where the storage root is shared); each worker goes on until `n_trials` trials are finished.
+Each trial trains as the run `<name>-<number>`, so a trial cut off resumes at its next batch,
+under its own number; the study is Optuna's (sweep_study.py). docs/training.md, Sweeps.
 """
 
 from __future__ import annotations

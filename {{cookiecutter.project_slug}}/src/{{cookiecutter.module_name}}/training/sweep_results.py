@@ -1,12 +1,5 @@
-"""What a sweep leaves: the trials table and figure, the checkpoints kept, and `sweep --best`.
-
-- `results/sweeps/<name>/trials.csv`: the whole study, every worker's trials: `number`, `state`,
-  one column per searched key, then `train.monitor` (a complete trial's best epoch, a pruned
-  one's last); `trials.png`: that value per trial with the best so far, and against each key.
-- `sweep --best` copies the best trial's model and train.json to `results/models/` and
-  `results/metrics/`, and writes its settings into the params file (comments kept), `run_name`
-  included: params, model and metrics then agree, so `dvc commit train` records them as the
-  `train` stage. A trial trained on another machine gets its results from its checkpoint first.
+"""What a sweep leaves: `results/sweeps/<name>/trials.csv` and `trials.png`, the checkpoints
+kept, and `sweep --best` (docs/training.md, Sweeps).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""A sweep's Optuna study: where it is stored, how it samples and prunes.
-
-- No `sweep.storage`: Optuna's JournalStorage in `<storage>/sweeps/<name>/journal.log` (Drive on
-  Colab: a new VM goes on where the last one stopped). The sweep's lease beside it makes one
-  session the only writer, so the journal takes no file lock (Optuna's default lock is a symlink,
-  which Drive lacks). Drive can cut a VM's last write: a cut last line is dropped before the next
-  append (Optuna's reader fails on the line that follows one).
-- A database URL: Optuna's RDBStorage shared by every worker, with Optuna's heartbeat. The
-  password comes from `SWEEP_STORAGE_PASSWORD`, Colab's secrets or `~/.pgpass`, never the URL.
+"""A sweep's Optuna study: where it is stored (a journal on the storage root, or a database),
+how it samples and prunes. docs/training.md says which storage to pick when.
 """
 
 from __future__ import annotations
