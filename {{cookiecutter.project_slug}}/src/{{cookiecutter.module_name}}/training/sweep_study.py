@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy
+import yaml
 from optuna.distributions import BaseDistribution
 
 from ..config import ConfigError, Params, load_params, sweep_space, yaml_text
@@ -67,13 +68,14 @@ class Sweep:
         return load_params(self.params_file, [*overrides, *sets, f"run_name={run}"])
 
     def values(self, chosen: dict[str, Any]) -> dict[str, Any]:
-        """A trial's Optuna params as the params file takes them: a choice as it is written there
-        (Optuna holds a list's YAML text)."""
-        written = {k: self.cfg.space[k].get("choices") for k in chosen}
-        return {
-            k: written[k][self.space[k].choices.index(v)] if written[k] else v
-            for k, v in chosen.items()
+        """A trial's Optuna params as the params file takes them (Optuna holds choices that are
+        lists or mappings as their YAML text)."""
+        encoded = {
+            key
+            for key, spec in self.cfg.space.items()
+            if any(isinstance(c, (list, dict)) for c in spec.get("choices", []))
         }
+        return {k: yaml.safe_load(v) if k in encoded else v for k, v in chosen.items()}
 
 
 def searched(params: Params) -> dict[str, BaseDistribution]:
