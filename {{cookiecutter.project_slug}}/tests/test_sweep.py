@@ -24,11 +24,10 @@ from {{ cookiecutter.module_name }}.config import ConfigError, load_params, swee
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.sweep_study import (
     JOURNAL,
-    distributions,
+    Sweep,
     journal_storage,
     make_sampler,
     study_folder,
-    values_of,
 )
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -46,8 +45,14 @@ BAD_SPACES = [
     ("{trian.lr: {low: 0.1, high: 1.0}}", "sweep.space.trian.lr: not a params key"),
     ("{train: {low: 0.1, high: 1.0}}", "sweep.space.train: a section"),
     ("{run_name: {choices: [a, b]}}", "sweep.space.run_name: run_name cannot be searched"),
-    ("{train.learning_rate: {low: 0.0, high: 0.1, log: true}}", "needs low > 0"),
-    ("{train.learning_rate: {low: 0.1, high: 0.01}}", "low (0.1) must be below high"),
+    (
+        "{train.learning_rate: {low: 0.0, high: 0.1, log: true}}",
+        "`low > 0` must hold for `log=True`",
+    ),
+    (
+        "{train.learning_rate: {low: 0.1, high: 0.01}}",
+        "`low <= high` must hold, but got (low=0.1, high=0.01)",
+    ),
     ("{train.learning_rate: {low: 0.1}}", "give low and high, or choices"),
     ("{train.learning_rate: {low: 0.1, hi: 1.0}}", "unknown field 'hi'"),
     ("{train.optimizer: {low: 1, high: 2}}", "train.optimizer is not a number"),
@@ -88,8 +93,11 @@ def test_the_default_space_and_its_kinds() -> None:
             "high: 1.0e-2, log: true}}"
         )
     )
-    assert dims["train.epochs"].integer and not dims["train.learning_rate"].integer
-    assert dims["model.hidden_units"].override([128, 64]) == "model.hidden_units=[128, 64]"
+    assert dims["train.epochs"] == optuna.distributions.IntDistribution(2, 8)
+    assert dims["train.learning_rate"] == optuna.distributions.FloatDistribution(
+        1e-4, 1e-2, log=True
+    )
+    assert dims["model.hidden_units"].choices == ("[64]", "[128, 64]")  # Optuna stores text
     assert set(sweep_space(params_with())) == {
         "train.learning_rate",
         "model.dropout",
@@ -164,7 +172,7 @@ def test_a_study_of_the_old_event_files_is_refused_and_kept(tmp_path: Path, monk
     assert [p.name for p in old.parent.iterdir()] == ["sessions"] and len(list(old.iterdir())) == 1
 
 
-def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path) -> None:
+def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path, monkeypatch) -> None:
     """Two workers asking at once (two samplers, one study) get different values; the same
     trial number gets the same values from any sampler."""
     params = params_with("sweep.sampler=random")
@@ -176,14 +184,15 @@ def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path) -> N
         )
         for _ in range(2)
     ]
-    first, second = (s.ask(distributions(dims)) for s in studies)
+    first, second = (s.ask(dims) for s in studies)
     assert (first.number, second.number) == (0, 1) and first.params != second.params
-    again = optuna.create_study(sampler=make_sampler(params, dims)).ask(distributions(dims))
+    again = optuna.create_study(sampler=make_sampler(params, dims)).ask(dims)
     assert again.params == first.params
     lists = params_with("sweep.space={model.hidden_units: {choices: [[8], [16, 8]]}}")
-    dims = sweep_space(lists)
-    trial = optuna.create_study(sampler=make_sampler(lists, dims)).ask(distributions(dims))
-    assert values_of(dims, trial.params)["model.hidden_units"] in ([8], [16, 8])
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
+    sweep = Sweep(lists, PROJECT / "params.yaml", PROJECT, [])
+    trial = sweep.study.ask(sweep.space)
+    assert sweep.values(trial.params)["model.hidden_units"] in ([8], [16, 8])
 
 
 # -- whole sweeps ----------------------------------------------------------------------------------

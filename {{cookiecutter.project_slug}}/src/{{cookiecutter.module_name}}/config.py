@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from pydantic import (
     BeforeValidator,
     Field,
@@ -381,45 +387,31 @@ RANGE_EXAMPLE = "{low: 1.0e-4, high: 1.0e-2, log: true}"
 CHOICES_EXAMPLE = "{choices: [adam, adamw]}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Dimension:
-    """One searched key: a range of numbers (`low`..`high`, maybe on a log scale) or `choices`."""
-
-    key: str
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    choices: tuple[Any, ...] = ()
-    integer: bool = False  # the key takes integers (a range of integers)
-
-    def override(self, value: Any) -> str:
-        """`key=value` for `--set`, the value in YAML flow style (lists and quoted text kept)."""
-        return f"{self.key}={yaml_text(value)}"
-
-
 def yaml_text(value: Any) -> str:
     """`value` as one line of YAML that reads back as the same value: 0.001, adam, [64, 32]."""
     return yaml.safe_dump([value], default_flow_style=True, width=1 << 20).strip()[1:-1]
 
 
-def sweep_space(params: Params) -> dict[str, Dimension]:
-    """`sweep.space` checked: each key a params key, each range or choice a value it takes. The
-    first problem is a ConfigError in one line naming `sweep.space.<key>` and a valid example."""
+def sweep_space(params: Params) -> dict[str, BaseDistribution]:
+    """`sweep.space` checked, as Optuna's distributions: each key a params key, each range or
+    choice a value it takes; a choice that Optuna cannot store (a list, a mapping) is its YAML
+    text. The first problem is a ConfigError in one line naming `sweep.space.<key>` and a valid
+    example."""
     cfg = params.sweep
     raw = params.to_dict()
-    dims = {key: _dimension(key, spec, raw) for key, spec in cfg.space.items()}
+    space = {key: _distribution(key, spec, raw) for key, spec in cfg.space.items()}
     if cfg.sampler == "grid":
-        for dim in dims.values():
-            if not dim.choices:
+        for key, dist in space.items():
+            if not isinstance(dist, CategoricalDistribution):
                 example = "{choices: [1.0e-4, 1.0e-3, 1.0e-2]}"
-                raise _refused(dim.key, "the grid sampler needs choices", example)
-        points = math.prod(len(dim.choices) for dim in dims.values())
+                raise _refused(key, "the grid sampler needs choices", example)
+        points = math.prod(len(dist.choices) for dist in space.values())
         if cfg.n_trials > points:
             raise ConfigError(
                 f"sweep.n_trials: {cfg.n_trials}, but the grid has {points} points "
                 f"(example: --set sweep.n_trials={points})"
             )
-    return dims
+    return space
 
 
 def _refused(key: str, problem: str, example: str) -> ConfigError:
@@ -427,7 +419,7 @@ def _refused(key: str, problem: str, example: str) -> ConfigError:
     return ConfigError(f"sweep.space.{key}: {problem} (example: {example})")
 
 
-def _dimension(key: str, spec: Any, raw: dict[str, Any]) -> Dimension:
+def _distribution(key: str, spec: Any, raw: dict[str, Any]) -> BaseDistribution:
     """One entry of `sweep.space`, checked against the params schema."""
     section = key.split(".")[0]
     if section in NOT_SEARCHABLE:
@@ -442,11 +434,11 @@ def _dimension(key: str, spec: Any, raw: dict[str, Any]) -> Dimension:
         known = ", ".join(SPACE_FIELDS)
         raise _refused(key, f"unknown field {unknown[0]!r} (known: {known})", RANGE_EXAMPLE)
     if "choices" in spec:
-        return _choices(key, spec, info, raw)
+        return _choices(key, spec, raw)
     return _range(key, spec, info, raw)
 
 
-def _choices(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
+def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> CategoricalDistribution:
     choices = spec["choices"]
     if set(spec) - {"choices"}:
         raise _refused(key, "give either low and high or choices, not both", CHOICES_EXAMPLE)
@@ -456,11 +448,11 @@ def _choices(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> 
         raise _refused(key, "a choice is listed twice", CHOICES_EXAMPLE)
     for value in choices:
         _check_value(key, value, raw)
-    integer = info.annotation is int if info else all(_is_int(c) for c in choices)
-    return Dimension(key, choices=tuple(choices), integer=integer)
+    encoded = any(isinstance(c, (list, dict)) for c in choices)
+    return CategoricalDistribution([yaml_text(c) for c in choices] if encoded else choices)
 
 
-def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Dimension:
+def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> BaseDistribution:
     low, high = _number_from_text(spec.get("low")), _number_from_text(spec.get("high"))
     integer = info.annotation is int if info else _is_int(low) and _is_int(high)
     if info is not None and info.annotation not in (int, float):
@@ -474,13 +466,13 @@ def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Di
         raise _refused(key, f"low and high must be {'integers' if integer else 'numbers'}", example)
     if not isinstance(log, bool):
         raise _refused(key, "log must be true or false", example)
-    if not low < high:
-        raise _refused(key, f"low ({low}) must be below high ({high})", example)
-    if log and low <= 0:
-        raise _refused(key, f"a log range needs low > 0, got {low}", example)
+    try:  # Optuna checks the range itself: low <= high, low > 0 on a log scale
+        dist = (IntDistribution if integer else FloatDistribution)(low, high, log=log)
+    except ValueError as exc:
+        raise _refused(key, str(exc).rstrip("."), example) from None
     for value in (low, high):
         _check_value(key, value, raw)
-    return Dimension(key, low=low, high=high, log=log, integer=integer)
+    return dist
 
 
 def _check_value(key: str, value: Any, raw: dict[str, Any]) -> None:

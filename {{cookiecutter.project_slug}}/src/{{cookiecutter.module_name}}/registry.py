@@ -159,15 +159,15 @@ def check(params: Params) -> None:
             lookup(kind, name)
             if kind == "augmentation":
                 arguments(kind, name, args, f"{key}.{name}")
-    dims = sweep_space(params).values()
+    space = sweep_space(params)
     for key, kind in ARGUMENTS.items():
         name, given = values[KINDS[kind][0]], getattr(params, key.split(".")[0]).args
         arguments(kind, name, given, key)
-        for dim in dims:
-            if dim.key.startswith(f"{key}."):
-                tried = [*dim.choices, *(v for v in (dim.low, dim.high) if v is not None)]
-                for value in tried:
-                    arg = dim.key.removeprefix(f"{key}.")
+        for searched, dist in space.items():
+            if searched.startswith(f"{key}."):
+                spec = params.sweep.space[searched]  # the choices as written, not as Optuna's
+                for value in spec.get("choices") or [dist.low, dist.high]:
+                    arg = searched.removeprefix(f"{key}.")
                     arguments(kind, name, {**given, arg: value}, f"sweep.space.{key}")
 
 

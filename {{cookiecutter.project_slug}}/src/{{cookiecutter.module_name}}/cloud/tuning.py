@@ -1,12 +1,6 @@
-"""`vertex --sweep`: the sweep's search as a Vertex AI hyperparameter tuning job.
-
-`sweep:` becomes a HyperparameterTuningJob (Vertex AI v1): the space as its parameters,
-`train.monitor` as its metric, `sweep.sampler` as its algorithm, `sweep.pruner: median` as its
-median stopping (Vertex AI's rule: a trial's best value against the median of the completed
-trials' running averages), and as each trial the custom job of `vertex`, which the command line
-passes in. The trial runs `train --sweep-trial <name>` with Vertex AI's `--<key>=<value>`
-arguments as the run `<name>-vertex-<trial id>` (checkpoints in the bucket: a restarted trial
-resumes) and reports `train.monitor` after each epoch through cloudml-hypertune.
+"""`vertex --sweep`: the sweep's search as a Vertex AI hyperparameter tuning job (Vertex AI v1),
+whose trials run `train --sweep-trial <name>` and report `train.monitor` through
+cloudml-hypertune (docs/training.md, "Beyond one machine: Vertex AI").
 """
 
 from __future__ import annotations
@@ -17,8 +11,9 @@ from typing import Any
 
 import hypertune  # type: ignore[import-not-found]
 import yaml
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from ..config import COMMAND, ConfigError, Dimension, Params, load_params, sweep_space, yaml_text
+from ..config import COMMAND, ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root
 from ..training.early_stopping import mode_for
 from ..training.policy import RunHooks
@@ -30,7 +25,7 @@ ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid":
 
 def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     """The HyperparameterTuningJob of `sweep:` whose trials run the CustomJobSpec `trial_job`."""
-    dims, sweep, monitor = searched(params), params.sweep, params.train.monitor
+    space, sweep, monitor = searched(params), params.sweep, params.train.monitor
     if params.vertex.parallel_trials > sweep.n_trials:
         raise ConfigError(
             f"vertex.parallel_trials: {params.vertex.parallel_trials} is more than sweep.n_trials "
@@ -45,7 +40,7 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     goal = "MINIMIZE" if mode_for(monitor) == "min" else "MAXIMIZE"
     study: dict[str, Any] = {
         "metrics": [{"metricId": monitor, "goal": goal}],
-        "parameters": [parameter_spec(dim) for dim in dims.values()],
+        "parameters": [parameter_spec(key, dist) for key, dist in space.items()],
         "algorithm": ALGORITHMS[sweep.sampler],
         # The trial's result is its best epoch, as locally: train keeps the best weights.
         "measurementSelectionType": "BEST_MEASUREMENT",
@@ -62,41 +57,37 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parameter_spec(dim: Dimension) -> dict[str, Any]:
-    """One searched key as a StudySpec ParameterSpec (its parameterId is the dotted key); the
-    space was checked when the params were read (ranges, log scales, the grid's choices)."""
-    if dim.choices:
-        numbers = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in dim.choices)
-        if numbers:
-            values = sorted(float(c) for c in dim.choices)
-            return {
-                "parameterId": dim.key,
-                "discreteValueSpec": {"values": values},
-                "scaleType": "UNIT_LINEAR_SCALE",
-            }
-        texts = [c if isinstance(c, str) else yaml_text(c) for c in dim.choices]
-        return {"parameterId": dim.key, "categoricalValueSpec": {"values": texts}}
-    scale = "UNIT_LOG_SCALE" if dim.log else "UNIT_LINEAR_SCALE"
-    if dim.integer:
-        bounds = {"minValue": int(dim.low), "maxValue": int(dim.high)}
-        return {"parameterId": dim.key, "integerValueSpec": bounds, "scaleType": scale}
-    bounds = {"minValue": float(dim.low), "maxValue": float(dim.high)}
-    return {"parameterId": dim.key, "doubleValueSpec": bounds, "scaleType": scale}
+def parameter_spec(key: str, dist: BaseDistribution) -> dict[str, Any]:
+    """One searched key as a StudySpec ParameterSpec (its parameterId is the dotted key)."""
+    if isinstance(dist, CategoricalDistribution):
+        if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in dist.choices):
+            values = sorted(float(c) for c in dist.choices)
+            spec = {"discreteValueSpec": {"values": values}, "scaleType": "UNIT_LINEAR_SCALE"}
+            return {"parameterId": key, **spec}
+        texts = [c if isinstance(c, str) else yaml_text(c) for c in dist.choices]
+        return {"parameterId": key, "categoricalValueSpec": {"values": texts}}
+    scale = "UNIT_LOG_SCALE" if dist.log else "UNIT_LINEAR_SCALE"
+    kind = "integerValueSpec" if isinstance(dist, IntDistribution) else "doubleValueSpec"
+    bounds = {"minValue": dist.low, "maxValue": dist.high}
+    return {"parameterId": key, kind: bounds, "scaleType": scale}
 
 
 # -- inside a trial ------------------------------------------------------------------------------
-def trial_values(argv: list[str], dims: dict[str, Dimension]) -> dict[str, Any]:
-    """Vertex AI's `--<key>=<value>` arguments as typed values (an integer key's discrete value
-    arrives as `64.0`)."""
+def trial_values(argv: list[str], space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    """Vertex AI's `--<key>=<value>` arguments as typed values."""
     values: dict[str, Any] = {}
     for arg in argv:
         key, eq, text = arg.removeprefix("--").partition("=")
-        if not arg.startswith("--") or not eq or key not in dims:
-            known = ", ".join(f"--{k}=..." for k in dims)
+        if not arg.startswith("--") or not eq or key not in space:
+            known = ", ".join(f"--{k}=..." for k in space)
             raise ConfigError(f"train --sweep-trial: unexpected argument {arg!r} (known: {known})")
         value = yaml.safe_load(text) if text.strip() else text
-        integral = dims[key].integer and isinstance(value, float) and value.is_integer()
-        values[key] = int(value) if integral else value
+        choices = getattr(space[key], "choices", ())
+        if value in choices:  # a discrete value arrives as 64.0: take the choice as written
+            value = choices[choices.index(value)]
+        elif isinstance(space[key], IntDistribution) and isinstance(value, float):
+            value = int(value) if value.is_integer() else value
+        values[key] = value
     return values
 
 
@@ -119,10 +110,9 @@ def run_tuning_trial(
             "train --sweep-trial: CLOUD_ML_TRIAL_ID is not set; this runs as a trial of a Vertex "
             f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
         )
-    dims = sweep_space(params)
-    values = trial_values(argv, dims)
+    values = trial_values(argv, sweep_space(params))
     run_name = f"{name}-vertex-{os.environ['CLOUD_ML_TRIAL_ID']}"
-    sets = [dims[k].override(v) for k, v in values.items()]
+    sets = [f"{k}={yaml_text(v)}" for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)
     hooks = RunHooks(

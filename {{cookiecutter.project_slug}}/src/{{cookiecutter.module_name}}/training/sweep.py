@@ -1,11 +1,7 @@
 """`python -m <module> sweep`: a hyperparameter search whose trials are ordinary training runs.
 
-The Optuna study (sweep_study.py) proposes each trial's values and prunes it; the trial trains
-as the run `<name>-<number>` (`train` with the values as `--set` overrides), so a trial cut off
-by a disconnect resumes at its next batch. One session: a trial that a killed session left
-running is taken up first, under its own number. A database: Optuna's heartbeat marks a dead
-worker's trial failed and queues its retry, which trains as that trial's run (from its checkpoint
-where the storage root is shared); each worker goes on until `n_trials` trials are finished.
+Each trial trains as the run `<name>-<number>`, so a trial cut off resumes at its next batch,
+under its own number; the study is Optuna's (sweep_study.py). docs/training.md, Sweeps.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from ..registry import check
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
-from .sweep_study import Sweep, distributions, quiet_optuna, searched, study_folder, values_of
+from .sweep_study import Sweep, quiet_optuna, searched, study_folder
 from .trainer import train
 
 # Keys that may differ between the sessions of one study: they do not change what a trial learns.
@@ -124,9 +120,9 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
         # One session: a running trial is one that a killed session left; take it up as it is.
         adopt = running[0] if running and sweep.lease is not None else None
         if adopt is not None:
-            trial = optuna.trial.Trial(sweep.study, trial_id(sweep, adopt.number))
+            trial = optuna.trial.Trial(sweep.study, adopt._trial_id)
         else:
-            trial = sweep.study.ask(distributions(sweep.dims))
+            trial = sweep.study.ask(sweep.space)
         code = run_trial(sweep, trial, adopt is not None, deadline, take_over and bool(adopt))
         write_trials(sweep)
         kept = keep_best_checkpoints(sweep)
@@ -150,15 +146,15 @@ def run_trial(
     run = trial.user_attrs.get("run") or f"{sweep.cfg.name}-{trial.number}"
     trial.set_user_attr("run", run)  # a retry trains as its original's run
     trial.set_user_attr("overrides", sweep.overrides)
-    values = values_of(sweep.dims, trial.params)
+    values = sweep.values(trial.params)
     how = " was cut off; resuming it with its values" if resumed else ""
-    retried = sweep.storage.get_trial_system_attrs(trial_id(sweep, trial.number))
+    retried = sweep.storage.get_trial_system_attrs(trial._trial_id)
     if "failed_trial" in retried:
         how = f", the retry of trial {retried['failed_trial']} (its worker stopped)"
-    shown = " ".join(sweep.dims[k].override(v) for k, v in values.items())
+    shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
     print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
     stop, pruned = threading.Event(), []
-    threading.Thread(target=_beat, args=(sweep, trial.number, stop), daemon=True).start()
+    threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
     again = " ".join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
     results = sweep.results / run.rsplit("-", 1)[1]
     hooks = RunHooks(results=results, on_epoch=_reporter(sweep, trial, pruned), deadline=deadline)
@@ -190,20 +186,13 @@ def run_trial(
     return 0
 
 
-def trial_id(sweep: Sweep, number: int) -> int:
-    """The storage's id of trial `number`."""
-    study_id = sweep.storage.get_study_id_from_name(sweep.cfg.name)
-    return sweep.storage.get_trial_id_from_study_id_trial_number(study_id, number)
-
-
-def _beat(sweep: Sweep, number: int, stop: threading.Event) -> None:
+def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
     """Optuna's heartbeat of a database trial until `stop`: a worker that dies goes quiet."""
     if sweep.lease is not None:
         return  # one session: the sweep's lease beats
-    beating = trial_id(sweep, number)
     while not stop.is_set():
         with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):  # a blip: the next beat
-            sweep.storage.record_heartbeat(beating)
+            sweep.storage.record_heartbeat(trial_id)
         stop.wait(HEARTBEAT_S)
 
 
@@ -230,7 +219,7 @@ def _check_same_study(sweep: Sweep) -> None:
     """Refuse to add trials to a study started with another space, sampler, monitor or other
     shared params: their values would not compare."""
     values = flat(sweep.params.to_dict())
-    mine = {k: v for k, v in values.items() if k not in sweep.dims and not k.startswith(FREE_KEYS)}
+    mine = {k: v for k, v in values.items() if k not in sweep.space and not k.startswith(FREE_KEYS)}
     mine |= {"sweep.space": sweep.cfg.space, "sweep.sampler": sweep.cfg.sampler}
     first = sweep.study.user_attrs.get("definition")
     if first is None:

@@ -1,12 +1,5 @@
-"""What a sweep leaves: the trials table and figure, the checkpoints kept, and `sweep --best`.
-
-- `results/sweeps/<name>/trials.csv`: the whole study, every worker's trials: `number`, `state`,
-  one column per searched key, then `train.monitor` (a complete trial's best epoch, a pruned
-  one's last); `trials.png`: that value per trial with the best so far, and against each key.
-- `sweep --best` copies the best trial's model and train.json to `results/models/` and
-  `results/metrics/`, and writes its settings into the params file (comments kept), `run_name`
-  included: params, model and metrics then agree, so `dvc commit train` records them as the
-  `train` stage. A trial trained on another machine gets its results from its checkpoint first.
+"""What a sweep leaves: `results/sweeps/<name>/trials.csv` and `trials.png`, the checkpoints
+kept, and `sweep --best` (docs/training.md, Sweeps).
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .checkpoints import list_checkpoints
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, distributions, study_folder, values_of
+from .sweep_study import JOURNAL, Sweep, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -41,8 +34,8 @@ NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% en
 def write_trials(sweep: Sweep) -> pd.DataFrame:
     """trials.csv and trials.png (atomic writes); returns the table."""
     frame = sweep.study.trials_dataframe(attrs=("number", "state", "value", "params"))
-    frame = frame.rename(columns={f"params_{k}": k for k in sweep.dims} | {"value": sweep.monitor})
-    table = frame.reindex(columns=["number", "state", *sweep.dims, sweep.monitor])
+    frame = frame.rename(columns={f"params_{k}": k for k in sweep.space} | {"value": sweep.monitor})
+    table = frame.reindex(columns=["number", "state", *sweep.space, sweep.monitor])
     atomic_write(sweep.results / "trials.csv", table.to_csv(index=False))
     image = io.BytesIO()
     plot_trials(sweep, table).savefig(image, format="png", dpi=100)
@@ -53,7 +46,7 @@ def write_trials(sweep: Sweep) -> pd.DataFrame:
 def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     """The value per trial with the best so far, then against each searched key (circles
     complete, crosses pruned). A Figure, no pyplot: no window, any backend."""
-    monitor, dists = sweep.monitor, distributions(sweep.dims)
+    monitor, dists = sweep.monitor, sweep.space
     figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
     axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
     for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
@@ -116,7 +109,7 @@ def summary(sweep: Sweep, table: pd.DataFrame) -> None:
     )
     with contextlib.suppress(ValueError):  # no complete trial yet
         best = sweep.study.best_trial
-        values = values_of(sweep.dims, best.params)
+        values = sweep.values(best.params)
         shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
         print(
             f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
@@ -139,7 +132,7 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
         raise none_yet
     best = sweep.study.best_trial
     run = best.user_attrs["run"]
-    values, overrides = values_of(sweep.dims, best.params), best.user_attrs["overrides"]
+    values, overrides = sweep.values(best.params), best.user_attrs["overrides"]
     trial = sweep.trial_params(values, run, overrides)
     source = sweep.results / run.rsplit("-", 1)[1]
     if not all((source / file).is_file() for file in PROMOTED):

@@ -1,12 +1,5 @@
-"""A sweep's Optuna study: where it is stored, how it samples and prunes.
-
-- No `sweep.storage`: Optuna's JournalStorage in `<storage>/sweeps/<name>/journal.log` (Drive on
-  Colab: a new VM goes on where the last one stopped). The sweep's lease beside it makes one
-  session the only writer, so the journal takes no file lock (Optuna's default lock is a symlink,
-  which Drive lacks). Drive can cut a VM's last write: a cut last line is dropped before the next
-  append (Optuna's reader fails on the line that follows one).
-- A database URL: Optuna's RDBStorage shared by every worker, with Optuna's heartbeat. The
-  password comes from `SWEEP_STORAGE_PASSWORD`, Colab's secrets or `~/.pgpass`, never the URL.
+"""A sweep's Optuna study: where it is stored (a journal on the storage root, or a database),
+how it samples and prunes. docs/training.md says which storage to pick when.
 """
 
 from __future__ import annotations
@@ -25,9 +18,9 @@ from typing import Any
 import optuna
 import sqlalchemy
 import yaml
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution
 
-from ..config import ConfigError, Dimension, Params, load_params, sweep_space, yaml_text
+from ..config import ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root, storage_root
 from .early_stopping import mode_for
 from .lease import HEARTBEAT_S, STALE_AFTER, Lease
@@ -51,7 +44,7 @@ class Sweep:
         self.params, self.params_file, self.project_dir = params, params_file, project_dir
         self.overrides = overrides  # the command's `--set` items: the base of every trial
         self.lease = lease  # one session's sweep: it writes the journal; None: a database
-        self.cfg, self.monitor, self.dims = params.sweep, params.train.monitor, searched(params)
+        self.cfg, self.monitor, self.space = params.sweep, params.train.monitor, searched(params)
         self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
         self.results = results_root(project_dir) / "sweeps" / self.cfg.name
         with quiet_optuna():
@@ -64,18 +57,28 @@ class Sweep:
                 storage=self.storage,
                 study_name=self.cfg.name,
                 direction=self.direction,
-                sampler=make_sampler(params, self.dims),
+                sampler=make_sampler(params, self.space),
                 pruner=make_pruner(params),
                 load_if_exists=True,
             )
 
     def trial_params(self, values: dict[str, Any], run: str, overrides: list[str]) -> Params:
         """A trial's params: the params file, `overrides`, the trial's values, its run name."""
-        sets = [self.dims[k].override(v) for k, v in values.items()]
+        sets = [f"{k}={yaml_text(v)}" for k, v in values.items()]
         return load_params(self.params_file, [*overrides, *sets, f"run_name={run}"])
 
+    def values(self, chosen: dict[str, Any]) -> dict[str, Any]:
+        """A trial's Optuna params as the params file takes them (Optuna holds choices that are
+        lists or mappings as their YAML text)."""
+        encoded = {
+            key
+            for key, spec in self.cfg.space.items()
+            if any(isinstance(c, (list, dict)) for c in spec.get("choices", []))
+        }
+        return {k: yaml.safe_load(v) if k in encoded else v for k, v in chosen.items()}
 
-def searched(params: Params) -> dict[str, Dimension]:
+
+def searched(params: Params) -> dict[str, BaseDistribution]:
     """The keys `sweep.space` searches; an empty space is one ConfigError line."""
     if not sweep_space(params):
         raise ConfigError(
@@ -192,34 +195,11 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
     raise AssertionError("each attempt returns or raises")
 
 
-# -- the search space, the sampler and the pruner ---------------------------------------------
-def _encoded(dim: Dimension) -> bool:
-    """Choices that Optuna cannot store (lists, mappings) go to it as their YAML text."""
-    return any(isinstance(c, (list, dict)) for c in dim.choices)
-
-
-def distributions(dims: dict[str, Dimension]) -> dict[str, Any]:
-    """Optuna's distribution for each searched key."""
-    out: dict[str, Any] = {}
-    for key, dim in dims.items():
-        if dim.choices:
-            choices = [yaml_text(c) for c in dim.choices] if _encoded(dim) else list(dim.choices)
-            out[key] = CategoricalDistribution(choices)
-        elif dim.integer:
-            out[key] = IntDistribution(int(dim.low), int(dim.high), log=dim.log)
-        else:
-            out[key] = FloatDistribution(float(dim.low), float(dim.high), log=dim.log)
-    return out
-
-
-def values_of(dims: dict[str, Dimension], params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's Optuna params as the params file takes them."""
-    return {k: yaml.safe_load(v) if _encoded(dims[k]) else v for k, v in params.items()}
-
-
+# -- the sampler and the pruner ----------------------------------------------------------------
 class PerTrialSeed(optuna.samplers.BaseSampler):
     """A sampler seeded by each trial's number: workers that ask at once get different values,
-    and a sweep started again proposes what an uninterrupted one would."""
+    and a sweep started again proposes what an uninterrupted one would. The inner sampler's
+    `after_trial` is not called: the grid's would stop `optimize`, which is not used here."""
 
     def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
         self.make, self.seed, self.inner = make, seed, make(seed)
@@ -237,15 +217,12 @@ class PerTrialSeed(optuna.samplers.BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: Any, name: str, dist: Any) -> Any:
         return self.inner.sample_independent(study, trial, name, dist)
 
-    def after_trial(self, study: optuna.Study, trial: Any, state: Any, values: Any) -> None:
-        pass  # the grid's would stop `optimize`, which is not used: the loop counts trials
 
-
-def make_sampler(params: Params, dims: dict[str, Dimension]) -> PerTrialSeed:
+def make_sampler(params: Params, space: dict[str, BaseDistribution]) -> PerTrialSeed:
     """`sweep.sampler`: tpe (Optuna's TPESampler), random or grid."""
     cfg = params.sweep
     if cfg.sampler == "grid":  # shuffled once by the seed; trial n takes the grid's point n
-        points = {k: list(d.choices) for k, d in distributions(dims).items()}
+        points = {k: list(d.choices) for k, d in space.items()}
         grid = optuna.samplers.GridSampler(points, seed=params.seed)
         return PerTrialSeed(lambda seed: grid, params.seed)
     if cfg.sampler == "random":
