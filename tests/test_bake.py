@@ -97,6 +97,7 @@ PACKAGE_FILES = {
     "core/files.py",
     "core/hardware.py",
     "core/locations.py",
+    "core/progress.py",
     "core/storage.py",
     "data/__init__.py",
     "data/feed.py",
@@ -151,12 +152,15 @@ PACKAGE_FILES = {
 }
 TEST_FILES = {
     "conftest.py",
+    "examples.py",
     "test_bad_input.py",
     "test_checkpoints.py",
+    "test_components.py",
     "test_chief_worker.py",
     "test_config.py",
     "test_docs.py",
     "test_drive_mount.py",
+    "test_end_to_end.py",
     "test_environment.py",
     "test_export.py",
     "test_fine_tune.py",
