@@ -174,7 +174,9 @@ class Project:
         ends = [h["seconds"] for h in history]
         seconds = [ends[0], *(b - a for a, b in zip(ends, ends[1:], strict=False))]
         steps = history[1]["step"] - history[0]["step"] if len(history) > 1 else history[0]["step"]
-        return Side(steps * metrics["global_batch"], seconds, rss)
+        # The global batch is a fact of the run (its run record), not a metric.
+        record = sorted((self.folder / "results/runs").glob("*/manifest.json"))[-1]
+        return Side(steps * json.loads(record.read_text())["facts"]["global_batch"], seconds, rss)
 
 
 @contextlib.contextmanager

@@ -471,7 +471,8 @@ def test_make_notebooks_on_an_image_folder(tmp_path):
     print(f"make notebooks on an image folder: {time.monotonic() - started:.0f} s")
     outputs = [o for c in executed["01"].cells for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
-    assert "from images (images 16x16x3)" in printed and "inputs of shape (16, 16, 3)" in printed
+    assert "from images (classification: 3 class names; images 16x16x3)" in printed
+    assert "inputs of shape (16, 16, 3)" in printed
     cells = [c for c in executed["03"].cells if c.cell_type == "code"]
     summary = next(c for c in cells if "evaluation_summary(" in c.source).outputs[-1]
     table = re.sub(" +", " ", summary.data["text/markdown"])  # tabulate pads the cells

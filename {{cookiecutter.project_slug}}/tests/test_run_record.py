@@ -35,7 +35,10 @@ FIELDS = (
     "class_weight", "checkpoints", "metrics", "facts", "artifacts", "timing", "tracking",
     "command", "reproduce",
 )  # fmt: skip
-FACTS = "run_name status data_hash run_fingerprint weights_sha256 strategy device precision monitor"
+FACTS = (
+    "run_name status data_hash run_fingerprint weights_sha256 strategy device precision monitor "
+    "replicas workers global_batch learning_rate resumes started_at_step"
+)
 
 
 def copy_project(tmp_path: Path) -> Path:
