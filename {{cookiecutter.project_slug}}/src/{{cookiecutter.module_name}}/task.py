@@ -70,17 +70,15 @@ class Classification(Classes):
         return np.log(np.clip(outputs, EPSILON, 1.0))  # softmax(log p) = p
 
     def standard_metrics(self) -> list[keras.metrics.Metric]:
-        """Accuracy, top-5 accuracy (more than 5 classes), AUC (one-vs-rest, macro), precision
-        and recall of the arg-max class pooled over classes (with one label per example both
-        equal accuracy; `evaluate` reports them per class), F1 (macro, of the arg-max class)."""
+        """Accuracy, top-5 accuracy (more than 5 classes), AUC (one-vs-rest, macro), F1 (macro,
+        of the arg-max class). No pooled precision or recall: with one label per example both
+        equal accuracy; `evaluate` reports them per class."""
         m = keras.metrics
         top_k = [m.SparseTopKCategoricalAccuracy(k=5, name="top5_accuracy")]
         return [
             m.SparseCategoricalAccuracy(name="accuracy"),
             *(top_k if self.num_outputs > 5 else []),
             m.AUC(multi_label=True, num_labels=self.num_outputs, name="auc"),
-            m.Precision(name="precision", top_k=1),
-            m.Recall(name="recall", top_k=1),
             m.F1Score(average="macro", name="f1"),  # threshold None: the arg-max class
         ]
 
