@@ -1,7 +1,8 @@
 """DVC's everyday commands, as the project's README and docs/data.md give them, on a project its
 user has worked in (a copy of the `used_project` fixture: `dvc repro`, `make train`, a sweep),
-before and after a change of params.yaml: metrics files hold numbers only, few enough to read,
-none twice; the params diff names the change; the plots render with their titles."""
+before and after a change of params.yaml: metrics files hold numbers only, few enough that
+`dvc metrics show` fits a terminal, none twice; the params diff names the change; the plots render
+with their titles."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import project_env
 import yaml
 
 MAX_VALUES = 40
+TERMINAL = 100  # columns: `dvc metrics show`'s table fits a terminal this wide
 
 
 def dvc(project: Path, python: Path, *args: str) -> str:
@@ -57,6 +59,13 @@ def check_numbers_only(by_file: dict[str, dict[str, Any]], params: dict[str, Any
     assert not settings & set(keys), f"params.yaml's settings among the metrics: {settings & set(keys)}"
 
 
+def check_table_fits(project: Path, python: Path) -> None:
+    """`dvc metrics show` as the user reads it: no line wider than TERMINAL."""
+    table = dvc(project, python, "metrics", "show")
+    widest = max(len(line) for line in table.splitlines())
+    assert widest <= TERMINAL, f"dvc metrics show is {widest} columns wide:\n{table}"
+
+
 def check_plots(project: Path, python: Path) -> None:
     """`dvc plots show` renders dvc.yaml's plots, titled: the curves and the kind's own."""
     dvc(project, python, "plots", "show")
@@ -80,7 +89,7 @@ def test_metrics_params_and_plots_before_and_after_a_change(
     before = metrics(project, python)
     assert set(before) == {"results/metrics/train.json", "results/metrics/evaluate.json"}
     check_numbers_only(before, settings)
-    dvc(project, python, "metrics", "show")  # the table as the user reads it (printed)
+    check_table_fits(project, python)
     assert dvc(project, python, "params", "diff", "main").strip() == ""
     check_plots(project, python)
 
@@ -92,6 +101,7 @@ def test_metrics_params_and_plots_before_and_after_a_change(
     dvc(project, python, "repro")
     after = metrics(project, python)
     check_numbers_only(after, settings)
+    check_table_fits(project, python)
 
     diff = json.loads(dvc(project, python, "metrics", "diff", "main", "--json"))
     assert diff, "dvc metrics diff main compared nothing"

@@ -222,8 +222,8 @@ def test_chief_writes_worker_does_not_and_resume_matches(tmp_path):
     assert _digest(straight["worker"]) == digest
     ckpts = sorted(p.name for p in run_dir.iterdir())
     assert ckpts == [f"step-{s:09d}" for s in (11, 22, 33, 44)], ckpts
-    metrics = json.loads((bucket / "results" / "metrics" / "train.json").read_text())
-    facts = find_run(bucket / "results")["facts"]
+    record = find_run(bucket / "results")  # train.json's run: its facts and every number
+    facts, metrics = record["facts"], record["metrics"]
     assert facts["workers"] == 2 and metrics["steps"] == 44 and facts["weights_sha256"] == digest
     assert (bucket / "results" / "models" / "model.keras").is_file()
     assert list((bucket / "results" / "tensorboard" / "r1").iterdir())

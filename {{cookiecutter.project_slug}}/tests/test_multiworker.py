@@ -85,8 +85,8 @@ def test_two_workers_stop_together_resume_and_end_with_the_same_weights(tmp_path
     assert digests[0] == digests[1]
 
     chief_project, worker_project = second[0][0], second[1][0]
-    metrics = json.loads((chief_project / "results/metrics/train.json").read_text())
-    facts = find_run(chief_project / "results")["facts"]
+    record = find_run(chief_project / "results")  # train.json's run: its facts and numbers
+    facts, metrics = record["facts"], record["metrics"]
     assert facts["workers"] == 2 and facts["weights_sha256"] == digests[0]
     assert metrics["steps"] == 2 * (1438 // 32)
     assert (chief_project / "results/models/model.keras").is_file()

@@ -233,8 +233,9 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     (tmp_path / "metrics").mkdir()
     history = [{"epoch": 1, "loss": 0.5, "val_loss": 0.6, "val_r2": 0.1}]
     (tmp_path / "metrics" / "train.json").write_text(json.dumps({"history": history}))
-    evaluation = task_for("regression").evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
-    written = write_evaluation(tmp_path, evaluation)
+    task = task_for("regression")
+    evaluation = task.evaluate([(np.array([50.0, 70.0]), np.array([52.0, 66.0]))])
+    written = write_evaluation(tmp_path, evaluation, task)
     # Every registered kind's plot files (dvc.yaml declares them all), the others' header only.
     assert {p.name for p in written} == {
         "evaluate.json", "predictions.csv", "training_curve.csv", "confusion_matrix.csv",
@@ -243,7 +244,9 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     assert (
         tmp_path / "plots" / "per_label.csv"
     ).read_text() == "label,precision,recall,f1,support\n"
-    assert json.loads((tmp_path / "metrics" / "evaluate.json").read_text())["test_mae"] == 3.0
+    # The numbers DVC compares: the loss and the kind's headline metrics.
+    compared = json.loads((tmp_path / "metrics" / "evaluate.json").read_text())
+    assert compared.keys() == {"test_loss", "test_mae", "test_r2"} and compared["test_mae"] == 3.0
     curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
     assert curve[0] == (
         "epoch,accuracy,binary_accuracy,loss,mae,val_accuracy,val_binary_accuracy,val_loss,"
@@ -273,7 +276,7 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
         spec = DataSpec("vector", (4,), kind, task.names, {"test": len(y)}, split=record)
         (tmp_path / kind / "data" / "processed").mkdir(parents=True)
         (tmp_path / kind / "data" / "processed" / "spec.json").write_text(spec.to_json())
-        write_evaluation(tmp_path / kind / "results", task.evaluate([(y, outputs)]))
+        write_evaluation(tmp_path / kind / "results", task.evaluate([(y, outputs)]), task)
         fig, name = report.plot_evaluation(tmp_path / kind, kind)
         shown[kind] = report.evaluation_summary(tmp_path / kind, kind).splitlines(), fig, name
 
@@ -289,7 +292,7 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
     assert name == "03_per_label_metrics"
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == LABELS
     lines, fig, name = shown["regression"]  # residuals (predicted - true: 2, -4), predicted vs true
-    assert "mae 3.0000" in lines[0] and "residual_mean -1.0000" in lines[0] and len(lines) == 1
+    assert "mae 3.0000" in lines[0] and "r2 " in lines[0] and len(lines) == 1  # evaluate.json's
     assert name == "03_predicted_vs_true" and len(fig.axes) == 2
     with pytest.raises(
         ConfigError, match=r"^task\.type: 'ranking' is not registered \(registered: "

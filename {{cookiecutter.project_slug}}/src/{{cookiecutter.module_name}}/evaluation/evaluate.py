@@ -1,10 +1,11 @@
 """`evaluate`: the trained model on the held-out test split, reported as its task's kind asks.
 
 The task (`Task.evaluate`, tasks/) computes the metrics and the plot tables; this module writes
-them (docs/customise.md): `results/metrics/evaluate.json` (numbers only; `test_loss` unweighted),
-`results/plots/` (every registered kind's files, the others' with their header only: dvc.yaml is
-static, and an empty file draws an empty plot where a missing one is an error), each test
-example's prediction and loss in `results/predictions/test.csv`, and the model card.
+them (docs/customise.md): `results/metrics/evaluate.json` (the loss, unweighted, and the task's
+headline metrics), `results/plots/` (every registered kind's files, the others' with their header
+only: dvc.yaml is static, and an empty file draws an empty plot where a missing one is an error),
+each test example's prediction and loss in `results/predictions/test.csv`, and the model card
+(every metric).
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ CURVE = "plots/training_curve.csv"
 TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_predictions reads it
 
 
-def write_evaluation(results: Path, evaluation: Evaluation) -> list[Path]:
-    """Write what `Task.evaluate` found: evaluate.json, the plot tables (every registered kind's
-    files: the others' with their header only) and the training curve, whose columns are every
-    per-epoch number `train` recorded plus each kind's training metric (empty where absent)."""
-    written = [
-        atomic_write(results / TEST_METRICS, json.dumps(evaluation.metrics, indent=2) + "\n")
-    ]
+def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[Path]:
+    """Write what `Task.evaluate` found: evaluate.json (the test numbers a user compares; all of
+    them are in the model card), the plot tables (every registered kind's files: the others' with
+    their header only) and the training curve, whose columns are every per-epoch number `train`
+    recorded plus each kind's training metric (empty where absent)."""
+    compared = task.compared(evaluation.metrics, "test")
+    written = [atomic_write(results / TEST_METRICS, json.dumps(compared, indent=2) + "\n")]
     tables = dict(evaluation.plots)
     for kind in kinds():
         for name, header in kind.plot_columns.items():
@@ -86,7 +87,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
     evaluation = task.evaluate(scored_batches(model, data, batch))
     scored_on = describe(data.spec, "test")
-    written = write_evaluation(results, evaluation)
+    written = write_evaluation(results, evaluation, task)
     written.append(write_test_predictions(results, data, task, evaluation))
     written.append(
         write_card(params, project_dir, data.spec, evaluation, scored_on, load_exports(results))

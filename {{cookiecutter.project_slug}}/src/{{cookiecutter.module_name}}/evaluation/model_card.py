@@ -60,13 +60,15 @@ def write_card(
     model_sha = file_sha256(results / MODEL_FILE)
     run = find_run(results, MODEL_FILE) or {}
     task = make_task(params, spec)  # with the class weights that train.class_weight gives
+    # The run record holds every number of the run; train.json the ones DVC compares.
+    numbers = run.get("metrics") or read_json(results / TRAIN_METRICS)
     sections = [
         f"# Model card: {PROJECT_SLUG}",
         f"<!-- Written by `{COMMAND} evaluate` (its exports section also by `export`). Edit only "
         'the section "Intended use and limits": the rest is rewritten each time. -->',
         model_section(read_json(results / SIDECAR_FILE), task, model_sha, run, params),
         data_section(project_dir, spec, task, run),
-        training_section(run, read_json(results / TRAIN_METRICS), task, params, project_dir),
+        training_section(run, numbers, task, params, project_dir),
         metrics_section(evaluation, scored_on),
         "## Exported files\n\n"
         + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results, exports)),
@@ -170,8 +172,9 @@ def training_section(
     run: dict[str, Any], train: dict[str, Any], task: Task, params: Params, project_dir: Path
 ) -> str:
     """How the model was trained: the run record (its `facts`, commit, hardware, time), the
-    numbers of train.json, the class weights, and the params that differ from params.yaml (the
-    file: the run's `--set` overrides, a notebook's parameters, or edits since)."""
+    run's numbers (`train`: its record's, else train.json's), the class weights, and the params
+    that differ from params.yaml (the file: the run's `--set` overrides, a notebook's
+    parameters, or edits since)."""
     file = project_dir / "params.yaml"
     params = load_params(file) if file.is_file() else params
     ran = {**flat(params.to_dict()), **flat(run.get("params", {}))}  # the run's, else the file's

@@ -604,7 +604,7 @@ def _end_epoch(run: Run) -> None:
 
 def _finish(run: Run) -> tuple[dict[str, Any], str]:
     """The best weights into the model, final validation, results/models and train.json;
-    returns train.json's numbers and the last step's weights digest."""
+    returns every number of the run (its record's) and the last step's weights digest."""
     plan, info, params, state, model = run.plan, run.info, run.params, run.state, run.parts.model
     speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
     if state.step == run.started_at_step:
@@ -634,7 +634,11 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     # The model users get: raw inputs in, their units out (predict.py), class names beside it.
     users = wrap_for_users(model, run.parts.task, run.data.vectorize)
     sidecar = user_sidecar(run.parts.task, run.data.spec, run.data.vectorize)
-    write_results(users, metrics, run.paths.model_file, run.paths.metrics_file, sidecar)
+    # train.json (DVC's metrics): the validation numbers a user compares, and the curve for the
+    # plots; the run record keeps every number (record_run).
+    compared = run.parts.task.compared(final, "val", params.train.monitor)
+    numbers = {**compared, "history": state.history}
+    write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
     shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
