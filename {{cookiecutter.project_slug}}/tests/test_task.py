@@ -244,9 +244,9 @@ def test_evaluate_writes_the_task_files(tmp_path: Path) -> None:
     assert (
         tmp_path / "plots" / "per_label.csv"
     ).read_text() == "label,precision,recall,f1,support\n"
-    # The numbers DVC compares: the loss and the kind's headline metrics.
+    # The numbers DVC compares: the kind's headline metrics.
     compared = json.loads((tmp_path / "metrics" / "evaluate.json").read_text())
-    assert compared.keys() == {"test_loss", "test_mae", "test_r2"} and compared["test_mae"] == 3.0
+    assert compared.keys() == {"test_mae", "test_r2"} and compared["test_mae"] == 3.0
     curve = (tmp_path / "plots" / "training_curve.csv").read_text().splitlines()
     assert curve[0] == (
         "epoch,accuracy,binary_accuracy,loss,mae,val_accuracy,val_binary_accuracy,val_loss,"

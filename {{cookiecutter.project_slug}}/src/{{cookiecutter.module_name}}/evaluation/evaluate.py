@@ -1,11 +1,11 @@
 """`evaluate`: the trained model on the held-out test split, reported as its task's kind asks.
 
 The task (`Task.evaluate`, tasks/) computes the metrics and the plot tables; this module writes
-them (docs/customise.md): `results/metrics/evaluate.json` (the loss, unweighted, and the task's
-headline metrics), `results/plots/` (every registered kind's files, the others' with their header
-only: dvc.yaml is static, and an empty file draws an empty plot where a missing one is an error),
-each test example's prediction and loss in `results/predictions/test.csv`, and the model card
-(every metric).
+them (docs/customise.md): `results/metrics/evaluate.json` (the task's headline metrics),
+`results/plots/` (every registered kind's files, the others' with their header only: dvc.yaml is
+static, and an empty file draws an empty plot where a missing one is an error), each test
+example's prediction and loss in `results/predictions/test.csv`, and the model card (every
+metric, `test_loss` unweighted).
 """
 
 from __future__ import annotations

@@ -65,9 +65,10 @@ class Task:
     min_names: ClassVar[int] = 1
     stratified: ClassVar[bool] = False  # `prepare` splits each class alike (class indices)
     target_dtype: ClassVar[str] = "float32"  # the targets' type in the shards and the batches
-    # The metrics a user compares between runs: with the loss, all that the metrics files
-    # (train.json: val_, evaluate.json: test_) hold, so that `dvc metrics show` fits a terminal;
-    # also what `export` prints. Every metric is in the run record and the model card.
+    # The metrics a user compares between runs: what the metrics files hold (evaluate.json on
+    # the test split; train.json on validation, beside val_loss), few enough that `dvc metrics
+    # show` fits a terminal; also what `export` prints. Every metric is in the run record and
+    # the model card.
     headline: ClassVar[tuple[str, ...]] = ()
     plot_columns: ClassVar[dict[str, list[str]]] = {}  # results/plots/ files `report` fills
 
@@ -104,8 +105,8 @@ class Task:
         raise NotImplementedError
 
     def compared(self, scores: dict[str, Any], split: str, *also: str) -> dict[str, Any]:
-        """What a metrics file keeps of `scores`: `<split>_loss`, the headline metrics, `also`."""
-        kept = {f"{split}_loss", *(f"{split}_{name}" for name in self.headline), *also}
+        """What a metrics file keeps of `scores`: the headline metrics on `split`, and `also`."""
+        kept = {*(f"{split}_{name}" for name in self.headline), *also}
         return {key: value for key, value in scores.items() if key in kept}
 
     @classmethod

@@ -636,7 +636,7 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     sidecar = user_sidecar(run.parts.task, run.data.spec, run.data.vectorize)
     # train.json (DVC's metrics): the validation numbers a user compares, and the curve for the
     # plots; the run record keeps every number (record_run).
-    compared = run.parts.task.compared(final, "val", params.train.monitor)
+    compared = run.parts.task.compared(final, "val", "val_loss", params.train.monitor)
     numbers = {**compared, "history": state.history}
     write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
