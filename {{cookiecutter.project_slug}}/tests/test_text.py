@@ -347,7 +347,7 @@ def test_notebook_01_shows_texts_as_a_table() -> None:
     assert squeezed[2:] == ["| neg | bad film |", "| pos | good \\| fine film |"]
     tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), ["a", "b"])
     assert " ".join(tags.splitlines()[2].split()).startswith("| a\\|b | good")
-    long = report.text_examples(x[3:], np.array([2.5], np.float32))
+    long = report.text_examples(x[3:], np.array([2.5], np.float32), ["score"])
     assert " ".join(long.splitlines()[2].split()) == f"| 2.5 | {'x' * 119}… |"
 
 

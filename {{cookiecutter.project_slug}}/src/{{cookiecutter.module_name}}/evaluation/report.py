@@ -39,26 +39,23 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
     print(f"Saved {FIGURES / path.name}")
 
 
-def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
+def plot_targets(splits: dict[str, np.ndarray], names: list[str]) -> Any:
     """The targets of each split, as fits them: examples per class (class indices) or per label
     (0/1 rows), else a histogram of the values."""
     first = np.asarray(next(iter(splits.values())))
     if first.ndim == 1 and np.issubdtype(first.dtype, np.floating):
         table = pd.DataFrame({s: pd.Series(np.asarray(y, np.float64)) for s, y in splits.items()})
         ax = table.plot.hist(bins=30, alpha=0.5, density=True, figsize=(7, 3))
-        target = names[0] if names else "target"
-        ax.set(xlabel=target, ylabel="density", title=f"{target} per split")
+        ax.set(xlabel=names[0], ylabel="density", title=f"{names[0]} per split")
         return ax.figure
-    width = first.shape[1] if first.ndim == 2 else len(names or []) or int(first.max()) + 1
     what = "label" if first.ndim == 2 else "class"
     counts = {}
     for split, y in splits.items():
         y = np.asarray(y)
         counts[split] = (
-            y.sum(axis=0) if y.ndim == 2 else np.bincount(y.astype(int), minlength=width)
+            y.sum(axis=0) if y.ndim == 2 else np.bincount(y.astype(int), minlength=len(names))
         )
-    ticks = names or [str(i) for i in range(width)]
-    ax = pd.DataFrame(counts, index=ticks).plot.bar(figsize=(7, 3), rot=0)
+    ax = pd.DataFrame(counts, index=names).plot.bar(figsize=(7, 3), rot=0)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set(xlabel=what, ylabel="examples", title=f"Examples per {what} and split")
     return ax.figure
@@ -104,13 +101,13 @@ def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
     ax.set(xticks=[], yticks=[])
 
 
-def _target_text(target: np.ndarray, names: list[str] | None) -> str:
+def _target_text(target: np.ndarray, names: list[str]) -> str:
     """A class index as its name, a 0/1 row as its labels ("cat+dog"), a value as 3 digits."""
     target = np.asarray(target)
     if target.ndim == 1:
-        return "+".join(names[i] if names else str(i) for i in np.flatnonzero(target >= 0.5)) or "-"
+        return "+".join(names[i] for i in np.flatnonzero(target >= 0.5)) or "-"
     if np.issubdtype(target.dtype, np.integer):
-        return names[int(target)] if names else str(int(target))
+        return names[int(target)]
     return f"{float(target):.3g}"
 
 
@@ -122,9 +119,7 @@ def _picks(y: np.ndarray, per_class: int) -> tuple[list[np.ndarray], bool]:
     return [first[r : r + per_class] for r in range(0, len(first), per_class)], False
 
 
-def plot_examples(
-    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 6
-) -> Any:
+def plot_examples(x: np.ndarray, y: np.ndarray, names: list[str], per_class: int = 6) -> Any:
     """A grid of examples: one row per class, named (class indices in `y`), else the first
     examples, each titled with its labels or its value. Images in their own colours; vectors
     square when they can be (8x8 digits, 28x28), else one row."""
@@ -150,9 +145,7 @@ def plot_examples(
     return fig
 
 
-def text_examples(
-    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 3
-) -> str:
+def text_examples(x: np.ndarray, y: np.ndarray, names: list[str], per_class: int = 3) -> str:
     """Texts as a Markdown table (notebook 01, for text): `per_class` of each class (class
     indices), else the first ones with their labels or values."""
     y = np.asarray(y)
@@ -169,7 +162,7 @@ def text_cell(text: str) -> str:
     return text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
 
 
-def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = None) -> Any:
+def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str]) -> Any:
     """The mean image of each class (class indices): what the model can tell apart on average."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
@@ -177,7 +170,7 @@ def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = Non
     fig, axes = plt.subplots(1, len(classes), figsize=(1.2 * len(classes), 1.6))
     for ax, label in zip(np.atleast_1d(axes), classes, strict=True):
         _show(ax, x[y == label].mean(axis=0), "viridis")
-        ax.set_title(names[label] if names else str(label), fontsize=9)
+        ax.set_title(names[label], fontsize=9)
         ax.axis("off")
     return fig
 
