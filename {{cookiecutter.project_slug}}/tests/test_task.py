@@ -15,8 +15,9 @@ from conftest import PROJECT
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.spec import DataSpec
-from {{ cookiecutter.module_name }}.task import Task, make_task
+from {{ cookiecutter.module_name }}.task import Classification, Task, make_task
 from {{ cookiecutter.module_name }}.tasks.multilabel import Multilabel
+from {{ cookiecutter.module_name }}.tasks.regression import Regression
 from {{ cookiecutter.module_name }}.training.early_stopping import (
     EarlyStopping,
     mode_for,
@@ -314,21 +315,22 @@ def test_notebook_01_shows_the_data_as_the_task_has_it() -> None:
     # Examples of images (RGB, 0-255): a named row per class, else titled with labels or values.
     images = np.random.default_rng(0).integers(0, 256, (6, 5, 5, 3)).astype("float32")
     y = np.array([0, 1, 2, 0, 1, 2])
-    by_class = report.plot_examples(images, y, ["a", "b", "c"], per_class=2)
+    abc, price, labels = Classification(["a", "b", "c"]), Regression(["price"]), Multilabel(LABELS)
+    by_class = report.plot_examples(images, y, abc, per_class=2)
     assert [by_class.axes[i].get_ylabel() for i in (0, 2, 4)] == ["a", "b", "c"]
     truth = np.array([[1, 0, 1], [0, 0, 0]] * 3, dtype="float32")
-    labelled = report.plot_examples(images, truth, LABELS, per_class=2)
-    assert [ax.get_title() for ax in labelled.axes[:2]] == ["cat+owl", "-"]
-    values = report.plot_examples(images, np.arange(6, dtype="float32") * 10, ["price"], 3)
+    labelled = report.plot_examples(images, truth, labels, per_class=2)
+    assert [ax.get_title() for ax in labelled.axes[:2]] == ["cat|owl", "-"]
+    values = report.plot_examples(images, np.arange(6, dtype="float32") * 10, price, 3)
     assert [ax.get_title() for ax in values.axes[:3]] == ["0", "10", "20"]
     means = report.plot_mean_images(images, y, ["a", "b", "c"])
     assert [ax.get_title() for ax in means.axes] == ["a", "b", "c"]
     # The targets: label counts, a histogram of values, class counts; the training curves.
-    labels = report.plot_targets({"train": truth}, LABELS)
-    assert [t.get_text() for t in labels.axes[0].get_xticklabels()] == LABELS
-    values = report.plot_targets({"train": np.array([50.0, 70.0], "float32")}, ["price"])
+    per_label = report.plot_targets({"train": truth}, labels)
+    assert [t.get_text() for t in per_label.axes[0].get_xticklabels()] == LABELS
+    values = report.plot_targets({"train": np.array([50.0, 70.0], "float32")}, price)
     assert values.axes[0].get_xlabel() == "price"
-    classes = report.plot_targets({"train": np.array([0, 1, 1])}, ["a", "b"])
+    classes = report.plot_targets({"train": np.array([0, 1, 1])}, Classification(["a", "b"]))
     assert classes.axes[0].get_xlabel() == "class"
     history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
     assert report.main_metric(history) == "mae"

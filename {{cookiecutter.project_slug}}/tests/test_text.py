@@ -42,6 +42,9 @@ from {{ cookiecutter.module_name }}.evaluation import report
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.model import build_model
 from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
+from {{ cookiecutter.module_name }}.task import Classification
+from {{ cookiecutter.module_name }}.tasks.multilabel import Multilabel
+from {{ cookiecutter.module_name }}.tasks.regression import Regression
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -341,13 +344,15 @@ def test_text_keeps_the_splits_the_data_gives(tmp_path: Path) -> None:
 
 def test_notebook_01_shows_texts_as_a_table() -> None:
     x = np.array(["good | fine\nfilm", "bad film", "great", "x" * 200], dtype=object)
-    table = report.text_examples(x, np.array([1, 0, 1, 0], np.int32), ["neg", "pos"], 1)
+    table = report.text_examples(
+        x, np.array([1, 0, 1, 0], np.int32), Classification(["neg", "pos"]), 1
+    )
     squeezed = [" ".join(line.split()) for line in table.splitlines()]  # tabulate pads cells
     assert squeezed[0] == "| target | text |" and len(squeezed) == 4
     assert squeezed[2:] == ["| neg | bad film |", "| pos | good \\| fine film |"]
-    tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), ["a", "b"])
+    tags = report.text_examples(x[:1], np.array([[1.0, 1.0]], np.float32), Multilabel(["a", "b"]))
     assert " ".join(tags.splitlines()[2].split()).startswith("| a\\|b | good")
-    long = report.text_examples(x[3:], np.array([2.5], np.float32))
+    long = report.text_examples(x[3:], np.array([2.5], np.float32), Regression(["score"]))
     assert " ".join(long.splitlines()[2].split()) == f"| 2.5 | {'x' * 119}… |"
 
 

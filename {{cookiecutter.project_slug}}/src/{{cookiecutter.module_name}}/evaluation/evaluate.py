@@ -11,7 +11,6 @@ metric, `test_loss` unweighted).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..config import Params
 from ..core.files import atomic_write
 from ..core.storage import TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
-from ..data.pipeline import Prepared, eval_dataset, example_ids, load_prepared
+from ..data.pipeline import eval_dataset, example_ids, load_prepared
 from ..data.prepare import PROCESSED
 from ..data.split import describe
 from ..spec import natural_order
@@ -39,10 +38,9 @@ TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_predictions reads it
 
 
 def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[Path]:
-    """Write what `Task.evaluate` found: evaluate.json (the test numbers a user compares; all of
-    them are in the model card), the plot tables (every registered kind's files: the others' with
-    their header only) and the training curve, whose columns are every per-epoch number `train`
-    recorded plus each kind's training metric (empty where absent)."""
+    """Write evaluate.json (the headline numbers a user compares) and the plot tables (see the
+    module docstring); the training curve's columns are every per-epoch number `train` recorded
+    plus each kind's training metric."""
     compared = task.compared(evaluation.metrics, "test")
     written = [atomic_write(results / TEST_METRICS, json.dumps(compared, indent=2) + "\n")]
     tables = dict(evaluation.plots)
@@ -60,21 +58,6 @@ def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[
     return written
 
 
-def scored_batches(model: Any, data: Prepared, batch: int) -> Iterator[tuple[Any, Any]]:
-    """(targets, outputs) of the test split, batch by batch."""
-    for x, y in eval_dataset(data, "test", batch):
-        yield y.numpy(), np.asarray(model(x, training=False))
-
-
-def write_test_predictions(results: Path, data: Prepared, task: Task, found: Evaluation) -> Path:
-    """results/predictions/test.csv: one row per test example, named by its source id, with its
-    target, prediction and loss, sorted by id."""
-    table = prediction_table(task, example_ids(data, "test"), found.outputs, found.targets)
-    table["loss"] = [f"{v:.6g}" for v in found.losses]
-    table = table.sort_values("id", key=lambda ids: ids.map(natural_order), kind="stable")
-    return atomic_write(results / TEST_PREDICTIONS, table.to_csv(index=False))
-
-
 def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     """Evaluate the saved model on the test split and write metrics and plot data."""
     manifest.check(project_dir)
@@ -85,10 +68,19 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     # Images go in training-size batches: a conv net's activations, not the inputs, set the
     # memory.
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
-    evaluation = task.evaluate(scored_batches(model, data, batch))
+    evaluation = task.evaluate(
+        (y.numpy(), np.asarray(model(x, training=False)))
+        for x, y in eval_dataset(data, "test", batch)
+    )
     scored_on = describe(data.spec, "test")
     written = write_evaluation(results, evaluation, task)
-    written.append(write_test_predictions(results, data, task, evaluation))
+    # Each test example, named by its source id, with its target, prediction and loss.
+    table = prediction_table(
+        task, example_ids(data, "test"), evaluation.outputs, evaluation.targets
+    )
+    table["loss"] = [f"{v:.6g}" for v in evaluation.losses]
+    table = table.sort_values("id", key=lambda ids: ids.map(natural_order), kind="stable")
+    written.append(atomic_write(results / TEST_PREDICTIONS, table.to_csv(index=False)))
     written.append(
         write_card(params, project_dir, data.spec, evaluation, scored_on, load_exports(results))
     )

@@ -210,11 +210,13 @@ def litert_runner(path: Path) -> Any:
 
 
 def check_litert(
-    params: Params, project_dir: Path, model: Any, network: Any, tflite: Path
+    params: Params, project_dir: Path, model: Any, vectorizer: Any, network: Any, tflite: Path
 ) -> dict[str, Any]:
-    """Run the `.tflite` beside the Keras model: on the test split when the data is prepared
-    here (`compare_on_test`), else on one probe example (zeros; token ids of 1) that shows it
-    runs and gives the network's outputs."""
+    """Run the `.tflite` beside the Keras model on the test split: both sets of test metrics,
+    the largest difference of their outputs and the share of examples where they give the same
+    prediction (a text model's `.tflite` gets the model's own token ids). Without prepared data
+    here, one probe example (zeros; token ids of 1) shows it runs and gives the network's
+    outputs."""
     run, name = litert_runner(tflite), f"ai-edge-litert {version('ai-edge-litert')}"
     dtype = np.dtype(network.inputs[0].dtype)
     if not (project_dir / PROCESSED / "spec.json").is_file():
@@ -223,18 +225,8 @@ def check_litert(
         diff = np.abs(np.asarray(network(x, training=False)) - run(x))
         return {"interpreter": name, "checked_on": "probe", "examples": 1,
                 "max_abs_diff": float(diff.max())}  # fmt: skip
-    return {"interpreter": name, **compare_on_test(params, project_dir, model, run, dtype)}
-
-
-def compare_on_test(
-    params: Params, project_dir: Path, model: Any, run: Any, dtype: np.dtype
-) -> dict[str, Any]:
-    """The Keras model and the `.tflite` (`run`) on the test split: both sets of test metrics,
-    the largest difference of their outputs and the share of examples where they give the same
-    prediction. A text model's `.tflite` gets the model's own token ids."""
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec)
-    vectorizer = text_vectorizer(model)
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
     got: list[np.ndarray] = []  # the .tflite's outputs, batch by batch
 
@@ -249,6 +241,7 @@ def compare_on_test(
     on_litert = task.evaluate([(on_keras.targets, np.concatenate(got))])
     ref, out = (np.array(task.predictions(e.outputs)["prediction"]) for e in (on_keras, on_litert))
     return {
+        "interpreter": name,
         "checked_on": "test split",
         "examples": len(on_keras.targets),
         "max_abs_diff": float(np.max(np.abs(on_keras.outputs - on_litert.outputs))),
@@ -281,7 +274,7 @@ def export_litert(
         "inputs": _inputs(network, vectorizer),
         "vocabulary": _shown(vocabulary, results) if vocabulary else None,
         "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
-        **check_litert(params, project_dir, model, network, output),
+        **check_litert(params, project_dir, model, vectorizer, network, output),
     }
     record_export(results, output, entry)
     return entry

@@ -21,7 +21,7 @@ from ..data.pipeline import eval_dataset, example_ids, load_prepared
 from ..data.prepare import PROCESSED
 from ..data.split import describe, origin
 from ..spec import SPLITS, load_spec
-from ..tasks.base import make_task, task_class
+from ..tasks.base import Task, make_task, task_class
 from ..training.preflight import class_balance_finding
 from .evaluate import PLOTS, TEST_PREDICTIONS
 from .model_card import read_json
@@ -39,27 +39,20 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
     print(f"Saved {FIGURES / path.name}")
 
 
-def plot_targets(splits: dict[str, np.ndarray], names: list[str] | None = None) -> Any:
-    """The targets of each split, as fits them: examples per class (class indices) or per label
-    (0/1 rows), else a histogram of the values."""
-    first = np.asarray(next(iter(splits.values())))
-    if first.ndim == 1 and np.issubdtype(first.dtype, np.floating):
-        table = pd.DataFrame({s: pd.Series(np.asarray(y, np.float64)) for s, y in splits.items()})
-        ax = table.plot.hist(bins=30, alpha=0.5, density=True, figsize=(7, 3))
-        target = names[0] if names else "target"
-        ax.set(xlabel=target, ylabel="density", title=f"{target} per split")
-        return ax.figure
-    width = first.shape[1] if first.ndim == 2 else len(names or []) or int(first.max()) + 1
-    what = "label" if first.ndim == 2 else "class"
-    counts = {}
-    for split, y in splits.items():
-        y = np.asarray(y)
-        counts[split] = (
-            y.sum(axis=0) if y.ndim == 2 else np.bincount(y.astype(int), minlength=width)
+def plot_targets(splits: dict[str, np.ndarray], task: Task) -> Any:
+    """The targets of each split: examples per class or label where the kind counts them
+    (`Task.counts`), else a histogram of the values."""
+    counts = {split: task.counts(np.asarray(y)) for split, y in splits.items()}
+    if any(c is None for c in counts.values()):
+        table = pd.DataFrame(
+            {s: pd.Series(np.ravel(y).astype(np.float64)) for s, y in splits.items()}
         )
-    ticks = names or [str(i) for i in range(width)]
-    ax = pd.DataFrame(counts, index=ticks).plot.bar(figsize=(7, 3), rot=0)
+        ax = table.plot.hist(bins=30, alpha=0.5, density=True, figsize=(7, 3))
+        ax.set(xlabel=task.names[0], ylabel="density", title=f"{task.names[0]} per split")
+        return ax.figure
+    ax = pd.DataFrame(counts, index=task.names).plot.bar(figsize=(7, 3), rot=0)
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
+    what = task.name_word
     ax.set(xlabel=what, ylabel="examples", title=f"Examples per {what} and split")
     return ax.figure
 
@@ -104,35 +97,24 @@ def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
     ax.set(xticks=[], yticks=[])
 
 
-def _target_text(target: np.ndarray, names: list[str] | None) -> str:
-    """A class index as its name, a 0/1 row as its labels ("cat+dog"), a value as 3 digits."""
-    target = np.asarray(target)
-    if target.ndim == 1:
-        return "+".join(names[i] if names else str(i) for i in np.flatnonzero(target >= 0.5)) or "-"
-    if np.issubdtype(target.dtype, np.integer):
-        return names[int(target)] if names else str(int(target))
-    return f"{float(target):.3g}"
-
-
-def _picks(y: np.ndarray, per_class: int) -> tuple[list[np.ndarray], bool]:
-    """Rows of example indices: one per class (class indices), else the first examples."""
-    if y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
-        return [np.flatnonzero(y == k)[:per_class] for k in np.unique(y)], True
+def _picks(y: np.ndarray, task: Task, per_class: int) -> list[np.ndarray]:
+    """Rows of example indices: one per class where the kind has one class per example
+    (`stratified`), else the first examples."""
+    if task.stratified:
+        return [np.flatnonzero(y == k)[:per_class] for k in np.unique(y)]
     first = np.arange(min(len(y), 3 * per_class))
-    return [first[r : r + per_class] for r in range(0, len(first), per_class)], False
+    return [first[r : r + per_class] for r in range(0, len(first), per_class)]
 
 
-def plot_examples(
-    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 6
-) -> Any:
-    """A grid of examples: one row per class, named (class indices in `y`), else the first
-    examples, each titled with its labels or its value. Images in their own colours; vectors
-    square when they can be (8x8 digits, 28x28), else one row."""
+def plot_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 6) -> Any:
+    """A grid of examples: one row per class, named, where the kind has one class per example,
+    else the first examples, each titled with its target as the kind writes it. Images in their
+    own colours; vectors square when they can be (8x8 digits, 28x28), else one row."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
-    y = np.asarray(y)
+    y, by_class = np.asarray(y), task.stratified
     cmap = "gray" if np.asarray(x).ndim == 4 else "gray_r"  # photos as taken; digits dark on white
-    rows, by_class = _picks(y, per_class)
+    rows = _picks(y, task, per_class)
     height = 1.0 if by_class else 1.25  # room for a title over each example
     fig, axes = plt.subplots(
         len(rows), per_class, figsize=(per_class, height * len(rows)), squeeze=False
@@ -140,25 +122,23 @@ def plot_examples(
     for row, picks in zip(axes, rows, strict=True):
         for ax in row[len(picks) :]:
             ax.axis("off")  # an empty cell
-        for ax, i in zip(row, picks, strict=False):
+        titles = task.target_text(y[picks])
+        for ax, i, title in zip(row, picks, titles, strict=False):
             _show(ax, x[i], cmap)
             if not by_class:
-                ax.set_title(_target_text(y[i], names), fontsize=8)
+                ax.set_title(title or "-", fontsize=8)
         if by_class:
-            row[0].set_ylabel(_target_text(y[picks[0]], names), rotation=0, ha="right")
+            row[0].set_ylabel(titles[0], rotation=0, ha="right")
     fig.suptitle("Examples per class" if by_class else "Examples")
     return fig
 
 
-def text_examples(
-    x: np.ndarray, y: np.ndarray, names: list[str] | None = None, per_class: int = 3
-) -> str:
-    """Texts as a Markdown table (notebook 01, for text): `per_class` of each class (class
-    indices), else the first ones with their labels or values."""
+def text_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 3) -> str:
+    """Texts as a Markdown table (notebook 01, for text): `per_class` of each class where the
+    kind has one class per example, else the first ones, with their targets."""
     y = np.asarray(y)
-    rows, _ = _picks(y, per_class)
-    picks = [i for row in rows for i in row]
-    texts = [_target_text(y[i], names).replace("+", "|") for i in picks]
+    picks = [i for row in _picks(y, task, per_class) for i in row]
+    texts = [text or "-" for text in task.target_text(y[picks])]
     table = pd.DataFrame({"target": texts, "text": [text_cell(str(x[i])) for i in picks]})
     return markdown(table)
 
@@ -169,7 +149,7 @@ def text_cell(text: str) -> str:
     return text if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
 
 
-def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = None) -> Any:
+def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str]) -> Any:
     """The mean image of each class (class indices): what the model can tell apart on average."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
@@ -177,16 +157,14 @@ def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str] | None = Non
     fig, axes = plt.subplots(1, len(classes), figsize=(1.2 * len(classes), 1.6))
     for ax, label in zip(np.atleast_1d(axes), classes, strict=True):
         _show(ax, x[y == label].mean(axis=0), "viridis")
-        ax.set_title(names[label] if names else str(label), fontsize=9)
+        ax.set_title(names[label], fontsize=9)
         ax.axis("off")
     return fig
 
 
 def load_history(project_dir: Path) -> list[dict[str, float]]:
     """Per-epoch metrics of the last completed run (results/metrics/train.json)."""
-    path = results_root(Path(project_dir)) / TRAIN_METRICS
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no training metrics yet; run the training notebook first")
+    path = _written(project_dir, TRAIN_METRICS, "run the training notebook first")
     return read_json(path).get("history", [])
 
 
@@ -211,24 +189,24 @@ def main_metric(history: list[dict[str, float]]) -> str:
     return (tracked or ["loss"])[0]
 
 
-def _evaluated(project_dir: Path, name: str) -> Path:
-    """`evaluate`'s output `name` under the results root; an error when it is not there yet."""
+def _written(project_dir: Path, name: str, how: str = f"run `{COMMAND} evaluate`") -> Path:
+    """The file `name` under the results root, or an error saying `how` to write it."""
     path = results_root(Path(project_dir)) / name
     if not path.exists():
-        raise FileNotFoundError(f"{path}: not written yet; run `{COMMAND} evaluate`")
+        raise FileNotFoundError(f"{path}: not written yet; {how}")
     return path
 
 
-def _plots(project_dir: Path, task: Any) -> dict[str, pd.DataFrame]:
+def _plots(project_dir: Path, task: Task) -> dict[str, pd.DataFrame]:
     """`evaluate`'s plot tables of the task's kind (results/plots/)."""
-    paths = {name: _evaluated(project_dir, f"{PLOTS}/{name}") for name in task.plot_columns}
+    paths = {name: _written(project_dir, f"{PLOTS}/{name}") for name in task.plot_columns}
     return {name: pd.read_csv(path, keep_default_na=False) for name, path in paths.items()}
 
 
 def evaluation_summary(project_dir: Path, task_type: str) -> str:
     """Markdown of `evaluate`'s results: which test split, the test scores, then the kind's
     table per class or label (the plot whose first column names them), if it has one."""
-    test = read_json(_evaluated(project_dir, TEST_METRICS))
+    test = read_json(_written(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
     scores = ", ".join(f"{k.removeprefix('test_')} {v:.4f}" for k, v in test.items()
                        if k != "test_examples")  # fmt: skip
@@ -249,7 +227,7 @@ def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
 def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
     """The `n` rows of `evaluate`'s results/predictions/test.csv with the highest loss (the task's
     own loss of each example, which evaluate wrote), highest first."""
-    path = _evaluated(project_dir, TEST_PREDICTIONS)
+    path = _written(project_dir, TEST_PREDICTIONS)
     rows = pd.read_csv(path, dtype=str, keep_default_na=False)
     return rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
 

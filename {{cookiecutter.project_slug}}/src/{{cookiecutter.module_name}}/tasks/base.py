@@ -76,10 +76,7 @@ class Task:
     def num_outputs(self) -> int:
         return len(self.names)
 
-    # --- what each kind defines ------------------------------------------------------------
-    # loss, output_layer, logits_from_outputs, standard_metrics and train_metric: task.py's
-    # contract says what each takes and returns. Then `report`, `figure`, and the defaults
-    # below, which suit a target that is one number per example:
+    # --- what each kind defines (besides task.py's contract) --------------------------------
 
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
@@ -173,12 +170,27 @@ class Task:
         """keras.metrics for validation and test, then `task.metrics`, built and reset (create
         them inside `strategy.scope()`). `training=True`: `task.metrics` only (the whole set cost
         40 % of a small model's step; the step tracks `train_metric` besides)."""
-        standard = [] if training else self.standard_metrics()
-        taken = {self.train_metric_name} if training else {m.name for m in standard}
-        metrics = [*standard, *self._named_metrics(taken)]
-        for metric in metrics:
-            if not metric.variables:  # F1Score, R2Score: variables at the first update
-                self._build(metric)
+        metrics = [] if training else self.standard_metrics()
+        taken = {self.train_metric_name} if training else {m.name for m in metrics}
+        for name in [n for n in self.extra_metrics if n not in taken]:
+            try:
+                metric = keras.metrics.get(name)
+            except ValueError:
+                raise ConfigError(
+                    f"task.metrics: {name!r} is not a keras metric name "
+                    "(example: --set task.metrics=[mean_squared_error])"
+                ) from None
+            if not isinstance(metric, keras.metrics.Metric):  # a plain function: wrap it
+                metric = keras.metrics.MeanMetricWrapper(metric, name=name)
+            metrics.append(metric)
+        # F1Score and R2Score create their variables at the first update, which must not happen
+        # inside a replica step: a zero-weight batch creates them here.
+        outputs = keras.ops.zeros((1, len(self.names)))
+        targets = keras.ops.zeros((1, *self.target_shape()), self.target_dtype)
+        for metric in [m for m in metrics if not m.variables]:
+            weight = keras.ops.zeros((1,))
+            metric.update_state(self.metric_targets(metric, targets), outputs, sample_weight=weight)
+            metric.reset_state()
         return metrics
 
     def update_metrics(self, metrics: Sequence[Any], y_true: Any, logits: Any) -> None:
@@ -191,11 +203,6 @@ class Task:
         """The same from what the saved model gives (probabilities or values): `evaluate`."""
         for metric in metrics:
             metric.update_state(self.metric_targets(metric, y_true), outputs)
-
-    def example_losses(self, y_true: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-        """Each example's loss from the saved model's outputs turned back into logits."""
-        losses = self.loss(y_true, self.logits_from_outputs(outputs))
-        return keras.ops.convert_to_numpy(losses).astype(np.float64)
 
     def evaluate(self, batches: Iterable[tuple[Any, Any]]) -> Evaluation:
         """`report` of the (targets, outputs) batches of the saved model, with every target,
@@ -218,37 +225,13 @@ class Task:
         if not ys:
             raise ConfigError("data.test_fraction: the test split is empty (example: 0.2)")
         y_all, out_all = np.concatenate(ys), np.concatenate(outs)
-        losses = self.example_losses(y_all, out_all)
+        losses = self.loss(y_all, self.logits_from_outputs(out_all))
+        losses = keras.ops.convert_to_numpy(losses).astype(np.float64)
         scores = {f"test_{m.name}": float(m.result()) for m in metrics}
         scores["test_loss"] = float(np.mean(losses))
         scores["test_examples"] = len(y_all)
         found = self.report(scores, y_all, out_all)
         return replace(found, targets=y_all, outputs=out_all, losses=losses)
-
-    def _named_metrics(self, taken: set[str]) -> list[keras.metrics.Metric]:
-        """`task.metrics` by keras name, except those already there."""
-        metrics = []
-        for name in [n for n in self.extra_metrics if n not in taken]:
-            try:
-                metric = keras.metrics.get(name)
-            except ValueError:
-                raise ConfigError(
-                    f"task.metrics: {name!r} is not a keras metric name "
-                    "(example: --set task.metrics=[mean_squared_error])"
-                ) from None
-            if not isinstance(metric, keras.metrics.Metric):  # a plain function: wrap it
-                metric = keras.metrics.MeanMetricWrapper(metric, name=name)
-            metrics.append(metric)
-        return metrics
-
-    def _build(self, metric: keras.metrics.Metric) -> None:
-        """Create a metric's variables with a zero-weight batch: none inside a replica step."""
-        outputs = keras.ops.zeros((1, len(self.names)))
-        targets = keras.ops.zeros((1, *self.target_shape()), self.target_dtype)
-        metric.update_state(
-            self.metric_targets(metric, targets), outputs, sample_weight=keras.ops.zeros((1,))
-        )
-        metric.reset_state()
 
 
 def per_name_table(header: str, names: list[str], truth: Any, predicted: Any) -> pd.DataFrame:
