@@ -140,11 +140,13 @@ class CheckpointStore:
 
     def save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) as step `step`, atomically."""
+        import tensorflow as tf
+
         final = self.directory / f"step-{step:09d}"
         tmp = self.directory / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self._write(checkpoint, str(tmp / "ckpt"))
+        self.prepare(checkpoint)(tf.constant(str(tmp / "ckpt")))
         files = {}
         for path in sorted(tmp.iterdir()):
             _fsync(path)
@@ -182,11 +184,6 @@ class CheckpointStore:
             write.get_concrete_function(tf.TensorSpec([], tf.string))
             self._traced = (checkpoint, write)
         return self._traced[1]
-
-    def _write(self, checkpoint: Any, prefix: str) -> None:
-        import tensorflow as tf
-
-        self.prepare(checkpoint)(tf.constant(prefix))
 
     def restore(
         self, checkpoint: Any, check: Callable[[dict[str, Any]], None] | None = None
