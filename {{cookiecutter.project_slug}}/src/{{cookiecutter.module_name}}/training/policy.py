@@ -11,6 +11,7 @@ copy, which needs no agreement.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from .lease import EXIT_LEASE_LOST, Lease
 
 # TensorFlow is imported where it is used: the notebooks and a sweep import this module for its
@@ -114,6 +116,57 @@ def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
     Chunks never cross an epoch end; a function of the step only: every worker saves alike."""
     within = step % per_epoch  # 0: this chunk ended the epoch
     return within == 0 or within // every > (within - n) // every
+
+
+# Metric names that get better as they go down; every other metric (accuracy, auc, r2...) goes up.
+LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge", "residual")
+
+
+def mode_for(monitor: str) -> str:
+    """`min` for a loss or an error, `max` for the rest."""
+    name = monitor.lower()
+    return "min" if any(word in name for word in LOWER_IS_BETTER) else "max"
+
+
+@dataclass
+class EarlyStopping:
+    """Tracks the best value of `monitor` and stops after `patience` epochs without progress
+    (0: never stops early, but still tracks the best: the model users get). A pure function of
+    the validation metrics, alike on every worker; the trainer still agrees `should_stop`."""
+
+    monitor: str = "val_loss"
+    patience: int = 0
+    best: float | None = None
+    best_step: int = -1
+    epochs_without_improvement: int = 0
+
+    def update(self, metrics: dict[str, float], step: int) -> bool:
+        """Record one validation result; True when it is the best so far (save that model)."""
+        if self.monitor not in metrics:
+            known = ", ".join(sorted(metrics))
+            raise ConfigError(
+                f"train.monitor: {self.monitor!r} is not a validation metric of this task "
+                f"(known: {known}) (example: --set train.monitor=val_loss)"
+            )
+        value = float(metrics[self.monitor])
+        lower = mode_for(self.monitor) == "min"
+        better = self.best is None or (value < self.best if lower else value > self.best)
+        if better and not math.isnan(value):
+            self.best, self.best_step, self.epochs_without_improvement = value, step, 0
+            return True
+        self.epochs_without_improvement += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.epochs_without_improvement >= self.patience
+
+    @classmethod
+    def from_state(cls, monitor: str, patience: int, state: dict[str, Any] | None) -> EarlyStopping:
+        """Today's settings, yesterday's progress (when it watched the same metric)."""
+        kept = ("best", "best_step", "epochs_without_improvement")
+        same = state and state.get("monitor") == monitor
+        return cls(monitor, patience, **({k: state[k] for k in kept} if same else {}))
 
 
 class BestWeights:

@@ -49,9 +49,16 @@ from .checkpoints import (
     newest_meta,
     write_results,
 )
-from .early_stopping import EarlyStopping
 from .lease import Lease
-from .policy import BestWeights, RunHooks, Stopper, agree, agree_to_stop, checkpoint_due
+from .policy import (
+    BestWeights,
+    EarlyStopping,
+    RunHooks,
+    Stopper,
+    agree,
+    agree_to_stop,
+    checkpoint_due,
+)
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
