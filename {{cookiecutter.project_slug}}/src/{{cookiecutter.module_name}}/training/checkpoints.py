@@ -1,12 +1,9 @@
 """Atomic checkpoints: a crash mid-write never leaves a checkpoint that is read as good.
 
 `<storage>/checkpoints/<run_name>/step-000000120/` holds `ckpt.index`, `ckpt.data-*` and
-`meta.json`. A checkpoint is written into a hidden `.tmp-*` folder, its files are flushed, then
-`meta.json` (sizes and CRC32 of every file) and only then is the folder renamed to `step-*`: a
-rename is atomic, so a `step-*` folder is complete. A restore checks sizes and checksums again (a
-synced Drive can still lose or cut files) and falls back to the one before a damaged checkpoint.
-A save that fails on the storage is reported and retried, never the end of the run
-(docs/training-faults.md).
+`meta.json`, written last with every file's size and CRC32, into a hidden `.tmp-*` folder renamed
+to `step-*` only then (atomic). A restore checks them again: a synced Drive can still lose or cut
+files (docs/training-faults.md).
 """
 
 from __future__ import annotations
