@@ -78,8 +78,8 @@ class Stopper:
         if signum == signal.SIGINT:  # a second Ctrl-C / interrupt stops without waiting
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def check(self) -> str:
-        """The reason to stop now, or ''."""
+    def check(self, strategy: Any, workers: int) -> str:
+        """The reason to stop now that all workers share (any worker's, `agree`), or ''."""
         if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
             self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
             self.exit_code = EXIT_BUDGET
@@ -87,6 +87,8 @@ class Stopper:
             self.reason, self.exit_code = "the sweep's time budget reached", EXIT_BUDGET
         if not self.reason and self.lease is not None and self.lease.lost:
             self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
+        if agree(strategy, bool(self.reason), workers) and not self.reason:
+            self.reason, self.exit_code = "another worker stopped", EXIT_BUDGET
         return self.reason
 
 
@@ -99,15 +101,6 @@ def agree(strategy: Any, wish: bool, workers: int) -> bool:
 
     wants = strategy.run(lambda: tf.constant(1.0 if wish else 0.0))
     return float(strategy.reduce(tf.distribute.ReduceOp.SUM, wants, axis=None)) > 0
-
-
-def agree_to_stop(strategy: Any, stopper: Stopper, workers: int) -> str:
-    """The stop reason all workers share: stop when any worker wants to."""
-    reason = stopper.check()
-    if agree(strategy, bool(reason), workers) and not reason:
-        stopper.reason = "another worker stopped"
-        stopper.exit_code = stopper.exit_code or EXIT_BUDGET
-    return stopper.reason
 
 
 def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:

@@ -49,15 +49,7 @@ from .checkpoints import (
     write_results,
 )
 from .lease import Lease
-from .policy import (
-    BestWeights,
-    EarlyStopping,
-    RunHooks,
-    Stopper,
-    agree,
-    agree_to_stop,
-    checkpoint_due,
-)
+from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
@@ -537,7 +529,8 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
                 _end_epoch(run)
             if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
                 _save(run)
-            reason = agree_to_stop(strategy, stopper, info.workers)
+            reason = stopper.check(strategy, info.workers)
+
         if reason:
             _save(run)
         profiler.after(state.step, last=True)
