@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.progress import say
 from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
 
@@ -113,11 +114,10 @@ class CheckpointStore:
             cause = _first_line(exc)
         with contextlib.suppress(OSError):
             self.clean_partial()
-        print(
+        say(
             f"WARNING: checkpoint at step {step} not saved ({cause}); "
             f"{_free_mib(self.directory):,.1f} MiB free in {self.directory}; "
-            f"partial write removed, training goes on and the next checkpoint tries again",
-            flush=True,
+            f"partial write removed, training goes on and the next checkpoint tries again"
         )
         return None
 
@@ -130,7 +130,7 @@ class CheckpointStore:
         if free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
             return  # it fits, or pruning would not help: keep them
         for _, path in older:
-            print(f"Pruning {path.name} early to make room for the next checkpoint.", flush=True)
+            say(f"Pruning {path.name} early to make room for the next checkpoint.")
             shutil.rmtree(path, ignore_errors=True)
             if _free_mib(self.directory) * MIB >= need:
                 return
@@ -190,11 +190,11 @@ class CheckpointStore:
         for _, path in reversed(list_checkpoints(self.restore_from)):
             problem = verify(path)
             if problem:
-                print(
+                say(
                     f"WARNING: checkpoint {path} is damaged ({problem}); "
-                    "falling back to the one before it.",
-                    flush=True,
+                    "falling back to the one before it."
                 )
+
                 if self.restore_from == self.directory:
                     # Moved aside: it would otherwise count as the newest when pruning.
                     with contextlib.suppress(OSError):
