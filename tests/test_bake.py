@@ -134,7 +134,6 @@ PACKAGE_FILES = {
     "tasks/regression.py",
     "training/__init__.py",
     "training/checkpoints.py",
-    "training/early_stopping.py",
     "training/fingerprint.py",
     "training/lease.py",
     "training/policy.py",

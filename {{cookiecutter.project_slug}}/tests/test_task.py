@@ -18,7 +18,7 @@ from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import Classification, Task, make_task
 from {{ cookiecutter.module_name }}.tasks.multilabel import Multilabel
 from {{ cookiecutter.module_name }}.tasks.regression import Regression
-from {{ cookiecutter.module_name }}.training.early_stopping import (
+from {{ cookiecutter.module_name }}.training.policy import (
     EarlyStopping,
     mode_for,
 )
@@ -215,7 +215,7 @@ def test_early_stopping_policy_tracks_the_best_and_resumes() -> None:
     assert policy.update({"val_accuracy": 0.5}, step=10) is True
     assert policy.update({"val_accuracy": 0.7}, step=20) is True
     assert policy.update({"val_accuracy": 0.6}, step=30) is False and not policy.should_stop
-    saved = policy.state()
+    saved = dataclasses.asdict(policy)  # as a checkpoint's meta.json keeps it
     resumed = EarlyStopping.from_state("val_accuracy", 2, saved)
     assert (resumed.best, resumed.best_step) == (0.7, 20)
     assert resumed.update({"val_accuracy": 0.7}, step=40) is False and resumed.should_stop

@@ -15,8 +15,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 
 from ..config import COMMAND, ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root
-from ..training.early_stopping import mode_for
-from ..training.policy import RunHooks
+from ..training.policy import RunHooks, mode_for
 from ..training.sweep_study import searched
 from ..training.trainer import train
 

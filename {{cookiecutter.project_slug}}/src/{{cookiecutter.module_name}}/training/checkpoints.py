@@ -1,12 +1,9 @@
 """Atomic checkpoints: a crash mid-write never leaves a checkpoint that is read as good.
 
 `<storage>/checkpoints/<run_name>/step-000000120/` holds `ckpt.index`, `ckpt.data-*` and
-`meta.json`. A checkpoint is written into a hidden `.tmp-*` folder, its files are flushed, then
-`meta.json` (sizes and CRC32 of every file) and only then is the folder renamed to `step-*`: a
-rename is atomic, so a `step-*` folder is complete. A restore checks sizes and checksums again (a
-synced Drive can still lose or cut files) and falls back to the one before a damaged checkpoint.
-A save that fails on the storage is reported and retried, never the end of the run
-(docs/training-faults.md).
+`meta.json`, written last with every file's size and CRC32, into a hidden `.tmp-*` folder renamed
+to `step-*` only then (atomic). A restore checks them again: a synced Drive can still lose or cut
+files (docs/training-faults.md).
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.progress import say
 from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
 
@@ -116,11 +114,10 @@ class CheckpointStore:
             cause = _first_line(exc)
         with contextlib.suppress(OSError):
             self.clean_partial()
-        print(
+        say(
             f"WARNING: checkpoint at step {step} not saved ({cause}); "
             f"{_free_mib(self.directory):,.1f} MiB free in {self.directory}; "
-            f"partial write removed, training goes on and the next checkpoint tries again",
-            flush=True,
+            f"partial write removed, training goes on and the next checkpoint tries again"
         )
         return None
 
@@ -133,18 +130,20 @@ class CheckpointStore:
         if free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
             return  # it fits, or pruning would not help: keep them
         for _, path in older:
-            print(f"Pruning {path.name} early to make room for the next checkpoint.", flush=True)
+            say(f"Pruning {path.name} early to make room for the next checkpoint.")
             shutil.rmtree(path, ignore_errors=True)
             if _free_mib(self.directory) * MIB >= need:
                 return
 
     def save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path:
         """Write `checkpoint` (a tf.train.Checkpoint) as step `step`, atomically."""
+        import tensorflow as tf
+
         final = self.directory / f"step-{step:09d}"
         tmp = self.directory / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self._write(checkpoint, str(tmp / "ckpt"))
+        self.prepare(checkpoint)(tf.constant(str(tmp / "ckpt")))
         files = {}
         for path in sorted(tmp.iterdir()):
             _fsync(path)
@@ -183,11 +182,6 @@ class CheckpointStore:
             self._traced = (checkpoint, write)
         return self._traced[1]
 
-    def _write(self, checkpoint: Any, prefix: str) -> None:
-        import tensorflow as tf
-
-        self.prepare(checkpoint)(tf.constant(prefix))
-
     def restore(
         self, checkpoint: Any, check: Callable[[dict[str, Any]], None] | None = None
     ) -> dict[str, Any] | None:
@@ -196,11 +190,11 @@ class CheckpointStore:
         for _, path in reversed(list_checkpoints(self.restore_from)):
             problem = verify(path)
             if problem:
-                print(
+                say(
                     f"WARNING: checkpoint {path} is damaged ({problem}); "
-                    "falling back to the one before it.",
-                    flush=True,
+                    "falling back to the one before it."
                 )
+
                 if self.restore_from == self.directory:
                     # Moved aside: it would otherwise count as the newest when pruning.
                     with contextlib.suppress(OSError):

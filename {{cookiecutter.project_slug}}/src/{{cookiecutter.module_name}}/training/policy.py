@@ -11,6 +11,7 @@ copy, which needs no agreement.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from .lease import EXIT_LEASE_LOST, Lease
 
 # TensorFlow is imported where it is used: the notebooks and a sweep import this module for its
@@ -76,8 +78,8 @@ class Stopper:
         if signum == signal.SIGINT:  # a second Ctrl-C / interrupt stops without waiting
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def check(self) -> str:
-        """The reason to stop now, or ''."""
+    def check(self, strategy: Any, workers: int) -> str:
+        """The reason to stop now that all workers share (any worker's, `agree`), or ''."""
         if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
             self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
             self.exit_code = EXIT_BUDGET
@@ -85,6 +87,8 @@ class Stopper:
             self.reason, self.exit_code = "the sweep's time budget reached", EXIT_BUDGET
         if not self.reason and self.lease is not None and self.lease.lost:
             self.reason, self.exit_code = self.lease.lost, EXIT_LEASE_LOST
+        if agree(strategy, bool(self.reason), workers) and not self.reason:
+            self.reason, self.exit_code = "another worker stopped", EXIT_BUDGET
         return self.reason
 
 
@@ -99,21 +103,63 @@ def agree(strategy: Any, wish: bool, workers: int) -> bool:
     return float(strategy.reduce(tf.distribute.ReduceOp.SUM, wants, axis=None)) > 0
 
 
-def agree_to_stop(strategy: Any, stopper: Stopper, workers: int) -> str:
-    """The stop reason all workers share: stop when any worker wants to."""
-    reason = stopper.check()
-    if agree(strategy, bool(reason), workers) and not reason:
-        stopper.reason = "another worker stopped"
-        stopper.exit_code = stopper.exit_code or EXIT_BUDGET
-    return stopper.reason
-
-
 def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
     """Save at epoch ends, and within an epoch at the first chunk end at or after each multiple
     of `every` steps from its start (epochs of 468 steps with `every` 500 save once per epoch).
     Chunks never cross an epoch end; a function of the step only: every worker saves alike."""
     within = step % per_epoch  # 0: this chunk ended the epoch
     return within == 0 or within // every > (within - n) // every
+
+
+# Metric names that get better as they go down; every other metric (accuracy, auc, r2...) goes up.
+LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge", "residual")
+
+
+def mode_for(monitor: str) -> str:
+    """`min` for a loss or an error, `max` for the rest."""
+    name = monitor.lower()
+    return "min" if any(word in name for word in LOWER_IS_BETTER) else "max"
+
+
+@dataclass
+class EarlyStopping:
+    """Tracks the best value of `monitor` and stops after `patience` epochs without progress
+    (0: never stops early, but still tracks the best: the model users get). A pure function of
+    the validation metrics, alike on every worker; the trainer still agrees `should_stop`."""
+
+    monitor: str = "val_loss"
+    patience: int = 0
+    best: float | None = None
+    best_step: int = -1
+    epochs_without_improvement: int = 0
+
+    def update(self, metrics: dict[str, float], step: int) -> bool:
+        """Record one validation result; True when it is the best so far (save that model)."""
+        if self.monitor not in metrics:
+            known = ", ".join(sorted(metrics))
+            raise ConfigError(
+                f"train.monitor: {self.monitor!r} is not a validation metric of this task "
+                f"(known: {known}) (example: --set train.monitor=val_loss)"
+            )
+        value = float(metrics[self.monitor])
+        lower = mode_for(self.monitor) == "min"
+        better = self.best is None or (value < self.best if lower else value > self.best)
+        if better and not math.isnan(value):
+            self.best, self.best_step, self.epochs_without_improvement = value, step, 0
+            return True
+        self.epochs_without_improvement += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.epochs_without_improvement >= self.patience
+
+    @classmethod
+    def from_state(cls, monitor: str, patience: int, state: dict[str, Any] | None) -> EarlyStopping:
+        """Today's settings, yesterday's progress (when it watched the same metric)."""
+        kept = ("best", "best_step", "epochs_without_improvement")
+        same = state and state.get("monitor") == monitor
+        return cls(monitor, patience, **({k: state[k] for k in kept} if same else {}))
 
 
 class BestWeights:

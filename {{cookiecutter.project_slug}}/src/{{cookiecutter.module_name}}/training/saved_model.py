@@ -1,9 +1,6 @@
-"""The model users get: raw inputs in, outputs in their units out, with `model.json` beside it.
-
-`train` wraps the trained logits model with the task's output layer (a text model also with its
-vectoriser, so it takes raw strings) and saves `results/models/model.keras` and `model.json`
-(`user_sidecar`). `evaluate`, `predict` and `export` load both with `load_for_users`.
-"""
+"""The model users get: raw inputs in, outputs in their units out, with `model.json` beside it:
+`train` saves both (`wrap_for_users`, `user_sidecar`); `evaluate`, `predict` and `export` load
+them (`load_for_users`)."""
 
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
-
-import numpy as np
 
 
 def seed_everything(seed: int, deterministic: bool) -> list[str]:
@@ -18,9 +15,8 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
 
     # Only child processes see this; the current interpreter's hash seed is fixed at start.
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002 (code that uses the legacy global RNG)
-    keras.utils.set_random_seed(seed)  # Python, NumPy, TensorFlow and Keras' global seed
+    keras.utils.set_random_seed(seed)  # Python's, NumPy's global RNG, TensorFlow's and Keras'
+
     seeded = ["python", "numpy", "tensorflow", "keras"]
     if importlib.util.find_spec("torch") is not None:
         try:

@@ -22,8 +22,8 @@ from optuna.distributions import BaseDistribution
 
 from ..config import ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root, storage_root
-from .early_stopping import mode_for
 from .lease import HEARTBEAT_S, STALE_AFTER, Lease
+from .policy import mode_for
 
 JOURNAL = "journal.log"
 PASSWORD = "SWEEP_STORAGE_PASSWORD"

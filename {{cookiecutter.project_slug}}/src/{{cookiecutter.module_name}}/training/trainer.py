@@ -11,7 +11,6 @@ differs (fingerprint.py); nothing here deletes a run's checkpoints but `--fresh`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -39,7 +38,7 @@ from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
 from ..optim import build_optimizer
-from ..task import Task, make_task
+from ..task import make_task
 from . import fingerprint, preflight
 from .checkpoints import (
     CheckpointMismatch,
@@ -49,9 +48,8 @@ from .checkpoints import (
     newest_meta,
     write_results,
 )
-from .early_stopping import EarlyStopping
 from .lease import Lease
-from .policy import BestWeights, RunHooks, Stopper, agree, agree_to_stop, checkpoint_due
+from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import seed_everything
@@ -64,7 +62,6 @@ class TrainResult:
 
     status: str  # "completed" | "stopped"
     step: int
-    total_steps: int
     exit_code: int = 0
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)  # train.json (numbers only)
@@ -143,11 +140,8 @@ def train(
     # that has not run any op yet.
     strategy, info = make_strategy(params.distribute)
     seeded = seed_everything(params.seed, params.repro.deterministic)
-    print(
-        f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops "
-        f"{'on' if params.repro.deterministic else 'off'}",
-        flush=True,
-    )
+    determinism = "on" if params.repro.deterministic else "off"
+    say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
         expected = fingerprint.of(params, data_hash(project_dir, prepared, data), info.replicas)
@@ -194,10 +188,9 @@ def _keep_manifest(project_dir: Path, storage: Path) -> None:
     try:
         manifest.keep(project_dir, storage)
     except OSError as exc:  # a full or dropped Drive: training goes on without the copy
-        print(
+        say(
             f"WARNING: {manifest.MANIFEST} not copied to {storage / manifest.KEPT} "
-            f"({exc.strerror or exc}); a new VM will prepare the data again instead",
-            flush=True,
+            f"({exc.strerror or exc}); a new VM will prepare the data again instead"
         )
 
 
@@ -224,10 +217,9 @@ def choose_run(
         why.append(f"it trained {meta['step']} steps, more than train.epochs makes ({total})")
     if not why:
         return params
-    print(
+    say(
         f"Run '{params.run_name}' differs from this stage ({'; '.join(why)}): training run "
-        f"'{own}' instead; run '{params.run_name}' keeps its checkpoints.",
-        flush=True,
+        f"'{own}' instead; run '{params.run_name}' keeps its checkpoints."
     )
     return dataclasses.replace(params, run_name=own)
 
@@ -244,11 +236,10 @@ def check_data(params: Params, project_dir: Path) -> bool:
             f"`{COMMAND} prepare` (or `dvc repro prepare`) first"
         )
     else:
-        print(
+        say(
             f"Note: {manifest.MANIFEST} not found, so training on the bundled digits (a "
             f"temporary train/validation split); `{COMMAND} prepare` (or "
-            "`dvc repro`) prepares and versions the data that train and evaluate share.",
-            flush=True,
+            "`dvc repro`) prepares and versions the data that train and evaluate share."
         )
     return prepared
 
@@ -262,30 +253,23 @@ def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> P
 
 def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> TrainResult:
     """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
+    digest = weights_digest(run.parts.model)  # the last step's: what bit-identical runs compare
     if reason:
         saved = f"checkpoint saved in {run.paths.checkpoints}"
         if run.last_saved != run.state.step:
             newest = max(run.last_saved, 0)
             saved = f"its checkpoint could not be saved, the newest is at step {newest}"
-        print(
+        say(
             f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
-            f"Continue with: {resume_command or 'the same train command'}",
-            flush=True,
+            f"Continue with: {resume_command or 'the same train command'}"
         )
-        metrics, digest = {}, weights_digest(run.parts.model)
-    else:
-        metrics, digest = _finish(run)
-    status = "stopped" if reason else "completed"
-    weights, facts = class_weight_of(run.parts.task), _facts(run, status, digest)
-    step, total = run.state.step, run.plan.total
-    return TrainResult(status, step, total, exit_code, reason, metrics, weights, facts)
-
-
-def class_weight_of(task: Task) -> dict[str, float] | None:
-    """The class (multilabel: positive) weights the loss used, by name; None when unweighted."""
-    if not task.class_weights:
-        return None
-    return {name: round(w, 6) for name, w in zip(task.names, task.class_weights, strict=True)}
+    metrics = _finish(run, digest) if not reason else {}
+    status, task = "stopped" if reason else "completed", run.parts.task
+    # The class (multilabel: positive) weights the loss used, by name; None when unweighted.
+    weights = [round(w, 6) for w in task.class_weights]
+    by_name = dict(zip(task.names, weights, strict=True)) if weights else None
+    facts = _facts(run, status, digest)
+    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
 
 
 def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
@@ -329,17 +313,16 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
-        print(f"Note: {notice}", flush=True)
+        say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    print(
+    say(
         f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
         f"replica{'s' if info.replicas != 1 else ''}; "
         f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
         f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
         f"{per_epoch} steps per epoch, {total} in all; "
-        f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}",
-        flush=True,
+        f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
     )
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
@@ -434,18 +417,14 @@ def _restore(run: Run, fresh: bool) -> None:
     run.state = RunState(**saved)
     run.stopped_early = early.should_stop  # a run that already stopped early is complete
     if meta is None:
-        print(
-            f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}",
-            flush=True,
-        )
+        say(f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}")
         return
     run.state.resumes += 1
     run.last_saved = run.started_at_step = run.state.step
-    print(
+    say(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.state.step} "
         f"(epoch {run.state.step // plan.per_epoch + 1}, batch {run.state.step % plan.per_epoch} "
-        f"of {plan.per_epoch}) in {paths.restore_from}",
-        flush=True,
+        f"of {plan.per_epoch}) in {paths.restore_from}"
     )
 
 
@@ -456,11 +435,10 @@ def _start_over(run: Run) -> None:
     if deleted:
         many = len(deleted) > 1
         steps = f"steps {deleted[0]}..{deleted[-1]}" if many else f"step {deleted[0]}"
-        print(
+        say(
             f"--fresh: deleted {len(deleted)} checkpoint{'s' if many else ''} of run "
             f"'{run.params.run_name}' ({steps}) in {run.paths.checkpoints}, and its TensorBoard "
-            "logs",
-            flush=True,
+            "logs"
         )
 
 
@@ -489,10 +467,9 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
             f"it; {keep_it(name, new_name)}"
         )
     if meta.get("code") != fingerprint.code_digest():
-        print(
+        say(
             f"Note: the package's code differs from the code that wrote this checkpoint of run "
-            f"'{name}'; the run resumes with this code.",
-            flush=True,
+            f"'{name}'; the run resumes with this code."
         )
 
 
@@ -552,7 +529,8 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
                 _end_epoch(run)
             if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
                 _save(run)
-            reason = agree_to_stop(strategy, stopper, info.workers)
+            reason = stopper.check(strategy, info.workers)
+
         if reason:
             _save(run)
         profiler.after(state.step, last=True)
@@ -602,19 +580,18 @@ def _end_epoch(run: Run) -> None:
             say(f"Stopped early: {wish or 'another worker asked to'}")
 
 
-def _finish(run: Run) -> tuple[dict[str, Any], str]:
-    """The best weights into the model, final validation, results/models and train.json;
-    returns every number of the run (its record's) and the last step's weights digest."""
+def _finish(run: Run, digest: str) -> dict[str, Any]:
+    """The best weights into the model, final validation, results/models and train.json; returns
+    every number of the run (its record's); `digest`: the last step's weights', for the closing
+    line."""
     plan, info, params, state, model = run.plan, run.info, run.params, run.state, run.parts.model
     speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
     if state.step == run.started_at_step:
-        print(
+        say(
             f"Run '{params.run_name}' is already complete ({state.step} steps); writing its "
             "results. Raise train.epochs to train it further, or set another run_name to "
-            "train a new run.",
-            flush=True,
+            "train a new run."
         )
-    digest = weights_digest(model)  # the last step's weights: what bit-identical runs compare
     if state.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
     final = run.validate()
@@ -640,15 +617,14 @@ def _finish(run: Run) -> tuple[dict[str, Any], str]:
     numbers = {**compared, "history": state.history}
     write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
-        print(f"Saved {run.paths.model_file} and {run.paths.metrics_file}", flush=True)
+        say(f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
     shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
-    print(
+    say(
         f"Done: step {state.step}, {shown} (best, step {state.early.best_step}), "
         f"val_loss {final['val_loss']:.4f}, {speed:,.0f} examples/s; "
-        f"final weights sha256 {digest}",
-        flush=True,
+        f"final weights sha256 {digest}"
     )
-    return metrics, digest
+    return metrics
 
 
 _NOT_METRICS = ("epoch", "step", "seconds")
@@ -674,12 +650,10 @@ class Profiler:
         self.logdir, self.running = str(logdir), False
 
     def chunk(self, step: int) -> Any:
-        """What the chunk from `step` runs in: a step marker while tracing (from the window on)."""
+        """What the chunk from `step` runs in: a step marker (a no-op while not tracing)."""
         if self.window and not self.running and step >= self.window[0]:
             tf.profiler.experimental.start(self.logdir)
             self.running = True
-        if not self.running:
-            return contextlib.nullcontext()
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
     def after(self, step: int, last: bool = False) -> None:
