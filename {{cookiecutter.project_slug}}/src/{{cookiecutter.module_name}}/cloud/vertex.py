@@ -184,12 +184,12 @@ def run_vertex(
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])
     if tuning_job is None:
-        job = spec = job_spec(params, forwarded)
+        job = job_spec(params, forwarded)
         group, kind, name = "custom-jobs", "CustomJobSpec", display_name(cfg, params.run_name)
         path = Path(output or cfg.output)
     else:
-        spec = job_spec(params, forwarded, ["train", "--sweep-trial", params.sweep.name])
-        job = tuning_job(params, spec)
+        trial = job_spec(params, forwarded, ["train", "--sweep-trial", params.sweep.name])
+        job = tuning_job(params, trial)
         group, kind, name = "hp-tuning-jobs", "HyperparameterTuningJob", job["displayName"]
         path = Path(output or f"results/vertex/hpt-{params.sweep.name}.yaml")
     path = path if path.is_absolute() else project_dir / path
@@ -203,7 +203,7 @@ def run_vertex(
     if not cfg.image_uri:  # first put params.yaml where a Python-package job reads it
         upload = str(params_file or project_dir / "params.yaml")
         commands.insert(0, ["gcloud", "storage", "cp", upload, params_uri(cfg), *project])
-    print(f"Wrote {path}: {_summary(params, spec, tuning_job is not None)}", flush=True)
+    print(f"Wrote {path}: {_summary(params, tuning_job is not None)}", flush=True)
     if dry_run:
         for cmd in commands:
             print(shlex.join(cmd), flush=True)
@@ -216,17 +216,15 @@ def run_vertex(
     return submit(commands)
 
 
-def _summary(params: Params, spec: dict[str, Any], tuning: bool) -> str:
+def _summary(params: Params, tuning: bool) -> str:
     """What the job runs on, in words."""
-    cfg, sweep, machine = params.vertex, params.sweep, spec["workerPoolSpecs"][0]["machineSpec"]
-    gear = "no accelerator"
-    if "acceleratorType" in machine:
-        gear = f"{machine['acceleratorCount']} x {machine['acceleratorType']}"
+    cfg, sweep = params.vertex, params.sweep
+    gear = f"{cfg.accelerator_count} x {cfg.accelerator_type}" if cfg.accelerator_type else ""
     trials = f"{sweep.n_trials} trials of '{sweep.name}', {cfg.parallel_trials} at once, each "
     return (
         f"{trials if tuning else ''}{1 + cfg.worker_replicas} replica(s) of {cfg.machine_type} "
-        f"with {gear} (1 chief + {cfg.worker_replicas} worker(s)); checkpoints and results in "
-        f"{cfg.bucket}"
+        f"with {gear or 'no accelerator'} (1 chief + {cfg.worker_replicas} worker(s)); "
+        f"checkpoints and results in {cfg.bucket}"
     )
 
 
