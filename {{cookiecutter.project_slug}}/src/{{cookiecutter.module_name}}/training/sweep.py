@@ -125,9 +125,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
             trial = sweep.study.ask(sweep.space)
         code = run_trial(sweep, trial, adopt is not None, deadline, take_over and bool(adopt))
         write_trials(sweep)
-        kept = keep_best_checkpoints(sweep)
-        if kept:
-            print(kept, flush=True)
+        keep_best_checkpoints(sweep)
         if code:
             return code
     print(
