@@ -30,12 +30,6 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
             f"vertex.parallel_trials: {params.vertex.parallel_trials} is more than sweep.n_trials "
             f"({sweep.n_trials}) (example: --set vertex.parallel_trials={sweep.n_trials})"
         )
-    name = f"{{ cookiecutter.project_slug }}-sweep-{sweep.name}"
-    if len(name) > 128:
-        raise ConfigError(
-            f"sweep.name: the job's name {name!r} has {len(name)} characters, at most 128 "
-            "(example: --set sweep.name=lr-dropout)"
-        )
     goal = "MINIMIZE" if mode_for(monitor) == "min" else "MAXIMIZE"
     study: dict[str, Any] = {
         "metrics": [{"metricId": monitor, "goal": goal}],
@@ -47,7 +41,7 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     if sweep.pruner == "median":
         study["medianAutomatedStoppingSpec"] = {"useElapsedDuration": False}  # by epoch
     return {
-        "displayName": name,
+        "displayName": f"{{ cookiecutter.project_slug }}-sweep-{sweep.name}",  # its length: Vertex AI checks it
         "studySpec": study,
         "maxTrialCount": sweep.n_trials,
         "parallelTrialCount": params.vertex.parallel_trials,

@@ -2,9 +2,7 @@
 
 From `vertex.*` in params.yaml this writes a CustomJobSpec (the file `gcloud ai custom-jobs
 create --config` reads), then submits it with gcloud, or prints that command (`--dry-run`).
-Checked here: what needs no catalogue of Google Cloud (the job's shape, the bucket, the image).
-Machine types, accelerators and regions are checked by Vertex AI on submission; its error is
-shown in one line. `--sweep`: a tuning job around this job instead (tuning.py).
+`--sweep`: a tuning job around this job instead (tuning.py).
 
 Worker pool 0 is the chief (one replica), pool 1 the workers: Vertex AI's `TF_CONFIG` makes
 `distribute.strategy: auto` pick MultiWorkerMirroredStrategy, and the chief writes checkpoints and
@@ -119,19 +117,16 @@ def job_spec(
     if cfg.accelerator_type:
         machine["acceleratorType"] = cfg.accelerator_type
         machine["acceleratorCount"] = cfg.accelerator_count
-    if cfg.image_uri:
-        # The image's ENTRYPOINT is `python -m <module>`; args pick the command.
-        program: dict[str, Any] = {
-            "containerSpec": {"imageUri": cfg.image_uri, "args": args, "env": env}
-        }
+    run = {"args": args, "env": env}
+    if cfg.image_uri:  # its ENTRYPOINT is `python -m <module>`; args pick the command
+        program: dict[str, Any] = {"containerSpec": {"imageUri": cfg.image_uri, **run}}
     else:
         program = {
             "pythonPackageSpec": {
                 "executorImageUri": cfg.executor_image_uri,
                 "packageUris": [cfg.python_package_uri],
                 "pythonModule": PACKAGE,
-                "args": args,
-                "env": env,
+                **run,
             }
         }
     # The workers on the chief's machines: MultiWorkerMirroredStrategy keeps one full copy of the
@@ -167,19 +162,6 @@ def params_uri(cfg: VertexConfig) -> str:
     return f"{cfg.bucket.rstrip('/')}/params.yaml"
 
 
-def upload_command(cfg: VertexConfig, params_file: Path) -> list[str]:
-    """The `gcloud storage cp` that puts params.yaml where a Python-package job reads it."""
-    cmd = ["gcloud", "storage", "cp", str(params_file), params_uri(cfg)]
-    return cmd + ([f"--project={cfg.project}"] if cfg.project else [])
-
-
-def gcloud_command(cfg: VertexConfig, group: str, name: str, config_path: Path) -> list[str]:
-    """`gcloud ai <group> create` (custom-jobs, hp-tuning-jobs) for the job file `config_path`."""
-    cmd = ["gcloud", "ai", group, "create", f"--region={cfg.region}", f"--display-name={name}"]
-    cmd.append(f"--config={config_path}")
-    return cmd + ([f"--project={cfg.project}"] if cfg.project else [])
-
-
 def forwarded_overrides(overrides: list[str]) -> list[str]:
     """The `--set` items meant for training: all but `vertex.*` and `sweep.storage` (a tuning
     job's study is Vertex AI's own; a database URL stays on this machine)."""
@@ -202,12 +184,12 @@ def run_vertex(
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])
     if tuning_job is None:
-        job = spec = job_spec(params, forwarded)
+        job = job_spec(params, forwarded)
         group, kind, name = "custom-jobs", "CustomJobSpec", display_name(cfg, params.run_name)
         path = Path(output or cfg.output)
     else:
-        spec = job_spec(params, forwarded, ["train", "--sweep-trial", params.sweep.name])
-        job = tuning_job(params, spec)
+        trial = job_spec(params, forwarded, ["train", "--sweep-trial", params.sweep.name])
+        job = tuning_job(params, trial)
         group, kind, name = "hp-tuning-jobs", "HyperparameterTuningJob", job["displayName"]
         path = Path(output or f"results/vertex/hpt-{params.sweep.name}.yaml")
     path = path if path.is_absolute() else project_dir / path
@@ -215,10 +197,13 @@ def run_vertex(
     header = f"# Vertex AI {kind} written by `python -m {PACKAGE} vertex`; submit with "
     header += f"`gcloud ai {group} create --config=...`.\n"
     atomic_write(path, header + yaml.safe_dump(job, sort_keys=False))
-    commands = [gcloud_command(cfg, group, name, path)]
-    if not cfg.image_uri:
-        commands.insert(0, upload_command(cfg, params_file or project_dir / "params.yaml"))
-    print(f"Wrote {path}: {_summary(params, spec, tuning_job is not None)}", flush=True)
+    project = [f"--project={cfg.project}"] if cfg.project else []
+    create = ["gcloud", "ai", group, "create", f"--region={cfg.region}", f"--display-name={name}"]
+    commands = [[*create, f"--config={path}", *project]]
+    if not cfg.image_uri:  # first put params.yaml where a Python-package job reads it
+        upload = str(params_file or project_dir / "params.yaml")
+        commands.insert(0, ["gcloud", "storage", "cp", upload, params_uri(cfg), *project])
+    print(f"Wrote {path}: {_summary(params, tuning_job is not None)}", flush=True)
     if dry_run:
         for cmd in commands:
             print(shlex.join(cmd), flush=True)
@@ -231,17 +216,15 @@ def run_vertex(
     return submit(commands)
 
 
-def _summary(params: Params, spec: dict[str, Any], tuning: bool) -> str:
+def _summary(params: Params, tuning: bool) -> str:
     """What the job runs on, in words."""
-    cfg, sweep, machine = params.vertex, params.sweep, spec["workerPoolSpecs"][0]["machineSpec"]
-    gear = "no accelerator"
-    if "acceleratorType" in machine:
-        gear = f"{machine['acceleratorCount']} x {machine['acceleratorType']}"
+    cfg, sweep = params.vertex, params.sweep
+    gear = f"{cfg.accelerator_count} x {cfg.accelerator_type}" if cfg.accelerator_type else ""
     trials = f"{sweep.n_trials} trials of '{sweep.name}', {cfg.parallel_trials} at once, each "
     return (
         f"{trials if tuning else ''}{1 + cfg.worker_replicas} replica(s) of {cfg.machine_type} "
-        f"with {gear} (1 chief + {cfg.worker_replicas} worker(s)); checkpoints and results in "
-        f"{cfg.bucket}"
+        f"with {gear or 'no accelerator'} (1 chief + {cfg.worker_replicas} worker(s)); "
+        f"checkpoints and results in {cfg.bucket}"
     )
 
 

@@ -125,9 +125,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
             trial = sweep.study.ask(sweep.space)
         code = run_trial(sweep, trial, adopt is not None, deadline, take_over and bool(adopt))
         write_trials(sweep)
-        kept = keep_best_checkpoints(sweep)
-        if kept:
-            print(kept, flush=True)
+        keep_best_checkpoints(sweep)
         if code:
             return code
     print(
@@ -155,9 +153,24 @@ def run_trial(
     print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
     stop, pruned = threading.Event(), []
     threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
+
+    def on_epoch(record: dict[str, Any]) -> str:
+        """The trainer's epoch hook: report the epoch's value, then ask the pruner."""
+        if sweep.lease is not None and sweep.lease.lost:
+            return ""  # another session took the sweep over: it writes the study now
+        value, epoch = float(record[sweep.monitor]), int(record["epoch"])
+        trial.report(value, epoch)
+        if record.get("last") or not trial.should_prune():
+            return ""
+        pruned.append(epoch)
+        return (
+            f"trial {trial.number} pruned: {sweep.monitor} {value:.4g} at epoch {epoch} is "
+            "worse than the median of the other trials at that epoch"
+        )
+
     again = " ".join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
     results = sweep.results / run.rsplit("-", 1)[1]
-    hooks = RunHooks(results=results, on_epoch=_reporter(sweep, trial, pruned), deadline=deadline)
+    hooks = RunHooks(results=results, on_epoch=on_epoch, deadline=deadline)
     try:
         params = sweep.trial_params(values, run, sweep.overrides)
         result = train(
@@ -194,25 +207,6 @@ def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
         with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):  # a blip: the next beat
             sweep.storage.record_heartbeat(trial_id)
         stop.wait(HEARTBEAT_S)
-
-
-def _reporter(sweep: Sweep, trial: optuna.Trial, pruned: list[int]) -> Any:
-    """The trainer's epoch hook: report the epoch's value, then ask the pruner."""
-
-    def on_epoch(record: dict[str, Any]) -> str:
-        if sweep.lease is not None and sweep.lease.lost:
-            return ""  # another session took the sweep over: it writes the study now
-        value, epoch = float(record[sweep.monitor]), int(record["epoch"])
-        trial.report(value, epoch)
-        if record.get("last") or not trial.should_prune():
-            return ""
-        pruned.append(epoch)
-        return (
-            f"trial {trial.number} pruned: {sweep.monitor} {value:.4g} at epoch {epoch} is "
-            "worse than the median of the other trials at that epoch"
-        )
-
-    return on_epoch
 
 
 def _check_same_study(sweep: Sweep) -> None:

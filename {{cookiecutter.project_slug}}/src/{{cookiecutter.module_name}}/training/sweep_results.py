@@ -53,14 +53,11 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
         rows = table[(table.state == state) & table[monitor].notna()]
         axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
         for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
-            categorical = isinstance(dist, CategoricalDistribution)
-            xs = [dist.choices.index(v) for v in rows[key]] if categorical else rows[key]
+            xs = rows[key].astype(str) if isinstance(dist, CategoricalDistribution) else rows[key]
             ax.scatter(xs, rows[monitor], marker=marker, color=color)
             ax.set(xlabel=key, ylabel=monitor)
-            if categorical:
-                ax.set_xticks(range(len(dist.choices)), [str(c) for c in dist.choices])
-            else:
-                ax.set(xscale="log" if dist.log else "linear", xlim=(dist.low, dist.high))
+            if getattr(dist, "log", False):  # setting "linear" would drop the category labels
+                ax.set_xscale("log")
     done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
     axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
@@ -69,9 +66,9 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     return figure
 
 
-def keep_best_checkpoints(sweep: Sweep) -> str:
+def keep_best_checkpoints(sweep: Sweep) -> None:
     """Delete the checkpoints of finished runs but the `sweep.keep_best` best (Drive's quota):
-    their step folders and free lease, nothing the project did not write. One line, or ''."""
+    their step folders and free lease, nothing the project did not write; says which."""
     trials = sweep.study.get_trials(deepcopy=False)
     sign = 1 if sweep.direction == "minimize" else -1
     complete = sorted(
@@ -96,7 +93,8 @@ def keep_best_checkpoints(sweep: Sweep) -> str:
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
         deleted.append(run)
-    return f"Checkpoints deleted for finished runs {', '.join(deleted)}." if deleted else ""
+    if deleted:
+        print(f"Checkpoints deleted for finished runs {', '.join(deleted)}.", flush=True)
 
 
 def summary(sweep: Sweep, table: pd.DataFrame) -> None:

@@ -47,6 +47,9 @@ class Sweep:
         self.cfg, self.monitor, self.space = params.sweep, params.train.monitor, searched(params)
         self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
         self.results = results_root(project_dir) / "sweeps" / self.cfg.name
+        median = optuna.pruners.MedianPruner(
+            self.cfg.startup_trials, n_warmup_steps=self.cfg.warmup_epochs
+        )
         with quiet_optuna():
             if self.cfg.storage:
                 self.storage: Any = database_storage(self.cfg.storage)
@@ -58,7 +61,7 @@ class Sweep:
                 study_name=self.cfg.name,
                 direction=self.direction,
                 sampler=make_sampler(params, self.space),
-                pruner=make_pruner(params),
+                pruner=median if self.cfg.pruner == "median" else optuna.pruners.NopPruner(),
                 load_if_exists=True,
             )
 
@@ -195,7 +198,7 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
     raise AssertionError("each attempt returns or raises")
 
 
-# -- the sampler and the pruner ----------------------------------------------------------------
+# -- the sampler -------------------------------------------------------------------------------
 class PerTrialSeed(optuna.samplers.BaseSampler):
     """A sampler seeded by each trial's number: workers that ask at once get different values,
     and a sweep started again proposes what an uninterrupted one would. The inner sampler's
@@ -233,11 +236,3 @@ def make_sampler(params: Params, space: dict[str, BaseDistribution]) -> PerTrial
         ),
         params.seed,
     )
-
-
-def make_pruner(params: Params) -> optuna.pruners.BasePruner:
-    """`sweep.pruner`: median (Optuna's MedianPruner) or none."""
-    cfg = params.sweep
-    if cfg.pruner == "none":
-        return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(cfg.startup_trials, n_warmup_steps=cfg.warmup_epochs)
