@@ -124,23 +124,15 @@ def runs_dir(project_dir: Path) -> Path:
 def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
     """Write `results/runs/<run_id>/manifest.json` and `params.yaml` beside it (atomically)."""
     run_dir = runs_dir(project_dir) / record["run_id"]
-    run_dir.mkdir(parents=True, exist_ok=True)
     params_text = yaml.safe_dump(record["params"], sort_keys=False)
     atomic_write(run_dir / "params.yaml", f"# params of run {record['run_id']}\n{params_text}")
     return save_json(record, run_dir / "manifest.json")
 
 
-def read_run_record(path: Path) -> dict[str, Any]:
-    """A manifest, from its file or its run folder."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "manifest.json"
-    return json.loads(path.read_text())
-
-
 def list_runs(project_dir: Path) -> list[dict[str, Any]]:
     """Every run record of this project, oldest first (run ids sort by start time)."""
-    return [read_run_record(p) for p in sorted(runs_dir(project_dir).glob("*/manifest.json"))]
+    manifests = sorted(runs_dir(project_dir).glob("*/manifest.json"))
+    return [json.loads(p.read_text()) for p in manifests]
 
 
 def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
@@ -177,7 +169,7 @@ def find_run(
     digest = file_sha256(file)
     for folder in (Path(results) / "runs", *elsewhere):
         for path in sorted(folder.glob("*/manifest.json"), reverse=True):
-            record = read_run_record(path)
+            record = json.loads(path.read_text())
             for entry in record.get("artifacts", []):
                 if entry.get("sha256") == digest and entry["path"].endswith(file.name):
                     return record
