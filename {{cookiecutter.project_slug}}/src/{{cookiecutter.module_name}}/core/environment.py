@@ -30,7 +30,6 @@ DATA_MANIFEST = "data/manifest.json"
 def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, Any]:
     """Everything about this runtime that can change a result, as a JSON-ready dictionary
     (`devices=False`: without TensorFlow, whose import costs seconds)."""
-    project_dir = Path(project_dir)
     tf_info = tensorflow_info() if devices else {"skipped": True}
     gpus = nvidia_gpus() or [{"name": name} for name in tf_info.get("gpus", [])]
     return {

@@ -22,9 +22,6 @@ from ..core.files import atomic_write, file_sha256
 from ..core.storage import TRAIN_METRICS, results_root
 from .tracking import Tracker
 
-# Metrics (prefixes) sent to the tracker at the end of a run; the manifest keeps them all.
-FINAL_METRICS = ("val_", "train_", "test_", "examples_per_sec", "wall_time_s", "steps")
-
 
 def new_run_id(run_name: str, now: datetime | None = None) -> str:
     """`20260101T120000Z-<run_name>-<4 hex>`: sorts by time, names the run, never collides."""
@@ -34,9 +31,8 @@ def new_run_id(run_name: str, now: datetime | None = None) -> str:
 
 def artifact_entry(project_dir: Path, path: Path) -> dict[str, Any]:
     """Path (relative to the project when inside it), size and sha256 of one output file."""
-    path = Path(path)
     try:
-        shown = str(path.resolve().relative_to(Path(project_dir).resolve()))
+        shown = str(path.resolve().relative_to(project_dir.resolve()))
     except ValueError:
         shown = str(path)
     if not path.is_file():
@@ -64,7 +60,6 @@ def build_record(
     facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of one run as a dictionary."""
-    project_dir = Path(project_dir)
     env = environment if environment is not None else collect_environment(project_dir)
     run_dir = runs_dir(project_dir) / run_id
     if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
@@ -118,7 +113,7 @@ def reproduce_commands(
 
 def runs_dir(project_dir: Path) -> Path:
     """`results/runs/` (under `$PROJECT_RESULTS_DIR` when that is set)."""
-    return results_root(Path(project_dir)) / "runs"
+    return results_root(project_dir) / "runs"
 
 
 def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
@@ -186,7 +181,6 @@ def record_run(
 ) -> Path:
     """When a run ends (`params`: Params, `paths`: RunPaths, `result`: the trainer's TrainResult):
     write its manifest, then send it to the tracker."""
-    project_dir = Path(project_dir)
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
     tracker = Tracker(project_dir, params.run_name, run_id)
@@ -213,8 +207,7 @@ def record_run(
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:
         tracker.log_metrics(epoch, step=int(epoch.get("step", 0)))
-    final = {k: v for k, v in metrics.items() if k.startswith(FINAL_METRICS)}
-    tracker.log_metrics(final, step=int(result.step))
+    tracker.log_metrics(metrics, step=int(result.step))  # train.json's numbers
     for path in [*artifacts, manifest]:
         tracker.log_artifact(path)
     tracker.close(result.status)
