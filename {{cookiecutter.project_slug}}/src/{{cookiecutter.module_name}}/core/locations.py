@@ -1,8 +1,5 @@
-"""Where data is read from: a local path, or a URL such as `gs://bucket/...`, the same way.
-
-fsspec picks the file system from the URL (gcsfs for `gs://`, the local disk for a path) and
-streams: nothing is downloaded whole. `prepare` stages a local `data.path` to fast disk and streams
-a URL. On Colab, `authenticate()` asks for the user's Google credentials once per session.
+"""Where data is read from: a local path, or a URL such as `gs://bucket/...`, the same way: fsspec
+picks the file system from the URL (gcsfs for `gs://`) and streams; nothing is downloaded whole.
 """
 
 from __future__ import annotations
