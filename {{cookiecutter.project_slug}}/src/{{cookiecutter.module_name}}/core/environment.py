@@ -13,7 +13,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -232,5 +232,5 @@ def log_environment(project_dir: Path, output: Path | None = None, packages: boo
 
 
 def utc_now() -> datetime:
-    """The current time in UTC (`datetime.UTC` needs Python 3.11)."""
-    return datetime.now(timezone.utc)  # noqa: UP017
+    """The current time in UTC."""
+    return datetime.now(UTC)
