@@ -23,10 +23,9 @@ from ..core.storage import TRAIN_METRICS, results_root
 from .tracking import Tracker
 
 
-def new_run_id(run_name: str, now: datetime | None = None) -> str:
+def new_run_id(run_name: str, started_at: datetime) -> str:
     """`20260101T120000Z-<run_name>-<4 hex>`: sorts by time, names the run, never collides."""
-    now = now or utc_now()
-    return f"{now:%Y%m%dT%H%M%SZ}-{run_name}-{secrets.token_hex(2)}"
+    return f"{started_at:%Y%m%dT%H%M%SZ}-{run_name}-{secrets.token_hex(2)}"
 
 
 def artifact_entry(project_dir: Path, path: Path) -> dict[str, Any]:
@@ -65,7 +64,6 @@ def build_record(
     if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
         run_dir = run_dir.relative_to(project_dir)
     run_name = params.get("run_name", "")
-    command = command or f"{COMMAND} {kind}"
     return {
         "run_id": run_id,
         "kind": kind,
@@ -89,7 +87,7 @@ def build_record(
             "duration_s": round((finished_at - started_at).total_seconds(), 2),
         },
         "tracking": tracking or {},
-        "command": command,
+        "command": command or f"{COMMAND} {kind}",
         "reproduce": reproduce_commands(env["git"], run_dir, run_name, kind),
     }
 
