@@ -4,6 +4,7 @@ a storage or memory shortfall only warns."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import pytest
@@ -87,7 +88,8 @@ def test_space_and_memory_findings_are_one_line_warnings(
     assert ok.startswith("Preflight: ") and "\n" not in ok
     short = preflight.space_finding(tmp_path / "run", checkpoint_bytes=1 << 60, keep=3)
     assert short.startswith("WARNING: preflight: ") and "keep_checkpoints" in short
-    monkeypatch.setattr(preflight, "available_memory", lambda: 1 << 30)
+    memory = SimpleNamespace(available=1 << 30)
+    monkeypatch.setattr(preflight.psutil, "virtual_memory", lambda: memory)
     assert preflight.memory_finding(1 << 20).startswith("Preflight: ")
     low = preflight.memory_finding(1 << 31)
     assert low.startswith("WARNING: preflight: ") and "\n" not in low

@@ -13,7 +13,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ DATA_MANIFEST = "data/manifest.json"
 def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, Any]:
     """Everything about this runtime that can change a result, as a JSON-ready dictionary
     (`devices=False`: without TensorFlow, whose import costs seconds)."""
-    project_dir = Path(project_dir)
     tf_info = tensorflow_info() if devices else {"skipped": True}
     gpus = nvidia_gpus() or [{"name": name} for name in tf_info.get("gpus", [])]
     return {
@@ -233,5 +232,5 @@ def log_environment(project_dir: Path, output: Path | None = None, packages: boo
 
 
 def utc_now() -> datetime:
-    """The current time in UTC (`datetime.UTC` needs Python 3.11)."""
-    return datetime.now(timezone.utc)  # noqa: UP017
+    """The current time in UTC."""
+    return datetime.now(UTC)

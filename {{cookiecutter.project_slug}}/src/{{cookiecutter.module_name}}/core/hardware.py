@@ -22,5 +22,4 @@ def tpu_signals(environ: Mapping[str, str] | None = None) -> tuple[dict[str, str
 
 def tpu_present(environ: Mapping[str, str] | None = None) -> bool:
     """A TPU on this VM, by its variables or device files."""
-    variables, files = tpu_signals(environ)
-    return bool(variables or files)
+    return any(tpu_signals(environ))

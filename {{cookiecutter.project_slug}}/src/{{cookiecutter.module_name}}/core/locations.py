@@ -1,8 +1,5 @@
-"""Where data is read from: a local path, or a URL such as `gs://bucket/...`, the same way.
-
-fsspec picks the file system from the URL (gcsfs for `gs://`, the local disk for a path) and
-streams: nothing is downloaded whole. `prepare` stages a local `data.path` to fast disk and streams
-a URL. On Colab, `authenticate()` asks for the user's Google credentials once per session.
+"""Where data is read from: a local path, or a URL such as `gs://bucket/...`, the same way: fsspec
+picks the file system from the URL (gcsfs for `gs://`) and streams; nothing is downloaded whole.
 """
 
 from __future__ import annotations
@@ -10,7 +7,9 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
+
+from fsspec.core import url_to_fs
 
 
 def is_url(path: str | os.PathLike[str]) -> bool:
@@ -35,26 +34,19 @@ def authenticate() -> None:
         )
 
 
-def _fs(path: str) -> tuple[Any, str]:
-    """(the fsspec file system, the path inside it) for a path or URL."""
-    import fsspec
-
-    return fsspec.core.url_to_fs(str(path))
-
-
 def open_binary(path: str) -> IO[bytes]:
     """Open `path` for reading bytes: a stream for a URL, a file otherwise."""
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     return fs.open(inner, "rb")
 
 
 def exists(path: str) -> bool:
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     return fs.exists(inner)
 
 
 def isdir(path: str) -> bool:
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     return fs.isdir(inner)
 
 
@@ -72,14 +64,14 @@ def relative(path: str, folder: str) -> str:
 
 def list_dir(path: str) -> list[str]:
     """Sorted entry names of a folder."""
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(inner, detail=False))
 
 
 def walk_files(path: str) -> Iterator[str]:
     """Every file under `path` (or `path` itself if it is a file), in a stable order; names that
     start with a dot (.gitkeep, .DS_Store, staging bookkeeping) are left out."""
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     if not fs.isdir(inner):
         yield path
         return
@@ -91,5 +83,5 @@ def walk_files(path: str) -> Iterator[str]:
 
 
 def size(path: str) -> int:
-    fs, inner = _fs(path)
+    fs, inner = url_to_fs(path)
     return int(fs.size(inner))

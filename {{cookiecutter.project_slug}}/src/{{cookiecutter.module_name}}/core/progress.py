@@ -1,8 +1,6 @@
-"""Progress that suits where the output goes (`bar_kind`): a widget bar in Colab's notebooks, tqdm's
-text bar on a terminal; anywhere else (a log file, a CI log, a papermill report, a notebook where
-widgets do not render) no bar, only the caller's own lines (the trainer's: one per epoch), where a
-text bar would be a pile of carriage returns and a widget a line of placeholder text.
-"""
+"""Progress that suits where the output goes (`bar_kind`): in a log file, CI, a papermill report or
+a notebook without widgets no bar, only the caller's own lines; a text bar there would be a pile of
+carriage returns, a widget a line of placeholder text."""
 
 from __future__ import annotations
 

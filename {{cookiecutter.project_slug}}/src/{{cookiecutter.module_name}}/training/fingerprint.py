@@ -103,29 +103,22 @@ def _shown(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def folder_hash(folder: Path, prefix: str = "data/processed") -> str:
-    """The data hash of a folder of shards (the bundled digits' temporary split), in the form of
-    data/manifest.py's `data_hash`."""
+def folder_hash(folder: Path, prefix: str = "data/processed/") -> str:
+    """A hash of every file under `folder` (hidden ones and Python caches left out): of a folder of
+    shards (the bundled digits' temporary split), data/manifest.py's `data_hash` of its files."""
     lines = sorted(
-        f"{prefix}/{p.relative_to(folder).as_posix()} {file_sha256(p)}"
+        f"{prefix}{p.relative_to(folder).as_posix()} {file_sha256(p)}"
         for p in Path(folder).rglob("*")
-        if p.is_file() and not p.name.startswith(".")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix != ".pyc"
+        and not p.name.startswith(".")
     )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 @functools.cache
 def code_digest(package: Path | None = None) -> str:
-    """A hash of the package's source files (this checkout's `src/<module>`, caches left out):
-    what a DVC stage depends on. Computed once per process."""
-    package = Path(package or Path(__file__).resolve().parents[1])
-    files = sorted(
-        p
-        for p in package.rglob("*")
-        if p.is_file()
-        and "__pycache__" not in p.parts
-        and p.suffix != ".pyc"
-        and not p.name.startswith(".")
-    )
-    lines = [f"{p.relative_to(package).as_posix()} {file_sha256(p)}" for p in files]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    """A hash of the package's source files (this checkout's `src/<module>`): what a DVC stage
+    depends on. Computed once per process."""
+    return folder_hash(Path(package or Path(__file__).resolve().parents[1]), prefix="")

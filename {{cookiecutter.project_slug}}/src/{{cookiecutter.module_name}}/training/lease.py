@@ -108,10 +108,10 @@ def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
 class Lease:
     """This session's claim on one run folder; `acquire` makes one."""
 
-    def __init__(self, run_dir: Path, run_name: str, interval: float | None = None) -> None:
+    def __init__(self, run_dir: Path, run_name: str) -> None:
         self.path = run_dir / LEASE_FILE
         self.run_name = run_name
-        self.interval = HEARTBEAT_S if interval is None else interval
+        self.interval = HEARTBEAT_S
         self.token = uuid.uuid4().hex
         self.doc = {
             "run_name": run_name,

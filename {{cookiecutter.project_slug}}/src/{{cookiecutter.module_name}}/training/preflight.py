@@ -1,10 +1,8 @@
-"""Checks before the first training step, one line per finding.
+"""Checks before the first training step, one line per finding (docs/training-faults.md).
 
-Stops, because nothing useful can come of the run: a storage root on Drive's path with Drive not
-mounted (the checkpoints would vanish with the VM); no GPU or TPU under
-`distribute.require_accelerator`; a `train.class_weight` that cannot apply. Warnings, because the
-run can still work: free space for the checkpoints kept, memory for the data path. A note: a
-training split whose rarest class has under a tenth of the commonest one's examples, unweighted.
+Stops, as nothing useful can come of the run: Drive's path with Drive not mounted, no accelerator
+under `distribute.require_accelerator`, a `train.class_weight` that cannot apply. Warns: space for
+the checkpoints kept, memory for the data path. Notes a training split that is imbalanced.
 """
 
 from __future__ import annotations
@@ -66,14 +64,6 @@ def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 10
     return window * example + 8 * global_batch * example
 
 
-def available_memory() -> int | None:
-    """Memory available to a new allocation (psutil's `available`), or None when unknown."""
-    try:
-        return int(psutil.virtual_memory().available)
-    except OSError:
-        return None
-
-
 def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:
     """One line: free space at the storage root against the checkpoints the run will keep."""
     need = checkpoint_bytes * (keep + 1)  # `keep` kept plus the one being written
@@ -91,10 +81,8 @@ def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:
 
 
 def memory_finding(held_bytes: int) -> str:
-    """One line: available memory against what the data path holds."""
-    available = available_memory()
-    if available is None:
-        return f"Preflight: the data path holds ~{held_bytes / MIB:,.1f} MiB (free memory unknown)"
+    """One line: available memory (psutil's `available`) against what the data path holds."""
+    available = psutil.virtual_memory().available
     if held_bytes > 0.8 * available:
         return (
             f"WARNING: preflight: the data path holds ~{held_bytes / MIB:,.1f} MiB in memory, "

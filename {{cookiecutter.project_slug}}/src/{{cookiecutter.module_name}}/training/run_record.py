@@ -22,21 +22,16 @@ from ..core.files import atomic_write, file_sha256
 from ..core.storage import TRAIN_METRICS, results_root
 from .tracking import Tracker
 
-# Metrics (prefixes) sent to the tracker at the end of a run; the manifest keeps them all.
-FINAL_METRICS = ("val_", "train_", "test_", "examples_per_sec", "wall_time_s", "steps")
 
-
-def new_run_id(run_name: str, now: datetime | None = None) -> str:
+def new_run_id(run_name: str, started_at: datetime) -> str:
     """`20260101T120000Z-<run_name>-<4 hex>`: sorts by time, names the run, never collides."""
-    now = now or utc_now()
-    return f"{now:%Y%m%dT%H%M%SZ}-{run_name}-{secrets.token_hex(2)}"
+    return f"{started_at:%Y%m%dT%H%M%SZ}-{run_name}-{secrets.token_hex(2)}"
 
 
 def artifact_entry(project_dir: Path, path: Path) -> dict[str, Any]:
     """Path (relative to the project when inside it), size and sha256 of one output file."""
-    path = Path(path)
     try:
-        shown = str(path.resolve().relative_to(Path(project_dir).resolve()))
+        shown = str(path.resolve().relative_to(project_dir.resolve()))
     except ValueError:
         shown = str(path)
     if not path.is_file():
@@ -64,13 +59,11 @@ def build_record(
     facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of one run as a dictionary."""
-    project_dir = Path(project_dir)
     env = environment if environment is not None else collect_environment(project_dir)
     run_dir = runs_dir(project_dir) / run_id
     if run_dir.is_relative_to(project_dir):  # else results are elsewhere ($PROJECT_RESULTS_DIR)
         run_dir = run_dir.relative_to(project_dir)
     run_name = params.get("run_name", "")
-    command = command or f"{COMMAND} {kind}"
     return {
         "run_id": run_id,
         "kind": kind,
@@ -94,7 +87,7 @@ def build_record(
             "duration_s": round((finished_at - started_at).total_seconds(), 2),
         },
         "tracking": tracking or {},
-        "command": command,
+        "command": command or f"{COMMAND} {kind}",
         "reproduce": reproduce_commands(env["git"], run_dir, run_name, kind),
     }
 
@@ -118,29 +111,21 @@ def reproduce_commands(
 
 def runs_dir(project_dir: Path) -> Path:
     """`results/runs/` (under `$PROJECT_RESULTS_DIR` when that is set)."""
-    return results_root(Path(project_dir)) / "runs"
+    return results_root(project_dir) / "runs"
 
 
 def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
     """Write `results/runs/<run_id>/manifest.json` and `params.yaml` beside it (atomically)."""
     run_dir = runs_dir(project_dir) / record["run_id"]
-    run_dir.mkdir(parents=True, exist_ok=True)
     params_text = yaml.safe_dump(record["params"], sort_keys=False)
     atomic_write(run_dir / "params.yaml", f"# params of run {record['run_id']}\n{params_text}")
     return save_json(record, run_dir / "manifest.json")
 
 
-def read_run_record(path: Path) -> dict[str, Any]:
-    """A manifest, from its file or its run folder."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "manifest.json"
-    return json.loads(path.read_text())
-
-
 def list_runs(project_dir: Path) -> list[dict[str, Any]]:
     """Every run record of this project, oldest first (run ids sort by start time)."""
-    return [read_run_record(p) for p in sorted(runs_dir(project_dir).glob("*/manifest.json"))]
+    manifests = sorted(runs_dir(project_dir).glob("*/manifest.json"))
+    return [json.loads(p.read_text()) for p in manifests]
 
 
 def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
@@ -177,7 +162,7 @@ def find_run(
     digest = file_sha256(file)
     for folder in (Path(results) / "runs", *elsewhere):
         for path in sorted(folder.glob("*/manifest.json"), reverse=True):
-            record = read_run_record(path)
+            record = json.loads(path.read_text())
             for entry in record.get("artifacts", []):
                 if entry.get("sha256") == digest and entry["path"].endswith(file.name):
                     return record
@@ -194,7 +179,6 @@ def record_run(
 ) -> Path:
     """When a run ends (`params`: Params, `paths`: RunPaths, `result`: the trainer's TrainResult):
     write its manifest, then send it to the tracker."""
-    project_dir = Path(project_dir)
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
     tracker = Tracker(project_dir, params.run_name, run_id)
@@ -221,8 +205,7 @@ def record_run(
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:
         tracker.log_metrics(epoch, step=int(epoch.get("step", 0)))
-    final = {k: v for k, v in metrics.items() if k.startswith(FINAL_METRICS)}
-    tracker.log_metrics(final, step=int(result.step))
+    tracker.log_metrics(metrics, step=int(result.step))  # train.json's numbers
     for path in [*artifacts, manifest]:
         tracker.log_artifact(path)
     tracker.close(result.status)

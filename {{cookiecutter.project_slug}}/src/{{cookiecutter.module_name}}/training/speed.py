@@ -1,16 +1,10 @@
 """`python -m <module> speed`: is training waiting for its input or for its compute?
 
-For params.yaml on this machine and the prepared data, three measurements of `steps` steps each,
-after one warm-up chunk (tracing, the pipeline's first fill), with the strategy, global batch,
-model, optimizer and `train.steps_per_execution` of `train`:
-
-  input     the input path alone: each step's batches handed to the replicas and summed;
-  compute   training steps on one batch of the data already on each replica's device;
-  together  training steps on the input path: what `train` runs.
-
-The slower of input and compute is the bottleneck. `speed` builds its own model, optimizer and
-datasets (no run's checkpoints or input are touched) and writes its figures to a run record of
-kind "speed" and to TensorBoard.
+Three timings of `steps` steps each (the input path alone, training steps on a batch already on
+the devices, both together) with `train`'s strategy, global batch, model and
+`train.steps_per_execution`; the slower of the first two is the bottleneck. It builds its own model
+and datasets (no run's checkpoints are touched) and records a run record of kind "speed". How to
+read the figures: docs/training.md ("Where the time goes").
 """
 
 from __future__ import annotations
@@ -46,12 +40,11 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
         # Text: token ids in the input path, as `train` has them.
         data = for_model(open_data(params, project_dir, prepared, Path(tmp)), params.model)
         rates = measure(params, strategy, info, data, steps)
-    slower = min(rates["input"], rates["compute"])
     bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
     figures = {f"{k}_examples_per_sec": round(v, 1) for k, v in rates.items()}
     if info.is_chief:
         record(params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command)
-    print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates, slower))}", flush=True)
+    print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}", flush=True)
     print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
     return {"bottleneck": bottleneck, **figures}
 
@@ -145,7 +138,7 @@ def device_batch(strategy: Any, data: Prepared, batch: int) -> Any:
 
 
 def advice(
-    params: Params, info: StrategyInfo, data: Prepared, bottleneck: str, rates: dict, slower: float
+    params: Params, info: StrategyInfo, data: Prepared, bottleneck: str, rates: dict
 ) -> list[str]:
     """What to try, most likely first."""
     cfg, tips = params.train, []
@@ -169,7 +162,7 @@ def advice(
             tips.append("train.xla: true")
         tips.append("a smaller model or data.image_size" if data.spec.kind == "image"
                     else "a smaller model")  # fmt: skip
-    if rates["together"] < 0.8 * slower and cfg.steps_per_execution < 50:
+    if rates["together"] < 0.8 * rates[bottleneck] and cfg.steps_per_execution < 50:
         tips.insert(0, f"a larger train.steps_per_execution (now {cfg.steps_per_execution}): "
                        "together is well below the slower part")  # fmt: skip
     return tips[:3]
@@ -201,7 +194,7 @@ def record(
         checkpoints=Path("-"),
         started_at=started,
         finished_at=utc_now(),
-        command=command or f"{COMMAND} speed",
+        command=command,
         tracking={"tensorboard": str(logdir)},
         kind="speed",
     )

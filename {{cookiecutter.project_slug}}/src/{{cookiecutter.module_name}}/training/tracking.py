@@ -55,9 +55,8 @@ class TensorBoardBackend:
         import tensorflow as tf  # here: the notebooks import the run records for their table only
 
         self.tf = tf
-        self.logdir = results_root(Path(project_dir)) / "tensorboard" / run_name
-        self.writer = tf.summary.create_file_writer(str(self.logdir))
-        self.location = str(self.logdir)
+        self.location = str(results_root(project_dir) / "tensorboard" / run_name)
+        self.writer = tf.summary.create_file_writer(self.location)
         self.run_id = run_id
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -77,9 +76,9 @@ class TensorBoardBackend:
         self.writer.flush()
 
     def log_artifact(self, path: Path) -> None:
-        if Path(path).suffix == ".json":  # the manifest: readable in the Text tab
+        if path.suffix == ".json":  # the manifest: readable in the Text tab
             with self.writer.as_default():
-                self.tf.summary.text(Path(path).name, Path(path).read_text(), step=0)
+                self.tf.summary.text(path.name, path.read_text(), step=0)
             self.writer.flush()
 
     def close(self, status: str) -> None:
@@ -103,7 +102,7 @@ class MlflowBackend:
             experiment_id = mlflow.set_experiment(EXPERIMENT).experiment_id
         else:
             # MLflow 3 refuses a plain-folder store; SQLite in one file is its local default.
-            store = (results_root(Path(project_dir)) / "mlruns").resolve()
+            store = (results_root(project_dir) / "mlruns").resolve()
             store.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{store / 'mlflow.db'}"
             mlflow.set_tracking_uri(uri)
@@ -168,7 +167,7 @@ class WandbBackend:
             group=run_name,
             mode=mode,
             # results/wandb/ (under $PROJECT_RESULTS_DIR when set, like every other result)
-            dir=os.environ.get("WANDB_DIR") or str(results_root(Path(project_dir))),
+            dir=os.environ.get("WANDB_DIR") or str(results_root(project_dir)),
             reinit="finish_previous",
         )
         self.location = f"{mode}: {self.run.dir}"
