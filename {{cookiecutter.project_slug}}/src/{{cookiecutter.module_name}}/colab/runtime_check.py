@@ -152,10 +152,9 @@ def matching_runtimes(lock_python: str, snapshot: Mapping[str, str]) -> list[str
     return [version for version, have in PINNED_RUNTIMES.items() if have == want]
 
 
-def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
+def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
     """Where this runtime's freeze is saved: the storage root (storage.py's rule, without its
     imports): $PROJECT_STORAGE_DIR, else the Drive folder when mounted, else the project."""
-    environ = os.environ if environ is None else environ
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
         return Path(env).expanduser()
@@ -163,9 +162,8 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) 
     return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
 
 
-def save_freeze(folder: Path, environ: Mapping[str, str] | None = None) -> Path:
+def save_freeze(folder: Path, environ: Mapping[str, str]) -> Path:
     """This runtime's `pip freeze`, with a header naming the runtime, in `folder`; its path."""
-    environ = os.environ if environ is None else environ
     tag = environ.get("COLAB_RELEASE_TAG", "") or time.strftime("%Y%m%d")
     path = Path(folder) / f"colab-pip-freeze-gpu-{re.sub(r'[^A-Za-z0-9._-]+', '-', tag)}.txt"
     run = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
