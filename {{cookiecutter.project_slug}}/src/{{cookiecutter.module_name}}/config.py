@@ -83,8 +83,8 @@ def _field(example: str, expect: str = "", **constraints: Any) -> Any:
 schema = pydantic_dataclasses.dataclass(config={"extra": "forbid"})
 # A component's own keyword arguments (registry.py checks them against its signature).
 Arguments = dict[Text, Any]
-# An augmentation: its name, or {name: {argument: value}}.
-Augmentation = Text | dict[Text, Arguments]
+# An augmentation: its name, or {name: {argument: value}} (one name each).
+Augmentation = Text | Annotated[dict[Text, Arguments], Field(min_length=1, max_length=1)]
 
 
 @schema
@@ -108,13 +108,6 @@ class DataConfig:
     sequence_length: Int = _field("256", ge=1)
     split: Literal["random", "folders", "files", "column"] = _field("folders")
     split_column: Text = _field("fold")
-
-    @field_validator("augment")
-    @classmethod
-    def _one_name_each(cls, value: list[Any]) -> list[Any]:
-        if any(isinstance(entry, dict) and len(entry) != 1 for entry in value):
-            raise ValueError("an entry with arguments names one augmentation")
-        return value
 
 
 @schema
