@@ -1,12 +1,10 @@
 """Before anything is installed on Colab: can this runtime run the project as locked?
 
-`stop_on_tpu` refuses a TPU runtime at once (Colab's have had no TensorFlow since 2025-03).
-`check_runtime` compares the runtime with the snapshot of Colab's GPU runtime that
-requirements.txt was locked to (Python, then every preinstalled package the lock pins, but
-tools/lock.py's OVERRIDES): where they differ, installing the lock would replace them and need a
-restart, so it stops in one line naming them and the ways out, and saves this runtime's `pip
-freeze` to the storage folder (docs/troubleshooting.md). Off Colab both do nothing. The standard
-library only (core.hardware too): it runs from the checkout before anything is installed.
+Installing a lock that differs from the runtime's preinstalled packages would replace them and
+need a restart: `check_runtime` stops first, in one line naming the differences and the ways out,
+and saves this runtime's `pip freeze` to the storage folder (docs/troubleshooting.md). Colab's
+TPU runtimes have had no TensorFlow since 2025-03 (`stop_on_tpu`). Off Colab both do nothing.
+The standard library only (core.hardware too): it runs from the checkout before any install.
 """
 
 from __future__ import annotations
