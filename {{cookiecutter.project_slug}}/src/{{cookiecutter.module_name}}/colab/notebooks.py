@@ -188,15 +188,12 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
             f"params.yaml to make it the `{stage}` stage"
         )
         return False
-    dvc = [sys.executable, "-m", "dvc"]
-    for command in (
-        [*dvc, "commit", "--force", "--quiet", stage],
-        [*dvc, "push", "--run-cache", stage],
-    ):
+    for args in (["commit", "--force", "--quiet", stage], ["push", "--run-cache", stage]):
+        command = [sys.executable, "-m", "dvc", *args]
         run = subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
         if run.returncode != 0:
             reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
-            print(f"WARNING: `dvc {' '.join(command[3:])}` failed: {reason}")
+            print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
             return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
     return True
