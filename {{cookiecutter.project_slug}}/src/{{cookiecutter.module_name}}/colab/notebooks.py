@@ -209,7 +209,6 @@ def run_notebooks(
     order; return the HTML reports written. Each gets the `parameters` its parameters cell
     declares; a name no notebook declares is an error (a typo would otherwise be ignored)."""
     # Only this command needs them (about 2 s to import): not every notebook's setup.
-    import nbformat
     import papermill
     from nbconvert import HTMLExporter
 
@@ -251,7 +250,7 @@ def run_notebooks(
             failed = None
         except papermill.PapermillExecutionError as exc:
             failed = exc
-        html, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+        html, _ = exporter.from_filename(str(executed))
         report = executed.with_suffix(".html")
         report.write_text(html, encoding="utf-8")
         reports.append(report)
