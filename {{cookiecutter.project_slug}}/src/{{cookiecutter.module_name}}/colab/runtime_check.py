@@ -10,9 +10,9 @@ The standard library only (core.hardware too): it runs from the checkout before 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import re
+import runpy
 import subprocess
 import sys
 import time
@@ -83,14 +83,11 @@ def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
     """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python of the Colab
     runtime the lock was made for (its header's `# Colab runtime: Python 3.13, ...` line, else
     the snapshot's own)."""
-    path = Path(project_dir) / "tools" / "lock.py"
-    spec = importlib.util.spec_from_file_location("_project_lock_tool", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    overrides = {normalize(name): version for name, version in module.OVERRIDES.items()}
+    tool = runpy.run_path(str(Path(project_dir) / "tools" / "lock.py"))  # its globals
+    overrides = {normalize(name): version for name, version in tool["OVERRIDES"].items()}
     header = (Path(project_dir) / "requirements.txt").read_text(encoding="utf-8")
     found = re.search(r"^# Colab runtime: Python (3\.\d+)", header, flags=re.M)
-    return overrides, found[1] if found else str(module.freeze_python(module.COLAB_CONSTRAINTS))
+    return overrides, found[1] if found else str(tool["freeze_python"](tool["COLAB_CONSTRAINTS"]))
 
 
 def on_colab_tpu(environ: Mapping[str, str] | None = None) -> bool:
