@@ -207,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """prepare, stage, train, speed, evaluate, predict, export."""
     command(cmd_prepare, "write data/raw, the split, the manifest")
 
     p = command(cmd_stage, "copy data to fast local disk (resumable)")
@@ -268,7 +267,6 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
 
 
 def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """sweep{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}, env, notebooks, hooks."""
     p = command(cmd_sweep, "hyperparameter search (resumes the study)")
     p.add_argument(
         "--best",

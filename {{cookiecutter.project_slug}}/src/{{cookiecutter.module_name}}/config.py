@@ -404,7 +404,6 @@ def sweep_space(params: Params) -> dict[str, BaseDistribution]:
 
 
 def _refused(key: str, problem: str, example: str) -> ConfigError:
-    """`sweep.space.<key>: <problem> (example: <example>)`."""
     return ConfigError(f"sweep.space.{key}: {problem} (example: {example})")
 
 
