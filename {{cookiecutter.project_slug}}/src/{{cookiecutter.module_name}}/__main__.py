@@ -207,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """prepare, stage, train, speed, evaluate, predict, export."""
     command(cmd_prepare, "write data/raw, the split, the manifest")
 
     p = command(cmd_stage, "copy data to fast local disk (resumable)")
@@ -235,7 +234,6 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
 {%- if cookiecutter.vertex_ai == "yes" %}
     p.add_argument(
         "--sweep-trial",
-        default=None,
         metavar="NAME",
         help="run as a trial of a Vertex AI tuning job for sweep NAME (`vertex --sweep` sets it)",
     )
@@ -248,7 +246,7 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
 
     p = command(cmd_predict, "score new data with the saved model")
     p.add_argument("input", help="a CSV with the training columns, an image, a .txt, or a folder")
-    p.add_argument("--output", default=None, help="CSV (default: results/predictions.csv)")
+    p.add_argument("--output", help="CSV (default: results/predictions.csv)")
 
     p = command(cmd_export, "SavedModel (serving) or LiteRT (devices)")
     p.add_argument(
@@ -260,18 +258,15 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
     p.add_argument(
         "--quantize",
         choices=["float16", "int8"],
-        default=None,
         help="litert: float16 weights (half the size) or int8 dynamic range (a quarter)",
     )
     p.add_argument(
         "--output",
-        default=None,
         help="default: results/models/saved_model, or results/models/model.tflite (litert)",
     )
 
 
 def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """sweep{% if cookiecutter.vertex_ai == "yes" %}, vertex{% endif %}, env, notebooks, hooks."""
     p = command(cmd_sweep, "hyperparameter search (resumes the study)")
     p.add_argument(
         "--best",
@@ -292,11 +287,11 @@ def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None
         action="store_true",
         help="a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
     )
-    p.add_argument("--output", default=None, help="job spec file (default: vertex.output)")
+    p.add_argument("--output", help="job spec file (default: vertex.output)")
 {%- endif %}
 
     p = command(cmd_env, "print and save the environment")
-    p.add_argument("--output", default=None, help="file (default: results/environment.json)")
+    p.add_argument("--output", help="file (default: results/environment.json)")
     p.add_argument("--brief", action="store_true", help="print the summary, not every package")
 
     p = command(cmd_notebooks, "run the notebooks, write HTML reports")
@@ -308,7 +303,7 @@ def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None
         metavar="NAME=VALUE",
         help="notebook parameter, e.g. -p epochs=1 (repeatable)",
     )
-    p.add_argument("--only", nargs="+", default=None, metavar="PREFIX", help="e.g. --only 01 02")
+    p.add_argument("--only", nargs="+", metavar="PREFIX", help="e.g. --only 01 02")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
 
     command(cmd_hooks, "register the git hooks (nbstripout, ...)")

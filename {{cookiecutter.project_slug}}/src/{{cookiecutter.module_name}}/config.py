@@ -83,8 +83,8 @@ def _field(example: str, expect: str = "", **constraints: Any) -> Any:
 schema = pydantic_dataclasses.dataclass(config={"extra": "forbid"})
 # A component's own keyword arguments (registry.py checks them against its signature).
 Arguments = dict[Text, Any]
-# An augmentation: its name, or {name: {argument: value}}.
-Augmentation = Text | dict[Text, Arguments]
+# An augmentation: its name, or {name: {argument: value}} (one name each).
+Augmentation = Text | Annotated[dict[Text, Arguments], Field(min_length=1, max_length=1)]
 
 
 @schema
@@ -108,13 +108,6 @@ class DataConfig:
     sequence_length: Int = _field("256", ge=1)
     split: Literal["random", "folders", "files", "column"] = _field("folders")
     split_column: Text = _field("fold")
-
-    @field_validator("augment")
-    @classmethod
-    def _one_name_each(cls, value: list[Any]) -> list[Any]:
-        if any(isinstance(entry, dict) and len(entry) != 1 for entry in value):
-            raise ValueError("an entry with arguments names one augmentation")
-        return value
 
 
 @schema
@@ -155,7 +148,6 @@ class TrainConfig:
     weight_decay: Float = _field("0.01", ge=0.0)  # decoupled, any optimizer (usual with adamw)
     clip_norm: Float = _field("1.0", ge=0.0)  # 0 = no clipping
     label_smoothing: Float = _field("0.1", ge=0.0, lt=1.0)
-    # none / balanced / {class or label name: weight}: per-example weights in the loss (task.py)
     class_weight: Literal["none", "balanced"] | dict[Text, PosFloat] = _field(
         "balanced", "none, balanced or a map of class name to a weight > 0 ({cat: 2.0})"
     )
@@ -199,7 +191,6 @@ class VertexConfig:
 
     project: Text = _field("my-gcp-project")  # "" = gcloud's configured project
     region: Text = _field("europe-west4")
-    # "" = <project_slug>-<run_name>
     display_name: Text = _field("{{ cookiecutter.project_slug }}-baseline")
     machine_type: Text = _field("n1-standard-8")
     accelerator_type: Text = _field("NVIDIA_TESLA_T4")  # "" = CPU only
@@ -212,7 +203,6 @@ class VertexConfig:
     executor_image_uri: Text = _field(
         "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
     )
-    # where checkpoints and results go
     bucket: Text = _field("gs://my-bucket/{{ cookiecutter.project_slug }}")
     service_account: Text = _field("trainer@my-gcp-project.iam.gserviceaccount.com")
     output: Text = _field("results/vertex/job.yaml")
@@ -222,7 +212,7 @@ class VertexConfig:
 
 @schema
 class SweepConfig:
-    """A hyperparameter search (`python -m <module> sweep`); `check_sweep` checks the space."""
+    """A hyperparameter search (`python -m <module> sweep`); `sweep_space` checks the space."""
 
     name: Text = _field(
         "lr-dropout",
@@ -236,7 +226,6 @@ class SweepConfig:
     warmup_epochs: Int = _field("2", ge=0)  # a trial trains this many epochs before pruning
     keep_best: Int = _field("3", ge=1)  # finished trials whose checkpoints are kept
     time_budget_minutes: Float = _field("690", ge=0.0)  # 0 = no budget
-    # "" = one session, the study on the storage root; a database URL = every session a worker
     storage: Text = _field("postgresql://user@host:5432/db")
     space: dict[Text, dict[Text, Any]] = _field(
         "{train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}}",
@@ -415,7 +404,6 @@ def sweep_space(params: Params) -> dict[str, BaseDistribution]:
 
 
 def _refused(key: str, problem: str, example: str) -> ConfigError:
-    """`sweep.space.<key>: <problem> (example: <example>)`."""
     return ConfigError(f"sweep.space.{key}: {problem} (example: {example})")
 
 
@@ -454,7 +442,7 @@ def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> Categorical
 
 def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> BaseDistribution:
     low, high = _number_from_text(spec.get("low")), _number_from_text(spec.get("high"))
-    integer = info.annotation is int if info else _is_int(low) and _is_int(high)
+    integer = info.annotation is int if info else all(type(v) is int for v in (low, high))
     if info is not None and info.annotation not in (int, float):
         raise _refused(key, f"{key} is not a number, so give choices", CHOICES_EXAMPLE)
     if "low" not in spec or "high" not in spec:
@@ -462,7 +450,7 @@ def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Ba
     log = spec.get("log", False)
     example = "{low: 16, high: 256, log: true}" if integer else RANGE_EXAMPLE
     kinds = (int,) if integer else (int, float)
-    if not all(isinstance(v, kinds) and not isinstance(v, bool) for v in (low, high)):
+    if not all(type(v) in kinds for v in (low, high)):  # YAML's true is no number
         raise _refused(key, f"low and high must be {'integers' if integer else 'numbers'}", example)
     if not isinstance(log, bool):
         raise _refused(key, "log must be true or false", example)
@@ -490,10 +478,6 @@ def _is_argument(key: str) -> bool:
     """True for a component's own argument: `model.args.width`, `data.args.delimiter`."""
     section, _, rest = key.partition(".args.")
     return bool(rest) and "." not in section and _field_of(f"{section}.args") is not None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _field_of(key: str) -> Any:

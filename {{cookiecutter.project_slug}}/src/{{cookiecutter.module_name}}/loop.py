@@ -43,12 +43,10 @@ class StepParts:
 
 
 def make_chunk_function(parts: StepParts, cfg: TrainConfig, next_batch: Any) -> Any:
-    """A `tf.function(feed, n)` running `n` steps and returning the chunk's sums [loss, train
-    metric] (the loss per step, the metric per example: `task.train_metric`);
-    `next_batch(feed, i)` (data/feed.py) gives step i's batch, one per replica: `next()` on a
-    distributed iterator, or small data gathered on each replica's device. Build it again after
-    the trainable variables change (the fine-tune phase change): a trace captures the variables
-    it updates."""
+    """`run_chunk`'s sums: the loss per step, `task.train_metric` per example. `next_batch(feed,
+    i)` (data/feed.py) gives step i's batch, one per replica: `next()` on a distributed iterator,
+    or small data gathered on each replica's device. Build it again after the trainable
+    variables change (the fine-tune phase change): a trace captures the variables it updates."""
     model, optimizer, task = parts.model, parts.optimizer, parts.task
     scale_loss = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -105,7 +103,6 @@ class Validator:
     (what the lockstep rule needs for early stopping). Metrics are built once, reset per pass."""
 
     def __init__(self, model: Any, task: Task) -> None:
-        self.task = task
         self.loss = keras.metrics.Mean(name="loss")
         self.metrics = task.make_metrics()
 

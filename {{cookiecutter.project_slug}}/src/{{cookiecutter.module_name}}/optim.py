@@ -28,16 +28,10 @@ from .config import TrainConfig
 def build_optimizer(
     cfg: TrainConfig, total_steps: int, replicas: int = 1, phase_change_step: int = 0
 ) -> keras.optimizers.Optimizer:
-    """`train.optimizer` with `train.schedule` and `weight_decay`.
-
-    total_steps: the run's optimizer steps (the cosine decays to 0 there).
-    replicas: with `lr_scaling: linear` the peak rate is multiplied by it (it follows the batch).
-    phase_change_step: the step where fine-tuning starts (0 = none): the rate is then
-    multiplied by `fine_tune.learning_rate_factor`.
-    Under mixed precision wrap the result in `keras.optimizers.LossScaleOptimizer` (float16).
-    `train.clip_norm` is not set here: the optimizer would clip each replica's share of the
-    gradient, not the sum; the step calls `clip_gradients` instead.
-    """
+    """`train.optimizer` with `train.schedule` and `weight_decay`. Under mixed precision the
+    trainer wraps it in `keras.optimizers.LossScaleOptimizer` (float16). `train.clip_norm` is not
+    set here: the optimizer would clip each replica's share of the gradient, not the sum; the
+    step calls `clip_gradients` instead."""
     peak = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
     rate = learning_rate_schedule(cfg, peak, total_steps, phase_change_step)
     common: dict[str, Any] = {"learning_rate": rate, "weight_decay": cfg.weight_decay or None}

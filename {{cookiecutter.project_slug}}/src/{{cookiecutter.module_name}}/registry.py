@@ -42,7 +42,6 @@ FIXED = {"source": 3, "augmentation": 2, "architecture": 3}  # (path, data, kind
 # Where a component's own arguments are given, and the kind of that component.
 ARGUMENTS = {"model.args": "architecture", "data.args": "source"}
 _ENTRIES: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
-_imported = False
 
 
 def register(kind: str, name: str) -> Callable[[Any], Any]:
@@ -171,13 +170,10 @@ def check(params: Params) -> None:
                     arguments(kind, name, {**given, arg: value}, f"sweep.space.{key}")
 
 
+@functools.cache  # once; a module that failed to import fails again at the next lookup
 def import_all() -> None:
     """Import every module at the top of the package and of the built-ins' subpackages, once:
     their decorators register (and Keras learns their custom layers, for loading a model)."""
-    global _imported
-    if _imported:
-        return
-    _imported = True
     package = importlib.import_module(__package__)
     for module in pkgutil.iter_modules(package.__path__):
         if not module.ispkg and not module.name.startswith("_"):

@@ -26,14 +26,13 @@ EXTRA_KEYS = (
 KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernelspec")
 
 
-def install(project_dir: Path, python: str | None = None) -> list[str]:
+def install(project_dir: Path) -> list[str]:
     """Register nbstripout, nbdime and pre-commit in the git clone at `project_dir`.
 
     Returns what was done, one line each. Safe to run again: nothing is added twice, and the
     committed `.gitattributes` is left unchanged.
     """
     project_dir = Path(project_dir)
-    python = python or sys.executable
     if not (project_dir / ".git").exists():
         return [f"{project_dir} is not a git clone: `git init` first, then `make hooks`"]
 
@@ -45,12 +44,12 @@ def install(project_dir: Path, python: str | None = None) -> list[str]:
     run("git", "config", "filter.nbstripout.keepmetadatakeys", " ".join(KEEP_KEYS))
     # Against .gitattributes, which already names the filter and a diff driver: nbstripout then
     # only writes its git config (clean filter, required) and no second `diff=` line.
-    run(python, "-m", "nbstripout", "--install", "--attributes", ".gitattributes")
+    run(sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes")
     done.append("nbstripout: clean filter for *.ipynb (outputs and Colab metadata stripped)")
-    run(python, "-m", "nbdime", "config-git", "--enable")
+    run(sys.executable, "-m", "nbdime", "config-git", "--enable")
     done.append("nbdime: diff and merge drivers for *.ipynb (git diff / git merge)")
     if importlib.util.find_spec("pre_commit") is not None:
-        run(python, "-m", "pre_commit", "install")
+        run(sys.executable, "-m", "pre_commit", "install")
         done.append("pre-commit: hook installed (runs on git commit)")
     else:
         done.append("pre-commit: not installed here (dev tool; `make setup` installs it)")

@@ -188,15 +188,12 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
             f"params.yaml to make it the `{stage}` stage"
         )
         return False
-    dvc = [sys.executable, "-m", "dvc"]
-    for command in (
-        [*dvc, "commit", "--force", "--quiet", stage],
-        [*dvc, "push", "--run-cache", stage],
-    ):
+    for args in (["commit", "--force", "--quiet", stage], ["push", "--run-cache", stage]):
+        command = [sys.executable, "-m", "dvc", *args]
         run = subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
         if run.returncode != 0:
             reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
-            print(f"WARNING: `dvc {' '.join(command[3:])}` failed: {reason}")
+            print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
             return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
     return True
@@ -212,7 +209,6 @@ def run_notebooks(
     order; return the HTML reports written. Each gets the `parameters` its parameters cell
     declares; a name no notebook declares is an error (a typo would otherwise be ignored)."""
     # Only this command needs them (about 2 s to import): not every notebook's setup.
-    import nbformat
     import papermill
     from nbconvert import HTMLExporter
 
@@ -254,7 +250,7 @@ def run_notebooks(
             failed = None
         except papermill.PapermillExecutionError as exc:
             failed = exc
-        html, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+        html, _ = exporter.from_filename(str(executed))
         report = executed.with_suffix(".html")
         report.write_text(html, encoding="utf-8")
         reports.append(report)

@@ -114,12 +114,10 @@ def restore_data(
                 f"{whose} was trained on ({data_hash[:12]})"
             )
         return f"Data: {manifest.MANIFEST} on this VM ({mine[:12]}), nothing to restore"
-    what = f"the data {whose} was trained on" if data_hash else "the data dvc.lock records"
-    kept = (
-        manifest.kept_path(storage, data_hash)
-        if data_hash
-        else dvc_lock_manifest(project_dir, storage)
-    )
+    if data_hash:
+        what, kept = f"the data {whose} was trained on", manifest.kept_path(storage, data_hash)
+    else:
+        what, kept = "the data dvc.lock records", dvc_lock_manifest(project_dir, storage)
     wanted = json.loads(kept.read_text()) if kept is not None and kept.is_file() else None
     why = f"no manifest of it in {storage / manifest.KEPT}"
     if wanted is not None:

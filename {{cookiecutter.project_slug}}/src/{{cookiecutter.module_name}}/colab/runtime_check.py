@@ -1,20 +1,18 @@
 """Before anything is installed on Colab: can this runtime run the project as locked?
 
-`stop_on_tpu` refuses a TPU runtime at once (Colab's have had no TensorFlow since 2025-03).
-`check_runtime` compares the runtime with the snapshot of Colab's GPU runtime that
-requirements.txt was locked to (Python, then every preinstalled package the lock pins, but
-tools/lock.py's OVERRIDES): where they differ, installing the lock would replace them and need a
-restart, so it stops in one line naming them and the ways out, and saves this runtime's `pip
-freeze` to the storage folder (docs/troubleshooting.md). Off Colab both do nothing. The standard
-library only (core.hardware too): it runs from the checkout before anything is installed.
+Installing a lock that differs from the runtime's preinstalled packages would replace them and
+need a restart: `check_runtime` stops first, in one line naming the differences and the ways out,
+and saves this runtime's `pip freeze` to the storage folder (docs/troubleshooting.md). Colab's
+TPU runtimes have had no TensorFlow since 2025-03 (`stop_on_tpu`). Off Colab both do nothing.
+The standard library only (core.hardware too): it runs from the checkout before any install.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import re
+import runpy
 import subprocess
 import sys
 import time
@@ -85,14 +83,11 @@ def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
     """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python of the Colab
     runtime the lock was made for (its header's `# Colab runtime: Python 3.13, ...` line, else
     the snapshot's own)."""
-    path = Path(project_dir) / "tools" / "lock.py"
-    spec = importlib.util.spec_from_file_location("_project_lock_tool", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    overrides = {normalize(name): version for name, version in module.OVERRIDES.items()}
+    tool = runpy.run_path(str(Path(project_dir) / "tools" / "lock.py"))  # its globals
+    overrides = {normalize(name): version for name, version in tool["OVERRIDES"].items()}
     header = (Path(project_dir) / "requirements.txt").read_text(encoding="utf-8")
     found = re.search(r"^# Colab runtime: Python (3\.\d+)", header, flags=re.M)
-    return overrides, found[1] if found else str(module.freeze_python(module.COLAB_CONSTRAINTS))
+    return overrides, found[1] if found else str(tool["freeze_python"](tool["COLAB_CONSTRAINTS"]))
 
 
 def on_colab_tpu(environ: Mapping[str, str] | None = None) -> bool:
@@ -152,10 +147,9 @@ def matching_runtimes(lock_python: str, snapshot: Mapping[str, str]) -> list[str
     return [version for version, have in PINNED_RUNTIMES.items() if have == want]
 
 
-def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
+def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
     """Where this runtime's freeze is saved: the storage root (storage.py's rule, without its
     imports): $PROJECT_STORAGE_DIR, else the Drive folder when mounted, else the project."""
-    environ = os.environ if environ is None else environ
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
         return Path(env).expanduser()
@@ -163,9 +157,8 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str] | None = None) 
     return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
 
 
-def save_freeze(folder: Path, environ: Mapping[str, str] | None = None) -> Path:
+def save_freeze(folder: Path, environ: Mapping[str, str]) -> Path:
     """This runtime's `pip freeze`, with a header naming the runtime, in `folder`; its path."""
-    environ = os.environ if environ is None else environ
     tag = environ.get("COLAB_RELEASE_TAG", "") or time.strftime("%Y%m%d")
     path = Path(folder) / f"colab-pip-freeze-gpu-{re.sub(r'[^A-Za-z0-9._-]+', '-', tag)}.txt"
     run = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
