@@ -63,11 +63,6 @@ def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
     )
 
 
-def vocabulary_size(vectorizer: Any) -> int:
-    """How many ids `make_vectorizer`'s layer gives (padding and [UNK] included)."""
-    return int(getattr(vectorizer, "tokenizer", vectorizer).vocabulary_size())
-
-
 def token_ids(vectorized: Any) -> Any:
     """The vectoriser's output as int32 ids (a keras-hub preprocessor gives a dict: its
     `token_ids`; the backbone's padding mask is made again from them)."""
