@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,13 +99,10 @@ def stage(
     verify: bool = False,
     reserve_bytes: int = RESERVE_BYTES,
     progress: bool = True,
-    on_bytes: Callable[[int], None] | None = None,
 ) -> StageReport:
     """Copy the file or folder `src` into the folder `dest` (see the module docstring).
 
-    `verify` re-hashes both sides of every file instead of trusting the index. `on_bytes` is
-    called with the number of bytes after each chunk written (for a notebook's own progress).
-    """
+    `verify` re-hashes both sides of every file instead of trusting the index."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
@@ -144,26 +140,18 @@ def stage(
     try:
         for rel, path, st, offset in todo:
             target = dest / rel
-            report.bytes_copied += _copy(path, target, st, offset, bar, on_bytes)
+            report.bytes_copied += _copy(path, target, st, offset, bar)
             report.copied += 1
             report.resumed += offset > 0
             index[rel] = _stamp(st, target)
     finally:
         bar.close()
-        atomic_write(
-            dest / INDEX, json.dumps(index)
-        )  # also after an interruption: finished files stay known
+        # Also after an interruption: finished files stay known.
+        atomic_write(dest / INDEX, json.dumps(index))
     return report
 
 
-def _copy(
-    src: Path,
-    target: Path,
-    st: os.stat_result,
-    offset: int,
-    bar: object,
-    on_bytes: Callable[[int], None] | None,
-) -> int:
+def _copy(src: Path, target: Path, st: os.stat_result, offset: int, bar: object) -> int:
     """Copy `src` to `target` through a `.partial` file, from byte `offset`; return bytes copied."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _partial_name(target, st)
@@ -179,8 +167,6 @@ def _copy(
             fout.write(chunk)
             copied += len(chunk)
             bar.update(len(chunk))  # type: ignore[attr-defined]
-            if on_bytes is not None:
-                on_bytes(len(chunk))
         fout.flush()
         os.fsync(fout.fileno())
     if partial.stat().st_size != st.st_size:
