@@ -24,7 +24,12 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     For text: the keras-hub preset `model.backbone` (architectures/text.py)."""
     if spec.kind == "text":
         return text_backbone(inputs, spec, cfg)
-    constructor = _backbone_constructor(cfg.backbone)
+    constructor = getattr(keras.applications, cfg.backbone, None)
+    if not cfg.backbone[:1].isupper() or not callable(constructor):
+        raise ConfigError(
+            f"model.backbone: {cfg.backbone!r} is not a keras.applications model "
+            "(example: --set model.backbone=MobileNetV3Small)"
+        )
     _check_backbone_input(spec, cfg)
     height, width, channels = spec.input_shape
     options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
@@ -51,19 +56,9 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
 
 
-def _backbone_constructor(name: str):  # noqa: ANN202 - a keras.applications function
-    constructor = getattr(keras.applications, name, None)
-    if not name[:1].isupper() or not callable(constructor):
-        raise ConfigError(
-            f"model.backbone: {name!r} is not a keras.applications model "
-            "(example: --set model.backbone=MobileNetV3Small)"
-        )
-    return constructor
-
-
 def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
     """One line naming the key to change, before keras fails with a long message."""
-    if spec.kind != "image" or len(spec.input_shape) != 3:
+    if spec.kind != "image":  # prepare writes images as [height, width, channels]
         raise ConfigError(
             f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
             f"{spec.input_shape} (example: --set model.architecture=mlp)"
