@@ -1,14 +1,10 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-The shards hold `tf.train.Example`s: `x` (an encoded image, floats, or a UTF-8 text), `y` (the
-target as the task's kind stores it) and `id` (where the example came from).
-
 Exact resume: the order of an epoch is a pure function of (seed, epoch), made of stateless
 shuffles (no buffer state for a checkpoint to hold), cut into GLOBAL batches, and a resumed run
 `skip`s its done steps while they are still serialized. Every worker builds the same global order
 and keeps its slice of each batch, so a step's examples do not depend on the number of workers or
-replicas. Small tabular data (up to `IN_MEMORY_BYTES`) is held in memory instead and fed by
-feed.py. Text becomes token ids here, on the CPU (data/text.py). More in docs/data.md.
+replicas. More in docs/data.md ("The input pipeline").
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from ..tasks.base import for_spec
 from .images import decode_stored
 from .text import make_vectorizer, token_ids
 
-X, Y, ID = "x", "y", "id"  # the feature names inside the processed shards
+X, Y, ID = "x", "y", "id"  # the input, the target, where the example came from
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
 IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size (all copies) in memory
@@ -55,8 +51,8 @@ class Prepared:
         return 4 * self.count(split) * int(np.prod(self.spec.input_shape))
 
     def in_memory_bytes(self, copies: int = 1) -> int:
-        """What `copies` copies of the training split take when they fit in `IN_MEMORY_BYTES`
-        (small vector data: held in memory, one copy per replica), else 0 (streamed)."""
+        """`copies` copies of the training split when they fit in `IN_MEMORY_BYTES` (small vector
+        data is held in memory), else 0 (streamed)."""
         if self.spec.kind != "vector":
             return 0
         size = copies * self.split_bytes("train")
@@ -77,9 +73,8 @@ def for_model(data: Prepared, cfg: ModelConfig) -> Prepared:
 
 
 def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
-    """One processed example as `tf.train.Example` bytes: an encoded image or floats, the
-    target (an integer class as int64, anything else, a 0/1 label vector or a value, as floats)
-    and the example's id in its source."""
+    """One processed example as `tf.train.Example` bytes (a class as int64, other targets as
+    floats)."""
     if isinstance(x, bytes):
         feature_x = tf.train.Feature(bytes_list=tf.train.BytesList(value=[x]))
     else:
@@ -194,10 +189,9 @@ def train_dataset(
     epochs: int,
     augment: list[Any],
 ) -> Any:
-    """This worker's dataset of every remaining training step, from global step `start_step`.
-
-    `ctx` is the `tf.distribute.InputContext` (`distribute_datasets_from_function`); each element
-    is one replica's batch of one step, replica by replica."""
+    """This worker's dataset of every remaining training step, from global step `start_step`:
+    one replica's batch of one step per element, replica by replica (`ctx`: the
+    `tf.distribute.InputContext`)."""
     if data.in_memory_bytes():
         return _in_memory_dataset(ctx, data, global_batch, seed, start_step, epochs)
     shards = data.shards("train")
@@ -297,9 +291,8 @@ class Passes:
 
 
 def example_ids(data: Prepared, split: str) -> list[str]:
-    """The id of every example of `split`, in its written order (`eval_dataset`'s order); ""
-    for shards written without ids."""
-    schema = {ID: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    """The id of every example of `split`, in its written order (`eval_dataset`'s order)."""
+    schema = {ID: tf.io.FixedLenFeature([], tf.string)}
     ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
     ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
     return [v.decode() for batch in ds.as_numpy_iterator() for v in batch]

@@ -1,10 +1,8 @@
 """`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`.
 
-`data.source` picks the reader (sources.py), data/split.py the splits; each split is written as
-shards of about `SHARD_BYTES` in a seeded random order (images resized once by data/images.py,
-vectors unscaled, texts as UTF-8 with the training split's vocabulary beside them), each example
-with its source's id. `spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json`
-records every file, and only files it lists are ever deleted. What it writes: docs/data.md.
+`data.source` picks the reader (sources.py), data/split.py the splits; `spec.json`
+(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file, and only
+files it lists are ever deleted. What it writes: docs/data.md ("What `prepare` writes").
 """
 
 from __future__ import annotations
@@ -156,8 +154,7 @@ def _holds_no_files(folder: Path) -> bool:
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
-    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk;
-    texts as UTF-8 bytes, vectors as float32."""
+    """The encoded x of each example in `order` (images re-encoded in threads, chunk by chunk)."""
     if image is None:
         for i in order:
             x = source.load(int(i))
@@ -258,8 +255,7 @@ def write_processed(
 
 def _statistics(source: Source, task: Task, idx: dict[str, np.ndarray]) -> dict[str, Any]:
     """The training split's feature mean and variance (vectors: the model standardises with
-    them), and what the task's kind keeps of its targets: examples per class or label
-    (train.class_weight, the preflight's note), or a numeric target's mean and deviation."""
+    them), and what the task's kind keeps of its targets (`Task.statistics`)."""
     stats = task.statistics(np.asarray(source.labels)[idx["train"]])
     if source.kind == "vector":
         train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
@@ -334,7 +330,6 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         *(n for shards in spec.extra["shards"].values() for n in shards),
     ]
     written = {f"{PROCESSED}/{name}" for name in names if name}
-    # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"
     info = {

@@ -65,7 +65,6 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
     shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
     load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
-    # Its own splits are kept; a missing validation or test split is carved out of train.
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
