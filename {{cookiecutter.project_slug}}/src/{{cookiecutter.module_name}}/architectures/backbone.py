@@ -13,9 +13,6 @@ from ..registry import register
 from ..spec import DataSpec
 from .text import text_backbone
 
-# Smallest height/width keras.applications accepts (most families: 32).
-MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
-
 
 @register("architecture", "backbone")
 def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
@@ -30,7 +27,7 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
             f"model.backbone: {cfg.backbone!r} is not a keras.applications model "
             "(example: --set model.backbone=MobileNetV3Small)"
         )
-    _check_backbone_input(spec, cfg)
+    _check_backbone_input(spec)
     height, width, channels = spec.input_shape
     options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
     x = inputs
@@ -44,7 +41,7 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
         x = BackbonePreprocessing(family, name="preprocess", dtype="float32")(x)
     try:
         backbone = constructor(**options)
-    except ValueError as exc:
+    except ValueError as exc:  # keras.applications checks the size each family needs
         first = str(exc).strip().splitlines()[0]
         raise ConfigError(
             f"model.backbone: {cfg.backbone} cannot take inputs of shape {spec.input_shape} "
@@ -56,20 +53,14 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
 
 
-def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
+def _check_backbone_input(spec: DataSpec) -> None:
     """One line naming the key to change, before keras fails with a long message."""
     if spec.kind != "image":  # prepare writes images as [height, width, channels]
         raise ConfigError(
             f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
             f"{spec.input_shape} (example: --set model.architecture=mlp)"
         )
-    height, width, channels = spec.input_shape
-    smallest = MIN_SIZE.get(cfg.backbone, 32)
-    if min(height, width) < smallest:
-        raise ConfigError(
-            f"data.image_size: {cfg.backbone} needs images of at least {smallest}x{smallest}, "
-            f"got {height}x{width} (example: --set data.image_size=[{smallest * 2},{smallest * 2}])"
-        )
+    channels = spec.input_shape[-1]
     if channels not in (1, 3):
         raise ConfigError(
             f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
