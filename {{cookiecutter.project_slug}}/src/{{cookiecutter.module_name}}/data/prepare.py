@@ -31,7 +31,7 @@ from .images import stored_image
 from .pipeline import X, serialize
 from .split import origin_of, read_layout, split_examples, summary
 from .staging import INDEX, load_index, stage
-from .text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
+from .text import RESERVED, VOCABULARY, learn_vocabulary
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
@@ -275,7 +275,8 @@ def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int
             "data.text: the training split has no words (every text is empty or punctuation); "
             "check the column (example: --set data.text=review)"
         )
-    write_vocabulary(folder / VOCABULARY, tokens)
+    # One token per line, UTF-8, `\n` endings: what TextVectorization reads back.
+    (folder / VOCABULARY).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
     return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
 
 

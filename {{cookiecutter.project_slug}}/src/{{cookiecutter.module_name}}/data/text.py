@@ -39,11 +39,6 @@ def learn_vocabulary(texts: Any, max_tokens: int) -> list[str]:
     return [str(token) for token in layer.get_vocabulary()[RESERVED:]]
 
 
-def write_vocabulary(path: Path, tokens: list[str]) -> None:
-    """One token per line, UTF-8, `\\n` endings (what TextVectorization reads back)."""
-    Path(path).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
-
-
 def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
     """A layer from strings [batch] to token ids [batch, sequence_length]: a keras-hub preset's
     preprocessor (`model.architecture: backbone`), else prepare's vocabulary in `folder`."""
