@@ -105,10 +105,9 @@ def augmenter(entries: list[Any]) -> Any:
 
 
 def decoder(spec: DataSpec, vectorize: Any = None):
-    """Serialized records -> (inputs, targets as the task's kind stores them; classes as int32,
-    what the metrics take). Images a record at a time: float32 pixels 0-255 of
-    `spec.input_shape`, as `predict` gets them. Vectors and texts a batch at a time: float32
-    [batch, features], strings [batch], or with `vectorize` int32 token ids [batch, length]."""
+    """Serialized records -> (inputs, targets; classes as int32, what the metrics take). Images
+    a record at a time (float32 pixels 0-255, as `predict` gets them); vectors and texts a batch
+    at a time (with `vectorize`, texts as int32 token ids)."""
     task = for_spec(spec)
     y_dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
     x_feature = (

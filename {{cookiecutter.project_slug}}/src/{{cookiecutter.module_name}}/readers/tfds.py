@@ -14,10 +14,8 @@ from ..tasks.base import encode
 
 @source("tfds", reads_path=False)
 def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
-    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`.
-
-    Its `train` / `validation` / `test` splits are kept; a missing validation or test split is
-    carved out of its train split (without a train split, `prepare` splits all of it)."""
+    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`, with its own
+    splits (without a train split, `prepare` splits all of it)."""
     name = data.name
     try:
         import tensorflow_datasets as tfds
