@@ -27,8 +27,17 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
             f"model.backbone: {cfg.backbone!r} is not a keras.applications model "
             "(example: --set model.backbone=MobileNetV3Small)"
         )
-    _check_backbone_input(spec)
-    height, width, channels = spec.input_shape
+    if spec.kind != "image":  # one line naming the key, before keras fails with a long message
+        raise ConfigError(
+            f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
+            f"{spec.input_shape} (example: --set model.architecture=mlp)"
+        )
+    height, width, channels = spec.input_shape  # as prepare writes images
+    if channels not in (1, 3):
+        raise ConfigError(
+            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
+            f"{channels} (example: --set data.image_channels=3)"
+        )
     options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
     x = inputs
     if channels == 1:  # grayscale as RGB: what ImageNet weights and every family expect
@@ -51,21 +60,6 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     # (Keras's transfer-learning guide), so fine-tuning does not wreck the learned statistics.
     x = backbone(x, training=False)
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
-
-
-def _check_backbone_input(spec: DataSpec) -> None:
-    """One line naming the key to change, before keras fails with a long message."""
-    if spec.kind != "image":  # prepare writes images as [height, width, channels]
-        raise ConfigError(
-            f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
-            f"{spec.input_shape} (example: --set model.architecture=mlp)"
-        )
-    channels = spec.input_shape[-1]
-    if channels not in (1, 3):
-        raise ConfigError(
-            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
-            f"{channels} (example: --set data.image_channels=3)"
-        )
 
 
 @keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
