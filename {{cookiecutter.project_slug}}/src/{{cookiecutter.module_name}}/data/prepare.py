@@ -25,7 +25,7 @@ from ..readers.digits import read_digits
 from ..registry import bound, check
 from ..sources import Source
 from ..spec import SPEC, SPLITS, DataSpec
-from ..tasks.base import Task, task_class
+from ..tasks.base import task_class
 from . import manifest
 from .images import stored_image
 from .pipeline import X, serialize
@@ -231,7 +231,15 @@ def write_processed(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     task = task_class(source.task)(names=list(source.names))
-    stats = {**_statistics(source, task, idx), **vocabulary}
+    labels = np.asarray(source.labels)
+    # What the task's kind keeps of the training targets (`Task.statistics`); vectors: the
+    # training split's feature mean and variance, which the model standardises with.
+    stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
+    if source.kind == "vector":
+        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
+    counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
+    class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
     spec = DataSpec(
         kind=source.kind,
@@ -245,22 +253,12 @@ def write_processed(
             "shards": shards,
             "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
-            "class_counts": class_counts(task, np.asarray(source.labels), idx),
+            "class_counts": class_counts,  # per split, in the order of the names
         },
         **stats,
     )
     atomic_write(folder / SPEC, spec.to_json())
     return spec
-
-
-def _statistics(source: Source, task: Task, idx: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The training split's feature mean and variance (vectors: the model standardises with
-    them), and what the task's kind keeps of its targets (`Task.statistics`)."""
-    stats = task.statistics(np.asarray(source.labels)[idx["train"]])
-    if source.kind == "vector":
-        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
-        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
-    return stats
 
 
 def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
@@ -278,14 +276,6 @@ def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int
     # One token per line, UTF-8, `\n` endings: what TextVectorization reads back.
     (folder / VOCABULARY).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
     return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
-
-
-def class_counts(task: Task, labels: np.ndarray, idx: dict[str, np.ndarray]) -> dict | None:
-    """Examples per class or label in each split, in the order of the names; None for a kind
-    that has no classes to count."""
-    if task.counts(labels[idx["train"]]) is None:
-        return None
-    return {s: task.counts(labels[idx[s]]).tolist() for s in SPLITS}
 
 
 def _described(spec: DataSpec) -> str:
