@@ -31,7 +31,6 @@ class StagingError(Exception):
 class StageReport:
     """What one call to `stage` did."""
 
-    files: int = 0
     copied: int = 0
     skipped: int = 0
     resumed: int = 0
@@ -39,7 +38,7 @@ class StageReport:
 
     def summary(self) -> str:
         return (
-            f"{self.files} files: {self.copied} copied ({self.resumed} resumed, "
+            f"{self.copied + self.skipped} files: {self.copied} copied ({self.resumed} resumed, "
             f"{self.bytes_copied / 2**20:,.1f} MiB), {self.skipped} already there"
         )
 
@@ -111,7 +110,7 @@ def stage(
             if folder.is_dir() and not folder.name.startswith("."):
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     index = load_index(dest)
-    report = StageReport(files=len(files))
+    report = StageReport()
 
     todo: list[tuple[str, Path, os.stat_result, int]] = []  # (rel, source, stat, resume offset)
     for path, rel in files:
