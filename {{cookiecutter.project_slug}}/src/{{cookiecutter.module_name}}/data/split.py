@@ -332,8 +332,7 @@ def origin(spec: DataSpec, split: str, short: bool = False) -> str:
 
 
 def describe(spec: DataSpec, split: str) -> str:
-    """One split in words with its size: `the published test split: test.csv, 120 examples`
-    or `a random 20 % of pets/ (seed 42, stratified by class), 120 examples`."""
+    """`origin` with the split's size: `the published test split: test.csv, 120 examples`."""
     return f"{origin(spec, split)}, {spec.counts.get(split, 0)} examples"
 
 
