@@ -69,10 +69,9 @@ def load_index(dest_dir: Path) -> dict[str, dict]:
     """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there; {} when
     there is no index or it is unreadable."""
     try:
-        index = json.loads((dest_dir / INDEX).read_text())
+        return json.loads((dest_dir / INDEX).read_text())
     except (OSError, ValueError):
         return {}
-    return index if isinstance(index, dict) else {}
 
 
 def _stamp(st: os.stat_result, target: Path) -> dict[str, list[int]]:
