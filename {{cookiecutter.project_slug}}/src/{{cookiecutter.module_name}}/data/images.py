@@ -81,10 +81,7 @@ def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
             return payload
         image = load_image(decoded, size, channels)
         buf = io.BytesIO()
-        if fmt == "jpeg":
-            image.save(buf, format="JPEG", quality=JPEG_QUALITY)
-        else:
-            image.save(buf, format="PNG", optimize=False)
+        image.save(buf, format=fmt.upper(), quality=JPEG_QUALITY)  # PNG takes no quality
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
     return buf.getvalue()
