@@ -130,7 +130,7 @@ def test_vectors_are_standardised_inside_the_model() -> None:
 @pytest.mark.parametrize(
     ("spec", "model_cfg", "message"),
     [
-        (DIGITS, cfg(architecture="backbone"), "data.image_size: MobileNetV3Small needs"),
+        (DIGITS, cfg(architecture="backbone"), "model.backbone: MobileNetV3Small cannot take"),
         (
             DataSpec(kind="image", input_shape=(32, 32, 4), task="classification"),
             cfg(architecture="backbone", weights="imagenet"),

@@ -63,20 +63,25 @@ def test_changed_file_is_copied_again(tmp_path: Path, small_chunks: None) -> Non
     assert (tmp_path / "dest" / "a" / "one.txt").read_bytes() == b"ONE\n"
 
 
-def test_resumes_after_interruption(tmp_path: Path, small_chunks: None) -> None:
+def test_resumes_after_interruption(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     files = make_source(tmp_path / "src")
     written = 0
 
-    def interrupt(n: int) -> None:
-        nonlocal written
-        written += n
-        if written >= 2 * 1024 * 1024:  # stop in the middle of big.bin
-            raise KeyboardInterrupt
+    class InterruptingBar:  # the progress bar sees every chunk written
+        def update(self, n: int) -> None:
+            nonlocal written
+            written += n
+            if written >= 2 * 1024 * 1024:  # stop in the middle of big.bin
+                raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        staging.stage(
-            tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False, on_bytes=interrupt
-        )
+        def close(self) -> None:
+            pass
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(staging, "progress_bar", lambda *args, **kwargs: InterruptingBar())
+        staging.stage(tmp_path / "src", tmp_path / "dest", reserve_bytes=0, progress=False)
     assert not (tmp_path / "dest" / "big.bin").exists()  # never a half file under the real name
     assert list((tmp_path / "dest").glob(".big.bin.*.partial"))
 

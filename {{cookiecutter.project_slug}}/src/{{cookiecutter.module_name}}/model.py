@@ -90,8 +90,7 @@ def set_backbone_trainable(model: keras.Model, unfreeze_layers: int | None) -> N
     """None: freeze the whole backbone. N: unfreeze its top N layers (0 = all of them).
 
     Batch-normalization layers always stay frozen. Changing what is trainable changes the
-    variables a train step updates: retrace the step (a new tf.function) after calling this.
-    """
+    variables a train step updates: retrace the step (a new tf.function) after calling this."""
     backbone = find_backbone(model)
     if backbone is None:
         return

@@ -13,9 +13,6 @@ from ..registry import register
 from ..spec import DataSpec
 from .text import text_backbone
 
-# Smallest height/width keras.applications accepts (most families: 32).
-MIN_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
-
 
 @register("architecture", "backbone")
 def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
@@ -24,9 +21,23 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     For text: the keras-hub preset `model.backbone` (architectures/text.py)."""
     if spec.kind == "text":
         return text_backbone(inputs, spec, cfg)
-    constructor = _backbone_constructor(cfg.backbone)
-    _check_backbone_input(spec, cfg)
-    height, width, channels = spec.input_shape
+    constructor = getattr(keras.applications, cfg.backbone, None)
+    if not cfg.backbone[:1].isupper() or not callable(constructor):
+        raise ConfigError(
+            f"model.backbone: {cfg.backbone!r} is not a keras.applications model "
+            "(example: --set model.backbone=MobileNetV3Small)"
+        )
+    if spec.kind != "image":  # one line naming the key, before keras fails with a long message
+        raise ConfigError(
+            f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
+            f"{spec.input_shape} (example: --set model.architecture=mlp)"
+        )
+    height, width, channels = spec.input_shape  # as prepare writes images
+    if channels not in (1, 3):
+        raise ConfigError(
+            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
+            f"{channels} (example: --set data.image_channels=3)"
+        )
     options = {"include_top": False, "weights": cfg.weights, "input_shape": (height, width, 3)}
     x = inputs
     if channels == 1:  # grayscale as RGB: what ImageNet weights and every family expect
@@ -39,7 +50,7 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
         x = BackbonePreprocessing(family, name="preprocess", dtype="float32")(x)
     try:
         backbone = constructor(**options)
-    except ValueError as exc:
+    except ValueError as exc:  # keras.applications checks the size each family needs
         first = str(exc).strip().splitlines()[0]
         raise ConfigError(
             f"model.backbone: {cfg.backbone} cannot take inputs of shape {spec.input_shape} "
@@ -49,37 +60,6 @@ def backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> ker
     # (Keras's transfer-learning guide), so fine-tuning does not wreck the learned statistics.
     x = backbone(x, training=False)
     return keras.layers.GlobalAveragePooling2D(name="pool")(x)
-
-
-def _backbone_constructor(name: str):  # noqa: ANN202 - a keras.applications function
-    constructor = getattr(keras.applications, name, None)
-    if not name[:1].isupper() or not callable(constructor):
-        raise ConfigError(
-            f"model.backbone: {name!r} is not a keras.applications model "
-            "(example: --set model.backbone=MobileNetV3Small)"
-        )
-    return constructor
-
-
-def _check_backbone_input(spec: DataSpec, cfg: ModelConfig) -> None:
-    """One line naming the key to change, before keras fails with a long message."""
-    if spec.kind != "image" or len(spec.input_shape) != 3:
-        raise ConfigError(
-            f"model.architecture: backbone needs images or text, got {spec.kind} inputs of shape "
-            f"{spec.input_shape} (example: --set model.architecture=mlp)"
-        )
-    height, width, channels = spec.input_shape
-    smallest = MIN_SIZE.get(cfg.backbone, 32)
-    if min(height, width) < smallest:
-        raise ConfigError(
-            f"data.image_size: {cfg.backbone} needs images of at least {smallest}x{smallest}, "
-            f"got {height}x{width} (example: --set data.image_size=[{smallest * 2},{smallest * 2}])"
-        )
-    if channels not in (1, 3):
-        raise ConfigError(
-            f"data.image_channels: a backbone takes 1 (grayscale) or 3 (RGB) channels, got "
-            f"{channels} (example: --set data.image_channels=3)"
-        )
 
 
 @keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")

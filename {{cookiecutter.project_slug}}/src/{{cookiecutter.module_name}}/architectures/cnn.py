@@ -14,8 +14,7 @@ from ..spec import DataSpec
 def cnn(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
     """A small VGG-style conv net: blocks of 3x3 conv + batch norm + ReLU + 2x2 max pooling, one
     per entry of `model.filters`, then more with the last entry while the feature map is wider
-    than 4 px (the default [16, 32, 64, 128]: 4 blocks up to 64x64, 6 at 224x224); then global
-    average pooling, so the weights barely grow with the image (no flatten).
+    than 4 px; then global average pooling, so the weights barely grow with the image.
 
     Batch norm's moving averages use momentum 0.9, not Keras's 0.99: at 0.99 they take ~300
     steps to settle, longer than a small data set trains, and validation sits at chance."""

@@ -44,10 +44,9 @@ def masked_mean(x: keras.KerasTensor, ids: keras.KerasTensor, pad: int = 0) -> k
 
 
 def text_backbone(inputs: keras.KerasTensor, spec: DataSpec, cfg: ModelConfig) -> keras.KerasTensor:
-    """The keras-hub backbone of the preset `model.backbone` (a name such as
-    `bert_tiny_en_uncased`, downloaded once; `kaggle://`, `hf://` or a local folder) on the
-    token ids of its own tokenizer (data/text.py), its weights unless `model.weights` is null;
-    its pooled output, else the mean of its token outputs."""
+    """The keras-hub backbone of the preset `model.backbone` (`from_preset`) on the token ids of
+    its own tokenizer (data/text.py), its weights unless `model.weights` is null; its pooled
+    output, else the mean of its token outputs."""
     hub = keras_hub()
     encoder = from_preset(hub.models.Backbone, cfg.backbone, load_weights=cfg.weights is not None)
     pad = getattr(from_preset(hub.tokenizers.Tokenizer, cfg.backbone), "pad_token_id", None) or 0

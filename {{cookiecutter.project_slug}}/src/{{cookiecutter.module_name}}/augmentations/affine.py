@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import keras
 import tensorflow as tf
 
 from ..registry import register
@@ -33,12 +34,4 @@ def affine(image: tf.Tensor, angle: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
     a0, a1 = k * tf.cos(angle), -k * tf.sin(angle)
     b0, b1 = k * tf.sin(angle), k * tf.cos(angle)
     matrix = tf.stack([a0, a1, cx - a0 * cx - a1 * cy, b0, b1, cy - b0 * cx - b1 * cy, 0.0, 0.0])
-    out = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None],
-        transforms=matrix[None],
-        output_shape=tf.shape(image)[:2],
-        fill_value=0.0,
-        interpolation="BILINEAR",
-        fill_mode="REFLECT",
-    )
-    return out[0]
+    return keras.ops.image.affine_transform(image, matrix, fill_mode="reflect")

@@ -1,13 +1,8 @@
 """One image path for training and serving: the pixels the model learns from are the pixels it
-is served.
-
-`prepare` stores every image as `stored_image` returns it; the input pipeline decodes the shards
-with `decode_stored`; `predict` turns a file into the model's input with `model_input`, which is
-`stored_image` then `decode_stored`: the same bytes, the same decoder, so the same pixels. It
-happens outside the model on purpose (an antialiased resize inside it needs TensorFlow ops that
-LiteRT cannot run): the saved and exported models take pixel values 0-255 at `data.image_size`.
-The steps (decode, upright by EXIF, transparency onto white, grey or RGB, resize, encode) are in
-docs/data.md ("Images: from file to pixels").
+is served. `prepare` stores `stored_image`, the pipeline decodes it with `decode_stored`, and
+`predict`'s `model_input` is the two in a row. Outside the model on purpose: an antialiased resize
+needs TensorFlow ops that LiteRT cannot run. The steps: docs/data.md ("Images: from file to
+pixels").
 """
 
 from __future__ import annotations
@@ -43,9 +38,8 @@ def _orientation(image: Any) -> int:
 
 
 def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
-    """Steps 1-5 of the recipe (docs/data.md): encoded bytes, a decoded PIL image or a uint8
-    [h, w(, c)] array -> a PIL image of `channels` (1: "L", 3: "RGB") at `size` (height, width;
-    None: as it is)."""
+    """Steps 1-5 of the recipe (docs/data.md): encoded bytes, a PIL image or a uint8 array -> a
+    PIL image of `channels` at `size` (height, width; None: as it is)."""
     if isinstance(payload, bytes | Image.Image):
         image = _open(payload) if isinstance(payload, bytes) else payload
         if _orientation(image) in TRANSFORMS:
@@ -87,26 +81,21 @@ def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
             return payload
         image = load_image(decoded, size, channels)
         buf = io.BytesIO()
-        if fmt == "jpeg":
-            image.save(buf, format="JPEG", quality=JPEG_QUALITY)
-        else:
-            image.save(buf, format="PNG", optimize=False)
+        image.save(buf, format=fmt.upper(), quality=JPEG_QUALITY)  # PNG takes no quality
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
     return buf.getvalue()
 
 
 def decode_stored(data: Any, shape: Any) -> Any:
-    """Stored image bytes (a string tensor) -> float32 pixel values 0-255 of `shape` [h, w, c]:
-    the input pipeline's decoder, in a graph or eagerly."""
+    """Stored image bytes (a string tensor) -> float32 pixel values 0-255 of `shape` [h, w, c]."""
     x = tf.io.decode_image(data, channels=shape[-1], expand_animations=False)
     return tf.cast(tf.ensure_shape(x, shape), tf.float32)
 
 
 def model_input(payload: bytes, shape: Any, fmt: str, where: str) -> np.ndarray:
-    """An image file's bytes -> the model's input, float32 [h, w, c]: exactly the pixels the
-    pipeline decodes from what `prepare` stores for the same file (`fmt`: the shards' encoding,
-    model.json's `image_encoding`)."""
+    """An image file's bytes -> the model's input, float32 [h, w, c], as the pipeline decodes
+    it (`fmt`: the shards' encoding, model.json's `image_encoding`)."""
     height, width, channels = (int(v) for v in shape)
     stored = stored_image(payload, (height, width), channels, fmt, where)
     return decode_stored(stored, [height, width, channels]).numpy()

@@ -66,10 +66,8 @@ def load(project_dir: Path) -> dict | None:
 
 
 def check(project_dir: Path) -> int:
-    """Compare every file in the manifest (and every file of its outputs) with the disk.
-
-    Returns the number of files checked; raises ManifestMismatch naming the first bad file.
-    """
+    """Compare every file in the manifest (and every file of its outputs) with the disk: the
+    number of files checked, or ManifestMismatch naming the first bad file."""
     manifest = load(project_dir)
     if manifest is None:
         raise ManifestMismatch(

@@ -1,14 +1,10 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-The shards hold `tf.train.Example`s: `x` (an encoded image, floats, or a UTF-8 text), `y` (the
-target as the task's kind stores it) and `id` (where the example came from).
-
 Exact resume: the order of an epoch is a pure function of (seed, epoch), made of stateless
 shuffles (no buffer state for a checkpoint to hold), cut into GLOBAL batches, and a resumed run
 `skip`s its done steps while they are still serialized. Every worker builds the same global order
 and keeps its slice of each batch, so a step's examples do not depend on the number of workers or
-replicas. Small tabular data (up to `IN_MEMORY_BYTES`) is held in memory instead and fed by
-feed.py. Text becomes token ids here, on the CPU (data/text.py). More in docs/data.md.
+replicas. More in docs/data.md ("The input pipeline").
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from ..tasks.base import for_spec
 from .images import decode_stored
 from .text import make_vectorizer, token_ids
 
-X, Y, ID = "x", "y", "id"  # the feature names inside the processed shards
+X, Y, ID = "x", "y", "id"  # the input, the target, where the example came from
 SHUFFLE_WINDOW = 1024  # records shuffled together (serialized: about 1024 x the record size)
 CYCLE_LENGTH = 4  # shards read at once
 IN_MEMORY_BYTES = 512 * 2**20  # vector training splits up to this size (all copies) in memory
@@ -55,8 +51,8 @@ class Prepared:
         return 4 * self.count(split) * int(np.prod(self.spec.input_shape))
 
     def in_memory_bytes(self, copies: int = 1) -> int:
-        """What `copies` copies of the training split take when they fit in `IN_MEMORY_BYTES`
-        (small vector data: held in memory, one copy per replica), else 0 (streamed)."""
+        """`copies` copies of the training split when they fit in `IN_MEMORY_BYTES` (small vector
+        data is held in memory), else 0 (streamed)."""
         if self.spec.kind != "vector":
             return 0
         size = copies * self.split_bytes("train")
@@ -77,9 +73,8 @@ def for_model(data: Prepared, cfg: ModelConfig) -> Prepared:
 
 
 def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
-    """One processed example as `tf.train.Example` bytes: an encoded image or floats, the
-    target (an integer class as int64, anything else, a 0/1 label vector or a value, as floats)
-    and the example's id in its source."""
+    """One processed example as `tf.train.Example` bytes (a class as int64, other targets as
+    floats)."""
     if isinstance(x, bytes):
         feature_x = tf.train.Feature(bytes_list=tf.train.BytesList(value=[x]))
     else:
@@ -110,10 +105,9 @@ def augmenter(entries: list[Any]) -> Any:
 
 
 def decoder(spec: DataSpec, vectorize: Any = None):
-    """Serialized records -> (inputs, targets as the task's kind stores them; classes as int32,
-    what the metrics take). Images a record at a time: float32 pixels 0-255 of
-    `spec.input_shape`, as `predict` gets them. Vectors and texts a batch at a time: float32
-    [batch, features], strings [batch], or with `vectorize` int32 token ids [batch, length]."""
+    """Serialized records -> (inputs, targets; classes as int32, what the metrics take). Images
+    a record at a time (float32 pixels 0-255, as `predict` gets them); vectors and texts a batch
+    at a time (with `vectorize`, texts as int32 token ids)."""
     task = for_spec(spec)
     y_dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
     x_feature = (
@@ -163,28 +157,6 @@ def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
     return records.batch(SHUFFLE_WINDOW).enumerate().map(shuffle_window)
 
 
-@dataclass(frozen=True)
-class _Steps:
-    """The remaining global steps as this worker takes them (both training datasets)."""
-
-    per_epoch: int  # global steps per epoch
-    first_epoch: int
-    first_step: int  # steps of `first_epoch` already done (a resumed run skips them)
-    per_worker: int
-    per_replica: int
-    mine: slice  # this worker's consecutive slice of every global batch
-
-
-def _steps(ctx: Any, data: Prepared, global_batch: int, start_step: int) -> _Steps:
-    per_epoch = data.count("train") // global_batch
-    first_epoch, first_step = divmod(start_step, per_epoch)
-    per_worker = global_batch // ctx.num_input_pipelines
-    start = ctx.input_pipeline_id * per_worker
-    per_replica = ctx.get_per_replica_batch_size(global_batch)
-    mine = slice(start, start + per_worker)
-    return _Steps(per_epoch, first_epoch, first_step, per_worker, per_replica, mine)
-
-
 def train_dataset(
     ctx: Any,
     data: Prepared,
@@ -194,25 +166,39 @@ def train_dataset(
     epochs: int,
     augment: list[Any],
 ) -> Any:
-    """This worker's dataset of every remaining training step, from global step `start_step`.
-
-    `ctx` is the `tf.distribute.InputContext` (`distribute_datasets_from_function`); each element
-    is one replica's batch of one step, replica by replica."""
+    """This worker's dataset of every remaining training step, from global step `start_step`:
+    one replica's batch of one step per element, replica by replica (`ctx`: the
+    `tf.distribute.InputContext`). Small tabular data (`in_memory_bytes`) is held in memory,
+    each epoch in `epoch_permutation`'s order, as feed.py's resident path takes it."""
+    per_epoch = data.count("train") // global_batch
+    first_epoch, first_step = divmod(start_step, per_epoch)  # a resumed run skips the done steps
+    per_worker = global_batch // ctx.num_input_pipelines
+    start = ctx.input_pipeline_id * per_worker
+    mine = slice(start, start + per_worker)  # this worker's slice of every global batch
+    per_replica = ctx.get_per_replica_batch_size(global_batch)
     if data.in_memory_bytes():
-        return _in_memory_dataset(ctx, data, global_batch, seed, start_step, epochs)
+        x, y = read_in_memory(data)
+
+        def permuted_steps(epoch: tf.Tensor) -> tf.data.Dataset:
+            steps = epoch_permutation(seed, epoch, data.count("train"), global_batch)
+            skip = tf.where(epoch == first_epoch, first_step, 0)
+            return tf.data.Dataset.from_tensor_slices(
+                tf.reshape(steps[skip:, mine], [-1, per_replica])
+            )
+
+        ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(permuted_steps)
+        return ds.map(lambda i: (tf.gather(x, i), tf.gather(y, i))).prefetch(tf.data.AUTOTUNE)
     shards = data.shards("train")
-    at = _steps(ctx, data, global_batch, start_step)
     decode = decoder(data.spec, data.vectorize)
     augment_image = augmenter(augment) if augment and data.spec.kind == "image" else None
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
         # Global batches of serialized records; a resumed epoch skips its done steps before any
         # decoding, then this worker keeps its consecutive slice of every global batch.
-        skip = tf.where(epoch == at.first_epoch, tf.constant(at.first_step, tf.int64), 0)
+        skip = tf.where(epoch == first_epoch, tf.constant(first_step, tf.int64), 0)
         ds = epoch_windows(shards, seed, epoch).rebatch(global_batch, drop_remainder=True)
-        ds = ds.take(at.per_epoch).skip(skip)
-        mine = at.mine
-        return ds.map(lambda pos, rec: (tf.fill([at.per_worker], epoch), pos[mine], rec[mine]))
+        ds = ds.take(per_epoch).skip(skip)
+        return ds.map(lambda pos, rec: (tf.fill([per_worker], epoch), pos[mine], rec[mine]))
 
     def load(epoch: tf.Tensor, pos: tf.Tensor, record: tf.Tensor):
         x, y = decode(record)
@@ -220,12 +206,12 @@ def train_dataset(
             x = augment_image(x, tf.stack([tf.constant(seed, tf.int64), epoch * 2**32 + pos]))
         return x, y
 
-    ds = tf.data.Dataset.range(at.first_epoch, epochs).flat_map(epoch_steps)
+    ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_steps)
     if data.spec.kind == "image":  # decode (and augment) example by example, in parallel
         ds = ds.unbatch().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.batch(at.per_replica, drop_remainder=True)
+        ds = ds.batch(per_replica, drop_remainder=True)
     else:  # vectors and text: parse (and vectorise) a whole batch at once
-        ds = ds.rebatch(at.per_replica, drop_remainder=True).map(
+        ds = ds.rebatch(per_replica, drop_remainder=True).map(
             lambda epoch, pos, records: decode(records),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
@@ -247,25 +233,6 @@ def epoch_permutation(seed: int, epoch: Any, count: int, global_batch: int) -> A
     order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=key)
     steps = count // global_batch
     return tf.reshape(order[: steps * global_batch], [steps, global_batch])
-
-
-def _in_memory_dataset(
-    ctx: Any, data: Prepared, global_batch: int, seed: int, start_step: int, epochs: int
-) -> Any:
-    """`train_dataset` for small tabular data: the training split in memory, each epoch a
-    stateless permutation of its indices seeded by (seed, epoch), one gather per element."""
-    x, y = read_in_memory(data)
-    at = _steps(ctx, data, global_batch, start_step)
-
-    def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
-        steps = epoch_permutation(seed, epoch, data.count("train"), global_batch)
-        skip = tf.where(epoch == at.first_epoch, at.first_step, 0)  # a resumed epoch's done steps
-        mine = tf.reshape(steps[skip:, at.mine], [-1, at.per_replica])
-        return tf.data.Dataset.from_tensor_slices(mine)
-
-    ds = tf.data.Dataset.range(at.first_epoch, epochs).flat_map(epoch_steps)
-    ds = ds.map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
-    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
@@ -297,9 +264,8 @@ class Passes:
 
 
 def example_ids(data: Prepared, split: str) -> list[str]:
-    """The id of every example of `split`, in its written order (`eval_dataset`'s order); ""
-    for shards written without ids."""
-    schema = {ID: tf.io.FixedLenFeature([], tf.string, default_value="")}
+    """The id of every example of `split`, in its written order (`eval_dataset`'s order)."""
+    schema = {ID: tf.io.FixedLenFeature([], tf.string)}
     ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
     ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
     return [v.decode() for batch in ds.as_numpy_iterator() for v in batch]

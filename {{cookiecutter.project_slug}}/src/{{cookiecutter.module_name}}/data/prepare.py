@@ -1,10 +1,8 @@
 """`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`.
 
-`data.source` picks the reader (sources.py), data/split.py the splits; each split is written as
-shards of about `SHARD_BYTES` in a seeded random order (images resized once by data/images.py,
-vectors unscaled, texts as UTF-8 with the training split's vocabulary beside them), each example
-with its source's id. `spec.json` (spec.DataSpec) says what the shards hold; `data/manifest.json`
-records every file, and only files it lists are ever deleted. What it writes: docs/data.md.
+`data.source` picks the reader (sources.py), data/split.py the splits; `spec.json`
+(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file, and only
+files it lists are ever deleted. What it writes: docs/data.md ("What `prepare` writes").
 """
 
 from __future__ import annotations
@@ -27,13 +25,13 @@ from ..readers.digits import read_digits
 from ..registry import bound, check
 from ..sources import Source
 from ..spec import SPEC, SPLITS, DataSpec
-from ..tasks.base import Task, task_class
+from ..tasks.base import task_class
 from . import manifest
 from .images import stored_image
 from .pipeline import X, serialize
 from .split import origin_of, read_layout, split_examples, summary
 from .staging import INDEX, load_index, stage
-from .text import RESERVED, VOCABULARY, learn_vocabulary, write_vocabulary
+from .text import RESERVED, VOCABULARY, learn_vocabulary
 
 RAW = "data/raw"
 PROCESSED = "data/processed"
@@ -156,8 +154,7 @@ def _holds_no_files(folder: Path) -> bool:
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
-    """The encoded x of each example in `order`: images re-encoded in threads, chunk by chunk;
-    texts as UTF-8 bytes, vectors as float32."""
+    """The encoded x of each example in `order` (images re-encoded in threads, chunk by chunk)."""
     if image is None:
         for i in order:
             x = source.load(int(i))
@@ -234,7 +231,15 @@ def write_processed(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     task = task_class(source.task)(names=list(source.names))
-    stats = {**_statistics(source, task, idx), **vocabulary}
+    labels = np.asarray(source.labels)
+    # What the task's kind keeps of the training targets (`Task.statistics`); vectors: the
+    # training split's feature mean and variance, which the model standardises with.
+    stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
+    if source.kind == "vector":
+        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
+    counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
+    class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
     spec = DataSpec(
         kind=source.kind,
@@ -248,23 +253,12 @@ def write_processed(
             "shards": shards,
             "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
             "seed": params.seed,
-            "class_counts": class_counts(task, np.asarray(source.labels), idx),
+            "class_counts": class_counts,  # per split, in the order of the names
         },
         **stats,
     )
     atomic_write(folder / SPEC, spec.to_json())
     return spec
-
-
-def _statistics(source: Source, task: Task, idx: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The training split's feature mean and variance (vectors: the model standardises with
-    them), and what the task's kind keeps of its targets: examples per class or label
-    (train.class_weight, the preflight's note), or a numeric target's mean and deviation."""
-    stats = task.statistics(np.asarray(source.labels)[idx["train"]])
-    if source.kind == "vector":
-        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
-        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
-    return stats
 
 
 def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
@@ -279,16 +273,9 @@ def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int
             "data.text: the training split has no words (every text is empty or punctuation); "
             "check the column (example: --set data.text=review)"
         )
-    write_vocabulary(folder / VOCABULARY, tokens)
+    # One token per line, UTF-8, `\n` endings: what TextVectorization reads back.
+    (folder / VOCABULARY).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
     return {"vocabulary": VOCABULARY, "vocabulary_size": len(tokens) + RESERVED}
-
-
-def class_counts(task: Task, labels: np.ndarray, idx: dict[str, np.ndarray]) -> dict | None:
-    """Examples per class or label in each split, in the order of the names; None for a kind
-    that has no classes to count."""
-    if task.counts(labels[idx["train"]]) is None:
-        return None
-    return {s: task.counts(labels[idx[s]]).tolist() for s in SPLITS}
 
 
 def _described(spec: DataSpec) -> str:
@@ -334,7 +321,6 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         *(n for shards in spec.extra["shards"].values() for n in shards),
     ]
     written = {f"{PROCESSED}/{name}" for name in names if name}
-    # Only files that an earlier `prepare` wrote (its manifest's `written` list) are ever deleted.
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"
     info = {

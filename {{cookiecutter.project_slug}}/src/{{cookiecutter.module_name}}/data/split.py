@@ -1,12 +1,9 @@
 """Train / validation / test: how `prepare` splits the examples (`data.split`).
 
-`random` splits what the reader returns, seeded by `seed` (stratified by class when the task's
-kind says so); `folders`, `files` and `column` take the splits the data gives, under
-`data.path` (spec.SPLIT_NAMES: `val`, `dev`, ...). What the data gives is kept as it is; a
-missing validation or test split is carved out of train by the `random` rule applied to train
-alone. The layouts, names and refusals are in docs/data.md ("Splits"). The record of how each
-split was made goes into spec.json (`DataSpec.split`) and the data manifest; `describe` says it
-in words.
+`random` splits what the reader returns; `folders`, `files` and `column` take the splits the
+data gives under `data.path` (spec.SPLIT_NAMES: `val`, `dev`, ...), see `split_examples`. The
+layouts, names and refusals are in docs/data.md ("Splits"); `describe` says in words how a
+split was made.
 """
 
 from __future__ import annotations
@@ -136,37 +133,30 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
     names = list(train.names)
     for part in parts.values():
         names += sorted(n for n in part.names if n not in names)
-    labels, loads, wheres, offsets = [], [], [], [0]
+    labels, loads = [], []
     for split, part in parts.items():
         if part.kind != train.kind or part.task != train.task:
             raise ConfigError(f"data.split: {shown[split]} holds {part.kind}s, train {train.kind}s")
         loads.append(_aligned_load(part, train, shown[split]))
-        wheres.append(part.where)
         task = task_class(part.task)(names=names)
         labels.append(task.relabel(part.labels, part.names))
-        offsets.append(offsets[-1] + len(part.labels))
-    bounds = np.array(offsets)
-    order = list(parts)
-
-    def find(i: int) -> tuple[int, int]:
-        k = int(np.searchsorted(bounds, i, side="right")) - 1
-        return k, i - offsets[k]
+    # Pooled example i is example local[i] of the owner[i]-th part.
+    owner = np.concatenate([np.full(len(y), k) for k, y in enumerate(labels)])
+    local = np.concatenate([np.arange(len(y)) for y in labels])
+    sources, folders = list(parts.values()), [shown[s] for s in parts]
 
     def load(i: int) -> Any:
-        k, j = find(i)
-        return loads[k](j)
+        return loads[owner[i]](int(local[i]))
 
     def where(i: int) -> str:
-        k, j = find(i)
-        return wheres[k](j)
+        return sources[owner[i]].where(int(local[i]))
 
     def ids(i: int) -> str:  # relative to data.path: `test/cat/7.jpg`, `test.csv:12`
-        k, j = find(i)
-        part, folder = parts[order[k]], shown[order[k]]
+        part, folder, j = sources[owner[i]], folders[owner[i]], int(local[i])
         own = part.ids(j) if part.ids else str(j)
         return f"{folder}{own}" if folder.endswith("/") else f"{folder}:{own}"
 
-    splits = {s: np.arange(offsets[k], offsets[k + 1]) for k, s in enumerate(parts)}
+    splits = {s: np.flatnonzero(owner == k) for k, s in enumerate(parts)}
     return Source(
         train.kind, train.task, np.concatenate(labels), names, load, where, ids,
         train.input_shape, encoding=train.encoding, feature_names=list(train.feature_names),
@@ -199,10 +189,10 @@ def split_examples(
     source: Source, data: DataConfig, seed: int, origin: str, test_fraction: float | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The split rule: the splits the data gives (`source.splits`) as they are, a missing
-    validation or test split carved out of train (stratified by class for classification, a
-    seeded random one otherwise), a pure function of the data and `seed`. Returns (sorted
-    indices per split, the record for spec.json). `origin` names the data for the record
-    (`pets/`); `test_fraction` overrides `data.test_fraction` (0: no test split)."""
+    validation or test split carved out of train (stratified by class when the task's kind says
+    so, else a seeded random one), a pure function of the data and `seed`. Returns (sorted
+    indices per split, the record for spec.json and the data manifest). `origin` names the data
+    for the record (`pets/`); `test_fraction` overrides `data.test_fraction` (0: no test split)."""
     if data.split == "column" and source.splits is None:
         raise ConfigError(
             f"data.split: column, but data.source {data.source} read no split column (the csv "
@@ -342,8 +332,7 @@ def origin(spec: DataSpec, split: str, short: bool = False) -> str:
 
 
 def describe(spec: DataSpec, split: str) -> str:
-    """One split in words with its size: `the published test split: test.csv, 120 examples`
-    or `a random 20 % of pets/ (seed 42, stratified by class), 120 examples`."""
+    """`origin` with the split's size: `the published test split: test.csv, 120 examples`."""
     return f"{origin(spec, split)}, {spec.counts.get(split, 0)} examples"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,6 @@ class StagingError(Exception):
 class StageReport:
     """What one call to `stage` did."""
 
-    files: int = 0
     copied: int = 0
     skipped: int = 0
     resumed: int = 0
@@ -40,7 +38,7 @@ class StageReport:
 
     def summary(self) -> str:
         return (
-            f"{self.files} files: {self.copied} copied ({self.resumed} resumed, "
+            f"{self.copied + self.skipped} files: {self.copied} copied ({self.resumed} resumed, "
             f"{self.bytes_copied / 2**20:,.1f} MiB), {self.skipped} already there"
         )
 
@@ -71,10 +69,9 @@ def load_index(dest_dir: Path) -> dict[str, dict]:
     """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there; {} when
     there is no index or it is unreadable."""
     try:
-        index = json.loads((dest_dir / INDEX).read_text())
+        return json.loads((dest_dir / INDEX).read_text())
     except (OSError, ValueError):
         return {}
-    return index if isinstance(index, dict) else {}
 
 
 def _stamp(st: os.stat_result, target: Path) -> dict[str, list[int]]:
@@ -100,13 +97,10 @@ def stage(
     verify: bool = False,
     reserve_bytes: int = RESERVE_BYTES,
     progress: bool = True,
-    on_bytes: Callable[[int], None] | None = None,
 ) -> StageReport:
     """Copy the file or folder `src` into the folder `dest` (see the module docstring).
 
-    `verify` re-hashes both sides of every file instead of trusting the index. `on_bytes` is
-    called with the number of bytes after each chunk written (for a notebook's own progress).
-    """
+    `verify` re-hashes both sides of every file instead of trusting the index."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
@@ -115,7 +109,7 @@ def stage(
             if folder.is_dir() and not folder.name.startswith("."):
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     index = load_index(dest)
-    report = StageReport(files=len(files))
+    report = StageReport()
 
     todo: list[tuple[str, Path, os.stat_result, int]] = []  # (rel, source, stat, resume offset)
     for path, rel in files:
@@ -144,26 +138,18 @@ def stage(
     try:
         for rel, path, st, offset in todo:
             target = dest / rel
-            report.bytes_copied += _copy(path, target, st, offset, bar, on_bytes)
+            report.bytes_copied += _copy(path, target, st, offset, bar)
             report.copied += 1
             report.resumed += offset > 0
             index[rel] = _stamp(st, target)
     finally:
         bar.close()
-        atomic_write(
-            dest / INDEX, json.dumps(index)
-        )  # also after an interruption: finished files stay known
+        # Also after an interruption: finished files stay known.
+        atomic_write(dest / INDEX, json.dumps(index))
     return report
 
 
-def _copy(
-    src: Path,
-    target: Path,
-    st: os.stat_result,
-    offset: int,
-    bar: object,
-    on_bytes: Callable[[int], None] | None,
-) -> int:
+def _copy(src: Path, target: Path, st: os.stat_result, offset: int, bar: object) -> int:
     """Copy `src` to `target` through a `.partial` file, from byte `offset`; return bytes copied."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _partial_name(target, st)
@@ -179,8 +165,6 @@ def _copy(
             fout.write(chunk)
             copied += len(chunk)
             bar.update(len(chunk))  # type: ignore[attr-defined]
-            if on_bytes is not None:
-                on_bytes(len(chunk))
         fout.flush()
         os.fsync(fout.fileno())
     if partial.stat().st_size != st.st_size:

@@ -1,10 +1,8 @@
 """Text: how a string becomes token ids (`data.text`, `data.source: text`).
 
-`prepare` learns the vocabulary from the training split only and writes it beside the shards
-(`vocabulary.txt`, one token per line, most frequent first, the line's number from 2 its id).
 The shards hold the raw text; `train` turns it into ids in the input pipeline, on the CPU, and
 the saved `TextModel` puts the same vectoriser in front of the network, so it takes raw strings.
-Tokenise differently by editing `standardize`, then run `prepare` again. More in docs/data.md.
+The vocabulary and tokenisation: docs/data.md ("Text").
 """
 
 from __future__ import annotations
@@ -41,15 +39,9 @@ def learn_vocabulary(texts: Any, max_tokens: int) -> list[str]:
     return [str(token) for token in layer.get_vocabulary()[RESERVED:]]
 
 
-def write_vocabulary(path: Path, tokens: list[str]) -> None:
-    """One token per line, UTF-8, `\\n` endings (what TextVectorization reads back)."""
-    Path(path).write_bytes(("\n".join(tokens) + "\n").encode("utf-8"))
-
-
 def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
-    """A layer from strings [batch] to token ids [batch, sequence_length]: the keras-hub preset's
-    preprocessor for `model.architecture: backbone`, else TextVectorization over the vocabulary
-    that `prepare` wrote into `folder`."""
+    """A layer from strings [batch] to token ids [batch, sequence_length]: a keras-hub preset's
+    preprocessor (`model.architecture: backbone`), else prepare's vocabulary in `folder`."""
     length = int(spec.input_shape[0])
     if cfg.architecture == "backbone":
         preprocessor = keras_hub().models.TextClassifierPreprocessor
@@ -61,11 +53,6 @@ def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
         vocabulary=str(Path(folder) / spec.vocabulary),
         name="vectorize",
     )
-
-
-def vocabulary_size(vectorizer: Any) -> int:
-    """How many ids `make_vectorizer`'s layer gives (padding and [UNK] included)."""
-    return int(getattr(vectorizer, "tokenizer", vectorizer).vocabulary_size())
 
 
 def token_ids(vectorized: Any) -> Any:

@@ -14,10 +14,8 @@ from ..tasks.base import encode
 
 @source("tfds", reads_path=False)
 def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
-    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`.
-
-    Its `train` / `validation` / `test` splits are kept; a missing validation or test split is
-    carved out of its train split (without a train split, `prepare` splits all of it)."""
+    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`, with its own
+    splits (without a train split, `prepare` splits all of it)."""
     name = data.name
     try:
         import tensorflow_datasets as tfds
@@ -65,7 +63,6 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
     shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
     load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
-    # Its own splits are kept; a missing validation or test split is carved out of train.
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
