@@ -230,9 +230,10 @@ def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
     """What was scored, the test metrics overall, then per class or label."""
     overall = [[key.removeprefix("test_"), f"{v:.4g}"] for key, v in evaluation.metrics.items()]
     text = (
-        f"## Test metrics\n\nOn {scored_on} (`results/metrics/evaluate.json`, the plots' data in "
-        "`results/plots/`; `test_loss` unweighted, whatever the class weights; each example's "
-        "prediction in `results/predictions/test.csv`):\n\n" + table(overall, ["metric", "value"])
+        f"## Test metrics\n\nOn {scored_on} (the headline ones in `results/metrics/evaluate.json`, "
+        "the plots' data in `results/plots/`; `test_loss` unweighted, whatever the class weights; "
+        "each example's prediction in `results/predictions/test.csv`):\n\n"
+        + table(overall, ["metric", "value"])
     )
     if evaluation.table is not None:
         text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + table(evaluation.table)

@@ -34,10 +34,10 @@ EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before tak
 
 @dataclass
 class Evaluation:
-    """What `evaluate` writes: `metrics` (numbers only: evaluate.json), `plots` (file name ->
-    table, under results/plots/: dvc.yaml's plots) and `table`, the scores per class or label
-    that the model card and notebook 03 show (None: the kind has none); `Task.evaluate` adds
-    every test example's target, output and loss."""
+    """What `evaluate` writes: `metrics` (every test number: the model card; evaluate.json keeps
+    the headline ones), `plots` (file name -> table, under results/plots/: dvc.yaml's plots) and
+    `table`, the scores per class or label that the model card and notebook 03 show (None: the
+    kind has none); `Task.evaluate` adds every test example's target, output and loss."""
 
     metrics: dict[str, float]
     plots: dict[str, pd.DataFrame]

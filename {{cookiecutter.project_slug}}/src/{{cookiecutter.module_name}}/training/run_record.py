@@ -205,7 +205,7 @@ def record_run(
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:
         tracker.log_metrics(epoch, step=int(epoch.get("step", 0)))
-    tracker.log_metrics(metrics, step=int(result.step))  # train.json's numbers
+    tracker.log_metrics(metrics, step=int(result.step))  # every number of the run
     for path in [*artifacts, manifest]:
         tracker.log_artifact(path)
     tracker.close(result.status)

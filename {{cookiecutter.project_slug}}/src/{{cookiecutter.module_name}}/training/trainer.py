@@ -64,7 +64,7 @@ class TrainResult:
     step: int
     exit_code: int = 0
     reason: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)  # train.json (numbers only)
+    metrics: dict[str, Any] = field(default_factory=dict)  # every number (train.json: a few)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
     facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
 
@@ -274,7 +274,7 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
 
 def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
     """The run's facts for its run record: names, hashes, hardware, how the run was split and
-    resumed (train.json holds the numbers that compare runs; params.yaml the settings)."""
+    resumed (its record's `metrics` hold the numbers; params.yaml the settings)."""
     return {
         "run_name": run.params.run_name,
         "status": status,
