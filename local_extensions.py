@@ -112,11 +112,11 @@ def _github_owner(owner: str) -> str | None:
 
 
 def _yes_or_no(field: str) -> Callable[[Any], str | None]:
-    """A check that accepts only True and False (a replay or `--data` can hold any value)."""
+    """A check that accepts only True and False (a replay from an older template holds text)."""
 
     def check(value: Any) -> str | None:
         if not isinstance(value, bool):
-            return f"{field}: {value!r} is not yes or no (example: {field}=no)"
+            return f"{field}: {value!r} must be true or false, not text (example: {field}: false)"
         return None
 
     return check
