@@ -31,8 +31,10 @@ CHOICES = {
     "dvc_remote": ("drive", "gcs", "gdrive", "local", "none"),
     "tracking": ("tensorboard", "mlflow", "wandb"),
     "open_source_license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),
-    "vertex_ai": ("yes", "no"),
 }
+# Yes/no questions: cookiecutter's boolean variables, copier's `type: bool`. Both tools turn the
+# "no", "false", "n", "0", ... of a command line or a config file into False.
+BOOLEANS = ("vertex_ai",)
 # Import names of the generated project's dependencies: a package with one of these names
 # would shadow the real one.
 DEPENDENCY_MODULES = frozenset(
@@ -109,6 +111,17 @@ def _github_owner(owner: str) -> str | None:
     return None
 
 
+def _yes_or_no(field: str) -> Callable[[Any], str | None]:
+    """A check that accepts only True and False (a replay from an older template holds text)."""
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, bool):
+            return f"{field}: {value!r} must be true or false, not text (example: {field}: false)"
+        return None
+
+    return check
+
+
 def _one_of(field: str, allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     """A check that accepts only the listed values (a replay or `--data` can hold any string)."""
 
@@ -124,7 +137,7 @@ def _one_of(field: str, allowed: tuple[str, ...]) -> Callable[[str], str | None]
 
 
 # One check per question, in the order of the questions.
-CHECKS: dict[str, Callable[[str], str | None]] = {
+CHECKS: dict[str, Callable[[Any], str | None]] = {
     "project_name": _project_name,
     "project_slug": _project_slug,
     "module_name": _module_name,
@@ -133,18 +146,30 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     "description": _single_line("description"),
     "github_owner": _github_owner,
     **{field: _one_of(field, allowed) for field, allowed in CHOICES.items()},
+    **{field: _yes_or_no(field) for field in BOOLEANS},
 }
+
+
+def check_answer(field: str, value: Any) -> str | None:
+    """The one-line message about the answer to `field`, or None when it is good."""
+    if field in BOOLEANS:
+        return CHECKS[field](value)
+    # A YAML config reads an unquoted yes, no, on, off or an empty value as a bool or None;
+    # cookiecutter keeps these as they are, where a number becomes its text.
+    if value is None or isinstance(value, bool):
+        return f"{field}: {value!r} is not text; quote it in a YAML config (example: {field}: 'No')"
+    return CHECKS[field](str(value))
 
 
 def answer_error(value: Any, field: str) -> str:
     """The one-line message about this answer, or '' when it is good (copier's validators)."""
-    return CHECKS[field](str(value)) or ""
+    return check_answer(field, value) or ""
 
 
 def find_error(answers: dict[str, Any]) -> str | None:
     """Return a one-line message about the first bad answer, or None when all are good."""
-    for field, check in CHECKS.items():
-        error = check(str(answers.get(field, "")))
+    for field in CHECKS:
+        error = check_answer(field, answers.get(field, ""))
         if error:
             return error
     return None
@@ -161,7 +186,7 @@ def _stop(message: str) -> None:
 
 def checked_answer(answers: dict[str, Any], field: str) -> str:
     """Jinja filter: stop generation with a one-line message when the answer to `field` is bad."""
-    error = CHECKS[field](str(dict(answers).get(field, "")))
+    error = check_answer(field, dict(answers).get(field, ""))
     if error:
         _stop(error)
     return "ok"

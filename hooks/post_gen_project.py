@@ -21,7 +21,7 @@ def unchosen(answers: dict) -> list[Path]:
     paths = []
     if answers["open_source_license"] == "none":
         paths.append(Path("LICENSE"))
-    if answers["vertex_ai"] == "no":  # the Vertex AI job writer, its training image, their tests
+    if not answers["vertex_ai"]:  # the Vertex AI job writer, its training image, their tests
         package = Path("src") / answers["module_name"]
         paths += [package / "cloud", Path("Dockerfile"), Path(".dockerignore")]
         paths += [Path("tests/test_vertex.py"), Path("tests/test_dockerfile.py")]
@@ -55,7 +55,7 @@ def git_init() -> str | None:
 def next_steps(answers: dict, git_note: str) -> str:
     slug, owner = answers["project_slug"], answers["github_owner"]
     vertex = ""
-    if answers["vertex_ai"] == "yes":
+    if answers["vertex_ai"]:
         vertex = "\nBeyond Colab: Vertex AI jobs (`make image`, `make vertex`; docs/scaling.md)."
     return f"""
 Created {slug}/. {git_note}

@@ -56,7 +56,8 @@ SETTINGS: dict[str, Any] = {
 
 def question(name: str, raw: Any, prompt: Any) -> dict[str, Any]:
     """Copier's question for one cookiecutter variable."""
-    spec: dict[str, Any] = {"type": "str"}
+    # A boolean variable: copier reads "no", "false", "n", "0" as False, like cookiecutter.
+    spec: dict[str, Any] = {"type": "bool" if isinstance(raw, bool) else "str"}
     if isinstance(raw, list):
         labels = prompt if isinstance(prompt, dict) else {}
         spec["help"] = labels.get("__prompt__", name)
@@ -65,7 +66,7 @@ def question(name: str, raw: Any, prompt: Any) -> dict[str, Any]:
     else:
         spec["help"] = prompt or name
         # Copier puts the answers at the top level: `cookiecutter.x` is `x` there.
-        spec["default"] = re.sub(r"\bcookiecutter\.(\w+)", r"\1", str(raw))
+        spec["default"] = raw if isinstance(raw, bool) else re.sub(r"\bcookiecutter\.(\w+)", r"\1", str(raw))
     spec["validator"] = f"{{{{ {name} | answer_error('{name}') }}}}"
     return spec
 

@@ -24,7 +24,7 @@ ANSWER_SETS = [
     {},
     {"dvc_remote": "gcs", "tracking": "mlflow", "open_source_license": "BSD-3-Clause", "python_version": "3.11"},
     {"dvc_remote": "gdrive", "tracking": "wandb", "open_source_license": "Apache-2.0", "python_version": "3.12"},
-    {"dvc_remote": "local", "open_source_license": "none", "python_version": "3.13", "vertex_ai": "no"},
+    {"dvc_remote": "local", "open_source_license": "none", "python_version": "3.13", "vertex_ai": False},
     {"dvc_remote": "none", "project_name": "Digit Classifier", "github_owner": "ada-lab"},
 ]
 DEFAULTS = json.loads((ROOT / "cookiecutter.json").read_text())
@@ -66,7 +66,7 @@ COMMON_FILES = {
 }
 
 
-def answers_of(overrides: dict[str, str]) -> dict[str, str]:
+def answers_of(overrides: dict[str, str | bool]) -> dict[str, str | bool]:
     """The full set of answers a bake with these overrides gets."""
     answers = {k: v[0] if isinstance(v, list) else v for k, v in DEFAULTS.items() if not k.startswith("_")}
     answers.update(overrides)
@@ -215,7 +215,7 @@ VERTEX_FILES = {
 VERTEX_MENTION_ALLOWED: set[str] = set()
 
 
-def expected_files(answers: dict[str, str], module: str) -> set[str]:
+def expected_files(answers: dict[str, str | bool], module: str) -> set[str]:
     """Exactly the files a project with these answers must have."""
     files = set(COMMON_FILES)
     files |= {f"src/{module}/{name}" for name in PACKAGE_FILES}
@@ -223,7 +223,7 @@ def expected_files(answers: dict[str, str], module: str) -> set[str]:
     files |= {f"notebooks/{name}" for name in NOTEBOOKS}
     if answers["open_source_license"] != "none":
         files.add("LICENSE")
-    if answers["vertex_ai"] == "yes":
+    if answers["vertex_ai"]:
         files |= {name.format(module=module) for name in VERTEX_FILES}
     return files
 
@@ -237,7 +237,7 @@ def project_files(project: Path) -> set[str]:
     }
 
 
-@pytest.fixture(scope="module", params=range(len(ANSWER_SETS)), ids=lambda i: "-".join(ANSWER_SETS[i].values()) or "defaults")
+@pytest.fixture(scope="module", params=range(len(ANSWER_SETS)), ids=lambda i: "-".join(map(str, ANSWER_SETS[i].values())) or "defaults")
 def baked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     overrides = ANSWER_SETS[request.param]
     return answers_of(overrides), project_env.bake(tmp_path_factory.mktemp("bake"), **overrides)
@@ -317,7 +317,7 @@ def test_make_lists_every_target(baked: tuple[dict, Path]) -> None:
     vertex = ["image", "vertex"]
     for target in targets + vertex:
         listed = re.search(rf"^  make {target} +\S", out, flags=re.M) is not None
-        expected = target in targets or answers["vertex_ai"] == "yes"
+        expected = target in targets or answers["vertex_ai"]
         assert listed == expected, f"`make` {'does not list' if expected else 'lists'} {target}:\n{out}"
     makefile = (project / "Makefile").read_text()
     declared = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
@@ -329,9 +329,9 @@ def test_vertex_ai_only_when_chosen(baked: tuple[dict, Path]) -> None:
     answers, project = baked
     params = yaml.safe_load((project / "params.yaml").read_text())
     module = project / "src" / project.name.replace("-", "_")
-    assert ("vertex" in params) == (answers["vertex_ai"] == "yes")
-    assert (module / "cloud").is_dir() == (answers["vertex_ai"] == "yes")
-    if answers["vertex_ai"] == "yes":
+    assert ("vertex" in params) == answers["vertex_ai"]
+    assert (module / "cloud").is_dir() == answers["vertex_ai"]
+    if answers["vertex_ai"]:
         return
     mentions = [
         name for name in sorted(project_files(project))
@@ -365,6 +365,7 @@ BAD_ANSWERS = [
     ({"github_owner": "x" * 40}, "github_owner"),
     ({"github_owner": "under_score"}, "github_owner"),
     ({"description": "two\nlines"}, "description"),
+    ({"author_name": False}, "author_name"),  # `author_name: No` in a YAML config, unquoted
 ]
 
 
@@ -390,18 +391,73 @@ def test_bad_answer_on_the_command_line_is_one_line(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_replay_with_bad_answers_is_refused_by_the_hook(tmp_path: Path) -> None:
+# A bad slug, and vertex_ai as a string: a replay written by an older version of the template.
+@pytest.mark.parametrize("bad", [{"project_slug": "bad slug"}, {"vertex_ai": "no"}], ids=lambda bad: next(iter(bad)))
+def test_replay_with_bad_answers_is_refused_by_the_hook(bad: dict, tmp_path: Path) -> None:
     # --replay skips the questions (and their checks): the pre-generation hook refuses instead.
     from cookiecutter.main import cookiecutter
 
     # As cookiecutter writes it: every answer and the private variables (each check's "ok").
     checks = {name: "ok" for name in DEFAULTS if name.startswith("__check_")}
-    context = {"cookiecutter": {**answers_of({}), "project_slug": "bad slug", **checks, "_extensions": DEFAULTS["_extensions"],
+    answers = answers_of({"project_slug": "colab-project", "module_name": "colab_project", **bad})
+    context = {"cookiecutter": {**answers, **checks, "_extensions": DEFAULTS["_extensions"],
                                 "_copy_without_render": DEFAULTS["_copy_without_render"]}}
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps(context))
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(FailedHookException):
+    with pytest.raises(FailedHookException, match=f"^{next(iter(bad))}: "):
         cookiecutter(str(ROOT), replay=str(replay), output_dir=str(out))
     assert list(out.iterdir()) == []
+
+
+def cookiecutter_cli(folder: Path, *args: str, default_context: str = "") -> subprocess.CompletedProcess:
+    """`cookiecutter --no-input` as a user types it, with a config file of their own in `folder`."""
+    config = folder / "config.yaml"
+    config.write_text(f"cookiecutters_dir: {folder / 'cc'}\nreplay_dir: {folder / 'replay'}\n{default_context}")
+    (folder / "out").mkdir()
+    command = [str(Path(sys.executable).parent / "cookiecutter"), "--no-input", "--config-file", str(config),
+               "-o", str(folder / "out"), str(ROOT), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True)
+
+
+def test_vertex_ai_no_on_the_command_line(tmp_path: Path) -> None:
+    # cookiecutter turns the `no` (or false, n, 0) of a boolean variable into False.
+    cookiecutter_cli(tmp_path, "vertex_ai=no")
+    answers = answers_of({"vertex_ai": False})
+    assert project_files(tmp_path / "out" / "colab-project") == expected_files(answers, "colab_project")
+
+
+# A user's config file (`--config-file`, ~/.cookiecutterrc) with every answer changed, typed as a
+# user types YAML: `no` and `3.13` unquoted, which YAML reads as False and a number. vertex_ai
+# comes first: cookiecutter drops what follows an answer it refuses in default_context.
+USER_CONFIG = """\
+default_context:
+  vertex_ai: no
+  project_name: Crop Yield
+  project_slug: crop-yield-model
+  module_name: crop_yield
+  author_name: Ada Lovelace
+  author_email: ada@example.org
+  description: Forecasts crop yield from field records.
+  github_owner: ada-lab
+  python_version: 3.13
+  dvc_remote: local
+  tracking: mlflow
+  open_source_license: Apache-2.0
+"""
+
+
+def test_a_yaml_config_file_sets_every_answer(tmp_path: Path) -> None:
+    given = yaml.safe_load(USER_CONFIG)["default_context"]
+    assert given["vertex_ai"] is False and given["python_version"] == 3.13
+    expected = {**given, "python_version": "3.13"}
+    defaults = answers_of({})
+    assert sorted(expected) == sorted(defaults) and [k for k in expected if expected[k] == defaults[k]] == []
+    run = cookiecutter_cli(tmp_path, default_context=USER_CONFIG)
+    assert "Invalid default" not in run.stderr, run.stderr
+    replay = json.loads(next((tmp_path / "replay").glob("*.json")).read_text())["cookiecutter"]
+    assert {name: replay[name] for name in expected} == expected
+    project = tmp_path / "out" / "crop-yield-model"
+    assert project_files(project) == expected_files(expected, "crop_yield")
+    assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["requires-python"] == ">=3.13"

@@ -37,7 +37,7 @@ ANSWERS = {
     "dvc_remote": "local",
     "tracking": "mlflow",
     "open_source_license": "BSD-3-Clause",
-    "vertex_ai": "no",
+    "vertex_ai": False,
 }
 _DEFAULT_NAME = DEFAULTS["project_name"]
 # What a default answer would leave in a file: the answers and the names derived from them.

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from copier import run_copy, run_update
 
-from local_extensions import CHOICES  # the template's root: copier_yml puts it on sys.path
+from local_extensions import BOOLEANS, CHOICES  # the template's root: copier_yml puts it on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -26,7 +26,7 @@ DEFAULT_ANSWERS = {name: value[0] if isinstance(value, list) else value for name
 # The default bake, then each other choice of each option, one option changed at a time.
 ONE_CHANGE = [{}] + [
     {name: value} for name, allowed in CHOICES.items() for value in allowed if value != DEFAULT_ANSWERS[name]
-] + [{"project_name": "Ada's Café Classifier"}]  # the slug and module derived by both tools' slugify
+] + [{name: not DEFAULT_ANSWERS[name]} for name in BOOLEANS] + [{"project_name": "Ada's Café Classifier"}]  # the slug and module derived by both tools' slugify
 GIT = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]
 # A later template change that both update tools must bring into a project.
 TEMPLATE_CHANGE = "# A later template change.\n"
@@ -121,7 +121,12 @@ def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, templa
 def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     repo = template_repo(tmp_path / "template")
     project = tmp_path / "project"
+    # `copier copy -d vertex_ai=no`: copier reads the text as the yes/no question's False.
     run_copy(str(repo), project, data={"tracking": "mlflow", "vertex_ai": "no"}, defaults=True, unsafe=True, quiet=True)
+    # Older versions of the template asked vertex_ai as a choice and wrote the answer as text.
+    answers_file = project / ".copier-answers.yml"
+    answers_file.write_text(answers_file.read_text().replace("\nvertex_ai: false\n", "\nvertex_ai: 'no'\n"))
+    assert _yaml(answers_file)["vertex_ai"] == "no"
     readme = project / "README.md"
     readme.write_text(readme.read_text() + "A line of our own.\n")
     commit_all(project, "start")
@@ -129,8 +134,8 @@ def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     run_update(project, defaults=True, unsafe=True, overwrite=True, quiet=True)
     assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
     assert readme.read_text().endswith("A line of our own.\n")
-    answers = _yaml(project / ".copier-answers.yml")
-    assert answers["tracking"] == "mlflow" and answers["vertex_ai"] == "no"
+    answers = _yaml(answers_file)
+    assert answers["tracking"] == "mlflow" and answers["vertex_ai"] is False
     assert not (project / "Dockerfile").exists() and not (project / "src/colab_project/cloud").exists()
     assert answers["_commit"] == subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, check=True,
                                                 capture_output=True, text=True).stdout.strip()
@@ -142,7 +147,12 @@ def test_cruft_create_check_update(tmp_path: Path) -> None:
     project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out", extra_context=answers)
     pruned = ["LICENSE", ".copier-answers.yml", "Dockerfile", "src/colab_project/cloud", "tests/test_vertex.py"]
     assert [name for name in pruned if (project / name).exists()] == []
-    assert answers.items() <= json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"].items()
+    cruft_file = project / ".cruft.json"
+    state = json.loads(cruft_file.read_text())
+    assert {"open_source_license": "none", "vertex_ai": False}.items() <= state["context"]["cookiecutter"].items()
+    # Older versions of the template asked vertex_ai as a choice and wrote the answer as text.
+    state["context"]["cookiecutter"]["vertex_ai"] = "no"
+    cruft_file.write_text(json.dumps(state, indent=2) + "\n")
     readme = project / "README.md"
     readme.write_text(readme.read_text() + "A line of our own.\n")
     commit_all(project, "start")
@@ -153,6 +163,7 @@ def test_cruft_create_check_update(tmp_path: Path) -> None:
     assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
     assert readme.read_text().endswith("A line of our own.\n")
     assert [name for name in pruned if (project / name).exists()] == [], "the update brought back pruned files"
+    assert json.loads(cruft_file.read_text())["context"]["cookiecutter"]["vertex_ai"] is False
     commit_all(project, "take the template's change")
     assert cruft.check(project)
 

@@ -1,5 +1,5 @@
-"""A chief and a worker, as {% if cookiecutter.vertex_ai == "yes" %}Vertex AI{% else %}a cloud cluster{% endif %} runs them: TF_CONFIG in the chief/worker form.
-{%- if cookiecutter.vertex_ai == "yes" %}
+"""A chief and a worker, as {% if cookiecutter.vertex_ai %}Vertex AI{% else %}a cloud cluster{% endif %} runs them: TF_CONFIG in the chief/worker form.
+{%- if cookiecutter.vertex_ai %}
 
 Each replica gets its own copy of the project (on Vertex AI every replica has its own container)
 and shares only the bucket, here a folder standing in for the Cloud Storage FUSE mount at /gcs.
@@ -153,7 +153,7 @@ def _cluster_train(root: Path, run_name: str, epochs: int) -> dict[str, str]:
     cluster = {"chief": [f"127.0.0.1:{chief_port}"], "worker": [f"127.0.0.1:{worker_port}"]}
     procs = {}
     for role in ("chief", "worker"):
-        # The form a cloud cluster sets{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI's){% endif %}, extra keys included.
+        # The form a cloud cluster sets{% if cookiecutter.vertex_ai %} (Vertex AI's){% endif %}, extra keys included.
         tf_config = {
             "cluster": cluster,
             "task": {"type": role, "index": 0},

@@ -32,7 +32,7 @@ def test_what_defines_a_run_and_what_only_changes_how_it_runs() -> None:
     assert base["data"] == DATA and base["seed"] == 42 and base["global_batch"] == 32
     assert {"data.augment", "model.architecture", "model.filters", "task.type"} <= set(base)
     assert {"train.learning_rate", "train.optimizer", "train.mixed_precision"} <= set(base)
-    assert not {key for key in base if key.startswith(("distribute.", "repro."{% if cookiecutter.vertex_ai == "yes" %}, "vertex."{% endif %}))}
+    assert not {key for key in base if key.startswith(("distribute.", "repro."{% if cookiecutter.vertex_ai %}, "vertex."{% endif %}))}
     # How or when a run runs: the same run.
     how = [
         "train.checkpoint_every_steps=7",

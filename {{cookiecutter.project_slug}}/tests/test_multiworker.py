@@ -1,6 +1,6 @@
 """Two workers on 127.0.0.1 train together under MultiWorkerMirroredStrategy (from TF_CONFIG).
 
-The chief/worker form{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI's){% endif %} is exercised in test_chief_worker.py.
+The chief/worker form{% if cookiecutter.vertex_ai %} (Vertex AI's){% endif %} is exercised in test_chief_worker.py.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     # The command to continue after a stop: the same one, without --fresh or --take-over.
     argv = [a for a in args.argv if a not in ("--fresh", "--take-over")]
     resume = shlex.join([*COMMAND.split(), *argv])
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
     if args.sweep_trial:  # a Vertex AI tuning trial: its values come as --<key>=<value>
         from .cloud.tuning import run_tuning_trial  # when the command runs
 
@@ -136,7 +136,7 @@ def cmd_stage(args: argparse.Namespace, params: Params) -> int:
     print(stage(args.src, args.dest, verify=args.verify).summary())
     return 0
 
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
 
 
 def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
@@ -231,7 +231,7 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
         help="(the DVC stage) if run_name was trained with other settings, data or code, train "
         "a run of its own, <run_name>-<hash>, instead of refusing",
     )
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
     p.add_argument(
         "--sweep-trial",
         metavar="NAME",
@@ -278,7 +278,7 @@ def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None
         action="store_true",
         help="run this sweep even if another session holds it (that one then stops)",
     )
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
 
     p = command(cmd_vertex, "run training as a Vertex AI custom job")
     p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
     if extra and not getattr(args, "sweep_trial", None):  # only a tuning trial takes more
 {%- else %}
     if extra:

@@ -38,7 +38,7 @@ from pydantic import dataclasses as pydantic_dataclasses
 COMMAND = "python -m {{ cookiecutter.module_name }}"
 
 # Keys a sweep cannot search: each trial sets its own run_name; the rest do not train a model.
-NOT_SEARCHABLE = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai == "yes" %}, "vertex"{% endif %})
+NOT_SEARCHABLE = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai %}, "vertex"{% endif %})
 
 
 class ConfigError(ValueError):
@@ -182,7 +182,7 @@ class DistributeConfig:
 @schema
 class ReproConfig:
     deterministic: Bool = _field("false")
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
 
 
 @schema
@@ -248,7 +248,7 @@ class Params:
     distribute: DistributeConfig = Field()
     repro: ReproConfig = Field()
     sweep: SweepConfig = Field()
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
     vertex: VertexConfig = Field()
 {%- endif %}
 

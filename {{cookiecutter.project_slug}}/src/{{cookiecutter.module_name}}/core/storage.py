@@ -4,7 +4,7 @@
   `/content/drive/MyDrive/<project_slug>`; else the project folder.
 - Checkpoints: `<storage>/checkpoints/<run_name>/` (they must survive a disconnect).
 - Results (model, metrics, TensorBoard logs): `<project>/results/`, tracked by DVC and git;
-  `$PROJECT_RESULTS_DIR` instead when set{% if cookiecutter.vertex_ai == "yes" %} (a Vertex AI job sets it to its bucket){% endif %}.
+  `$PROJECT_RESULTS_DIR` instead when set{% if cookiecutter.vertex_ai %} (a Vertex AI job sets it to its bucket){% endif %}.
 - Either variable may be `gs://bucket/prefix`: read through Cloud Storage FUSE (`/gcs/...`).
 """
 
@@ -41,7 +41,7 @@ def on_colab() -> bool:
 
 def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     """A folder given as a path or as `gs://bucket/prefix`: a bucket is read through Cloud
-    Storage FUSE at `/gcs/<bucket>`{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI mounts it in every replica){% endif %}, where plain file I/O
+    Storage FUSE at `/gcs/<bucket>`{% if cookiecutter.vertex_ai %} (Vertex AI mounts it in every replica){% endif %}, where plain file I/O
     (atomic renames, fsync) works unchanged; `$PROJECT_GCS_MOUNT` moves that root."""
     if not location.startswith("gs://"):
         return Path(location).expanduser()
@@ -50,7 +50,7 @@ def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     if not bucket_and_prefix or not mount.is_dir():
         raise ConfigError(  # one line for the user: the command line prints `error: ...`
             f"{variable}={location}: a gs:// location is read through Cloud Storage FUSE at "
-            f"{mount}/<bucket>{% if cookiecutter.vertex_ai == "yes" %} (Vertex AI mounts it){% endif %}; none is here. Mount the bucket with "
+            f"{mount}/<bucket>{% if cookiecutter.vertex_ai %} (Vertex AI mounts it){% endif %}; none is here. Mount the bucket with "
             f"gcsfuse and give its folder (example: {variable}=/mnt/my-bucket/{PROJECT_SLUG})"
         )
     return mount / bucket_and_prefix
@@ -97,7 +97,7 @@ def storage_root(project_dir: Path) -> Path:
 
 def results_root(project_dir: Path) -> Path:
     """`$PROJECT_RESULTS_DIR` if set, else `<project>/results`: set it to a bucket when the
-    machine's own disk does not last{% if cookiecutter.vertex_ai == "yes" %} (a Vertex AI job sets it){% endif %}."""
+    machine's own disk does not last{% if cookiecutter.vertex_ai %} (a Vertex AI job sets it){% endif %}."""
     env = os.environ.get("PROJECT_RESULTS_DIR")
     return local_path(env, "PROJECT_RESULTS_DIR") if env else project_dir / "results"
 

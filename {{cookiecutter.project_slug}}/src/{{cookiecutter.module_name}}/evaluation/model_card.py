@@ -33,7 +33,7 @@ who uses its outputs and how (a threshold, a person who checks them); data it ha
 should not be trusted on (other sources, devices, populations, time periods); known failure
 cases; the metric that matters for the use, and the level that is good enough."""
 # Keys left out of "params that differ": where and how a job ran, not what it trained.
-NOT_TRAINING = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai == "yes" %}, "vertex"{% endif %})
+NOT_TRAINING = ("run_name", "sweep", "distribute"{% if cookiecutter.vertex_ai %}, "vertex"{% endif %})
 
 
 def card_markdown(project_dir: Path) -> str:

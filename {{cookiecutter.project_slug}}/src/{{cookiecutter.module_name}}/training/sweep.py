@@ -31,7 +31,7 @@ FREE_KEYS = (
     "run_name",
     "sweep.",
     "distribute.",
-{%- if cookiecutter.vertex_ai == "yes" %}
+{%- if cookiecutter.vertex_ai %}
     "vertex.",
 {%- endif %}
     "train.time_budget_minutes",

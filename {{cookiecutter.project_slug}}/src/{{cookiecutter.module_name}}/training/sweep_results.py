@@ -28,7 +28,7 @@ from .sweep_study import JOURNAL, Sweep, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
-NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai == "yes" %} "vertex."{% endif %})  # how the trial was searched or submitted, not what it is
+NOT_PROMOTED = ("sweep.",{% if cookiecutter.vertex_ai %} "vertex."{% endif %})  # how the trial was searched or submitted, not what it is
 
 
 def write_trials(sweep: Sweep) -> pd.DataFrame:
