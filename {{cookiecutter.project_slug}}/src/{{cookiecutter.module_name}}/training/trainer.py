@@ -366,6 +366,9 @@ def _build(
     and the run's fingerprint (`expected` with the model's variables)."""
     parts = build_parts(params, strategy, info, data, plan)
     model, optimizer = parts.model, parts.optimizer
+    # A misspelt train.monitor stops the run here, not at the end of its first epoch.
+    names = ["val_loss", *(f"val_{m.name}" for m in parts.task.make_metrics())]
+    EarlyStopping(params.train.monitor).check(names)
     with strategy.scope():
         best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
