@@ -27,7 +27,7 @@ import pytest
 from {{ cookiecutter.module_name }}.config import ConfigError
 from {{ cookiecutter.module_name }}.core import storage
 from {{ cookiecutter.module_name }}.training.run_record import find_run
-from {{ cookiecutter.module_name }}.training.strategy import _workers, is_chief
+from {{ cookiecutter.module_name }}.training.strategy import cluster_role
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -116,13 +116,12 @@ def _strategy(class_name: str, task_type: str, task_id: int, cluster: dict) -> o
 )
 def test_chief_worker_roles(class_name):
     cluster = {"chief": ["a:1"], "worker": ["b:1", "c:1"]}
-    assert is_chief(_strategy(class_name, "chief", 0, cluster))
-    assert not is_chief(_strategy(class_name, "worker", 0, cluster))  # a chief exists
-    assert not is_chief(_strategy(class_name, "worker", 1, cluster))
-    assert _workers(_strategy(class_name, "worker", 1, cluster)) == 3
+    assert cluster_role(_strategy(class_name, "chief", 0, cluster)) == (True, 3)
+    assert cluster_role(_strategy(class_name, "worker", 0, cluster)) == (False, 3)  # a chief exists
+    assert cluster_role(_strategy(class_name, "worker", 1, cluster)) == (False, 3)
     workers_only = {"worker": ["b:1", "c:1"]}
-    assert is_chief(_strategy(class_name, "worker", 0, workers_only))  # TF's convention
-    assert not is_chief(_strategy(class_name, "worker", 1, workers_only))
+    assert cluster_role(_strategy(class_name, "worker", 0, workers_only))[0]  # TF's convention
+    assert not cluster_role(_strategy(class_name, "worker", 1, workers_only))[0]
 
 
 # --- a real chief and worker on 127.0.0.1 ---------------------------------------------------

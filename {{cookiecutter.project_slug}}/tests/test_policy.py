@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import TINY, tensorboard_values
 
-from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.storage import results_root
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import checkpoint_due
@@ -63,6 +63,15 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     assert state["best_step"] == per_epoch and state["epochs_without_improvement"] == 1
     again = train(params, tiny_project)
     assert again.step == result.step and "already complete" in capsys.readouterr().out
+
+
+def test_a_misspelt_monitor_is_refused_before_the_first_step(tiny_project: Path) -> None:
+    params = load_params(
+        tiny_project / "params.yaml", [*TINY, "train.monitor=val_acc", "run_name=t"]
+    )
+    with pytest.raises(ConfigError, match=r"^train\.monitor: 'val_acc' is not a validation metric"):
+        train(params, tiny_project)
+    assert not list_checkpoints(Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "t")
 
 
 def test_profile_trace_and_a_model_that_stands_alone(tiny_project: Path, capsys) -> None:

@@ -103,7 +103,8 @@ def test_record_has_every_field_and_is_written_atomically(tmp_path):
     assert "params.yaml" in " ".join(saved["reproduce"])
     assert yaml.safe_load((path.parent / "params.yaml").read_text()) == params
     assert not list(path.parent.glob(".*"))  # no temp files left behind
-    assert run_id in runs_table(list_runs(tmp_path))
+    assert list_runs(tmp_path) == [saved] and run_id in runs_table([saved])
+    assert find_run(tmp_path / "results", "models/model.keras") == saved  # the same reader
 
 
 @pytest.mark.slow

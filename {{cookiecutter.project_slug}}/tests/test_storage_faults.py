@@ -144,8 +144,8 @@ def test_pruning_makes_room_but_never_takes_the_newest_complete_one(
     if not mounted:  # free space as a 6 MiB file system would report it
         monkeypatch.setattr(
             checkpoints,
-            "_free_mib",
-            lambda _: 6 - sum(p.stat().st_size for p in storage.rglob("*") if p.is_file()) / 2**20,
+            "free_bytes",
+            lambda _: 6 * 2**20 - sum(p.stat().st_size for p in storage.rglob("*") if p.is_file()),
         )
     store = CheckpointStore(storage / "run", keep=3)
     ckpt, var = _var(400_000)  # 1.6 MB each: three fit in 6 MiB, a fourth does not
@@ -158,6 +158,15 @@ def test_pruning_makes_room_but_never_takes_the_newest_complete_one(
     assert "Pruning step-000000001 early" in out and "not saved" not in out
     assert [s for s, _ in list_checkpoints(storage / "run")] == [2, 3, 4]
     assert store.restore(ckpt)["step"] == 4 and float(var[0]) == 4.0
+
+
+def test_free_space_unknown_prunes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoints, "free_bytes", lambda _: None)  # a mount without statvfs
+    store = CheckpointStore(tmp_path, keep=3)
+    ckpt, _ = _var(10)
+    for step in (1, 2, 3):
+        assert store.try_save(ckpt, step, {}) is not None
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1, 2, 3]
 
 
 def test_a_results_write_that_fails_is_one_clear_error(

@@ -110,12 +110,11 @@ def _fake_mwms(task_type: str | None, task_id: int, cluster: dict):
 def test_chief_rules() -> None:
     workers = {"worker": ["a:1", "b:2"]}
     with_chief = {"chief": ["c:0"], "worker": ["a:1"]}
-    assert strat.is_chief(_fake_mwms("worker", 0, workers)) is True
-    assert strat.is_chief(_fake_mwms("worker", 1, workers)) is False
-    assert strat.is_chief(_fake_mwms("chief", 0, with_chief)) is True
-    assert strat.is_chief(_fake_mwms("worker", 0, with_chief)) is False
-    assert strat._workers(_fake_mwms("chief", 0, with_chief)) == 2
-    assert strat.is_chief(object()) is True  # any single-worker strategy
+    assert strat.cluster_role(_fake_mwms("worker", 0, workers)) == (True, 2)
+    assert strat.cluster_role(_fake_mwms("worker", 1, workers)) == (False, 2)
+    assert strat.cluster_role(_fake_mwms("chief", 0, with_chief)) == (True, 2)
+    assert strat.cluster_role(_fake_mwms("worker", 0, with_chief)) == (False, 2)
+    assert strat.cluster_role(object()) == (True, 1)  # any single-worker strategy
 
 
 def test_real_two_replica_mirrored_training(tiny_project: Path, capsys) -> None:

@@ -126,13 +126,13 @@ class CheckpointStore:
         enough room; never the newest complete one."""
         *older, newest = list_checkpoints(self.directory) or [(0, None)]
         need = _folder_bytes(newest[1])  # the next one will be about as big
-        free = _free_mib(self.directory) * MIB
-        if free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
-            return  # it fits, or pruning would not help: keep them
+        free = free_bytes(self.directory)
+        if free is None or free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
+            return  # it fits, or pruning would not help (or free space is unknown): keep them
         for _, path in older:
             say(f"Pruning {path.name} early to make room for the next checkpoint.")
             shutil.rmtree(path, ignore_errors=True)
-            if _free_mib(self.directory) * MIB >= need:
+            if (free_bytes(self.directory) or 0) >= need:
                 return
 
     def save(self, checkpoint: Any, step: int, meta: dict[str, Any]) -> Path:

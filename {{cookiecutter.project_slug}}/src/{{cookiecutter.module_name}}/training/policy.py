@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,14 +133,17 @@ class EarlyStopping:
     best_step: int = -1
     epochs_without_improvement: int = 0
 
-    def update(self, metrics: dict[str, float], step: int) -> bool:
-        """Record one validation result; True when it is the best so far (save that model)."""
-        if self.monitor not in metrics:
-            known = ", ".join(sorted(metrics))
+    def check(self, names: Iterable[str]) -> None:
+        """Refuse a `monitor` that is not one of the validation metrics `names`."""
+        if self.monitor not in names:
             raise ConfigError(
                 f"train.monitor: {self.monitor!r} is not a validation metric of this task "
-                f"(known: {known}) (example: --set train.monitor=val_loss)"
+                f"(known: {', '.join(sorted(names))}) (example: --set train.monitor=val_loss)"
             )
+
+    def update(self, metrics: dict[str, float], step: int) -> bool:
+        """Record one validation result; True when it is the best so far (save that model)."""
+        self.check(metrics)
         value = float(metrics[self.monitor])
         lower = mode_for(self.monitor) == "min"
         better = self.best is None or (value < self.best if lower else value > self.best)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -122,10 +123,16 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
     return save_json(record, run_dir / "manifest.json")
 
 
+def read_runs(folder: Path, newest_first: bool = False) -> Iterator[dict[str, Any]]:
+    """The run records in a `runs/` folder, one at a time, oldest first (run ids sort by start
+    time): the one reader of `<run_id>/manifest.json` files."""
+    for path in sorted(Path(folder).glob("*/manifest.json"), reverse=newest_first):
+        yield json.loads(path.read_text())
+
+
 def list_runs(project_dir: Path) -> list[dict[str, Any]]:
-    """Every run record of this project, oldest first (run ids sort by start time)."""
-    manifests = sorted(runs_dir(project_dir).glob("*/manifest.json"))
-    return [json.loads(p.read_text()) for p in manifests]
+    """Every run record of this project, oldest first."""
+    return list(read_runs(runs_dir(project_dir)))
 
 
 def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
@@ -161,8 +168,7 @@ def find_run(
         return None
     digest = file_sha256(file)
     for folder in (Path(results) / "runs", *elsewhere):
-        for path in sorted(folder.glob("*/manifest.json"), reverse=True):
-            record = json.loads(path.read_text())
+        for record in read_runs(folder, newest_first=True):
             for entry in record.get("artifacts", []):
                 if entry.get("sha256") == digest and entry["path"].endswith(file.name):
                     return record

@@ -136,9 +136,7 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
         else:
             strategy = tf.distribute.get_strategy()
     name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
-    info = StrategyInfo(
-        _NAMES.get(name, name), replicas, device, is_chief(strategy), _workers(strategy)
-    )
+    info = StrategyInfo(_NAMES.get(name, name), replicas, device, *cluster_role(strategy))
     where = f"{info.workers} workers, " if info.workers > 1 else ""
     print(
         f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
@@ -173,23 +171,18 @@ def _mirrored(tf, devices: list[str]) -> object:
 _MULTIWORKER_CLASSES = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
 
 
-def is_chief(strategy: object) -> bool:
-    """The worker that writes checkpoints and results: `chief`, else worker 0 (TF's convention)."""
+def cluster_role(strategy: object) -> tuple[bool, int]:
+    """Whether this worker is the chief, which writes checkpoints and results (`chief`, else
+    worker 0: TF's convention), and how many workers train."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if type(strategy).__name__ not in _MULTIWORKER_CLASSES or resolver is None:
-        return True
-    if not resolver.task_type or resolver.task_type == "chief":
-        return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
-
-
-def _workers(strategy: object) -> int:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if type(strategy).__name__ not in _MULTIWORKER_CLASSES or resolver is None:
-        return 1
+        return True, 1
     spec = resolver.cluster_spec().as_dict()
-    return sum(len(spec.get(job, [])) for job in ("chief", "worker")) or 1
+    workers = sum(len(spec.get(job, [])) for job in ("chief", "worker")) or 1
+    if resolver.task_type in (None, "", "chief"):
+        return True, workers
+    first = resolver.task_type == "worker" and resolver.task_id == 0
+    return first and "chief" not in spec, workers
 
 
 def _configure_devices(tf, plan: DevicePlan, memory_growth: bool) -> None:

@@ -28,8 +28,10 @@ from typing import Any
 
 from ..config import flat
 from ..core.storage import results_root
+{%- if cookiecutter.tracking != "tensorboard" %}
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
+{%- endif %}
 
 
 def flatten(params: dict[str, Any]) -> dict[str, Any]:

@@ -144,7 +144,13 @@ def train(
     say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
-        expected = fingerprint.of(params, data_hash(project_dir, prepared, data), info.replicas)
+        # The data's version: data/manifest.json's, or the hash of the temporary split's shards.
+        version = (
+            manifest.data_hash(manifest.load(project_dir))
+            if prepared
+            else fingerprint.folder_hash(data.folder)
+        )
+        expected = fingerprint.of(params, version, info.replicas)
         if new_run_if_changed:
             params = choose_run(params, project_dir, expected, data.count("train"))
         paths = run_paths(project_dir, params.run_name, info.is_chief, hooks and hooks.results)
@@ -174,13 +180,6 @@ def train(
     if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
         record_run(params, project_dir, paths, result, started_at, resume_command)
     return result
-
-
-def data_hash(project_dir: Path, prepared: bool, data: Prepared) -> str:
-    """The data's version: data/manifest.json's, or the hash of the temporary split's shards."""
-    if prepared:
-        return manifest.data_hash(manifest.load(project_dir) or {"files": []})
-    return fingerprint.folder_hash(data.folder)
 
 
 def _keep_manifest(project_dir: Path, storage: Path) -> None:
@@ -268,14 +267,9 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
     # The class (multilabel: positive) weights the loss used, by name; None when unweighted.
     weights = [round(w, 6) for w in task.class_weights]
     by_name = dict(zip(task.names, weights, strict=True)) if weights else None
-    facts = _facts(run, status, digest)
-    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
-
-
-def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
-    """The run's facts for its run record: names, hashes, hardware, how the run was split and
-    resumed (its record's `metrics` hold the numbers; params.yaml the settings)."""
-    return {
+    # The run record's facts: names, hashes, hardware, how the run was split and resumed (its
+    # `metrics` hold the numbers; params.yaml the settings).
+    facts = {
         "run_name": run.params.run_name,
         "status": status,
         "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
@@ -292,6 +286,7 @@ def _facts(run: Run, status: str, digest: str) -> dict[str, Any]:
         "resumes": run.state.resumes,
         "started_at_step": run.started_at_step,
     }
+    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
 
 
 def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
@@ -371,6 +366,9 @@ def _build(
     and the run's fingerprint (`expected` with the model's variables)."""
     parts = build_parts(params, strategy, info, data, plan)
     model, optimizer = parts.model, parts.optimizer
+    # A misspelt train.monitor stops the run here, not at the end of its first epoch.
+    names = ["val_loss", *(f"val_{m.name}" for m in parts.task.make_metrics())]
+    EarlyStopping(params.train.monitor).check(names)
     with strategy.scope():
         best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
@@ -405,8 +403,16 @@ def _build(
 def _restore(run: Run, fresh: bool) -> None:
     """Start over (--fresh) or restore the newest checkpoint: its variables and its state."""
     params, paths, plan, cfg = run.params, run.paths, run.plan, run.params.train
-    if fresh and run.info.is_chief:
-        _start_over(run)
+    if fresh and run.info.is_chief:  # delete the run's checkpoints and TensorBoard logs
+        deleted = run.store.clear()
+        shutil.rmtree(run.paths.tensorboard, ignore_errors=True)
+        if deleted:
+            many = len(deleted) > 1
+            steps = f"steps {deleted[0]}..{deleted[-1]}" if many else f"step {deleted[0]}"
+            say(
+                f"--fresh: deleted {len(deleted)} checkpoint{'s' if many else ''} of run "
+                f"'{params.run_name}' ({steps}) in {paths.checkpoints}, and its TensorBoard logs"
+            )
     if run.info.is_chief:
         run.store.clean_partial()
     meta = None if fresh else run.store.restore(run.checkpoint, lambda m: _check_meta(run, m))
@@ -426,20 +432,6 @@ def _restore(run: Run, fresh: bool) -> None:
         f"(epoch {run.state.step // plan.per_epoch + 1}, batch {run.state.step % plan.per_epoch} "
         f"of {plan.per_epoch}) in {paths.restore_from}"
     )
-
-
-def _start_over(run: Run) -> None:
-    """`--fresh`: delete the run's checkpoints and TensorBoard logs, saying what went."""
-    deleted = run.store.clear()
-    shutil.rmtree(run.paths.tensorboard, ignore_errors=True)
-    if deleted:
-        many = len(deleted) > 1
-        steps = f"steps {deleted[0]}..{deleted[-1]}" if many else f"step {deleted[0]}"
-        say(
-            f"--fresh: deleted {len(deleted)} checkpoint{'s' if many else ''} of run "
-            f"'{run.params.run_name}' ({steps}) in {run.paths.checkpoints}, and its TensorBoard "
-            "logs"
-        )
 
 
 def _check_meta(run: Run, meta: dict[str, Any]) -> None:
