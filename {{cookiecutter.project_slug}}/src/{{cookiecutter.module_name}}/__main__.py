@@ -196,9 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(func: Command, help: str) -> argparse.ArgumentParser:
+    def command(
+        func: Command, help: str, flags: dict[str, str] | None = None
+    ) -> argparse.ArgumentParser:
+        """The subcommand of `cmd_<name>`, with its on/off options (`flags`: {"--fresh": help})."""
         p = sub.add_parser(func.__name__.removeprefix("cmd_"), parents=[common], help=help)
         p.set_defaults(func=func)
+        for flag, text in (flags or {}).items():
+            p.add_argument(flag, action="store_true", help=text)
         return p
 
     _add_pipeline_commands(command)
@@ -209,28 +214,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     command(cmd_prepare, "write data/raw, the split, the manifest")
 
-    p = command(cmd_stage, "copy data to fast local disk (resumable)")
+    flags = {"--verify": "re-hash every file on both sides"}
+    p = command(cmd_stage, "copy data to fast local disk (resumable)", flags)
     p.add_argument("src", help="file or folder, e.g. /content/drive/MyDrive/data/images")
     p.add_argument("dest", help="folder on local disk, e.g. /content/data")
-    p.add_argument("--verify", action="store_true", help="re-hash every file on both sides")
 
-    p = command(cmd_train, "train (resumes the run named run_name)")
-    p.add_argument(
-        "--fresh",
-        action="store_true",
-        help="delete this run's checkpoints (it says which) and start it over",
-    )
-    p.add_argument(
-        "--take-over",
-        action="store_true",
-        help="train this run even if another session holds its lease (that one then stops)",
-    )
-    p.add_argument(
-        "--new-run-if-changed",
-        action="store_true",
-        help="(the DVC stage) if run_name was trained with other settings, data or code, train "
-        "a run of its own, <run_name>-<hash>, instead of refusing",
-    )
+    flags = {
+        "--fresh": "delete this run's checkpoints (it says which) and start it over",
+        "--take-over": "train this run even if another session holds its lease (that one then "
+        "stops)",
+        "--new-run-if-changed": "(the DVC stage) if run_name was trained with other settings, "
+        "data or code, train a run of its own, <run_name>-<hash>, instead of refusing",
+    }
+    p = command(cmd_train, "train (resumes the run named run_name)", flags)
 {%- if cookiecutter.vertex_ai %}
     p.add_argument(
         "--sweep-trial",
@@ -267,32 +263,25 @@ def _add_pipeline_commands(command: Callable[..., argparse.ArgumentParser]) -> N
 
 
 def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    p = command(cmd_sweep, "hyperparameter search (resumes the study)")
-    p.add_argument(
-        "--best",
-        action="store_true",
-        help="promote the best trial: its model to results/models, its settings to params.yaml",
-    )
-    p.add_argument(
-        "--take-over",
-        action="store_true",
-        help="run this sweep even if another session holds it (that one then stops)",
-    )
+    flags = {
+        "--best": "promote the best trial: its model to results/models, its settings to "
+        "params.yaml",
+        "--take-over": "run this sweep even if another session holds it (that one then stops)",
+    }
+    command(cmd_sweep, "hyperparameter search (resumes the study)", flags)
 {%- if cookiecutter.vertex_ai %}
 
-    p = command(cmd_vertex, "run training as a Vertex AI custom job")
-    p.add_argument("--dry-run", action="store_true", help="print the gcloud command, do not run it")
-    p.add_argument(
-        "--sweep",
-        action="store_true",
-        help="a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
-    )
+    flags = {
+        "--dry-run": "print the gcloud command, do not run it",
+        "--sweep": "a hyperparameter tuning job for `sweep:` (results/vertex/hpt-<name>.yaml)",
+    }
+    p = command(cmd_vertex, "run training as a Vertex AI custom job", flags)
     p.add_argument("--output", help="job spec file (default: vertex.output)")
 {%- endif %}
 
-    p = command(cmd_env, "print and save the environment")
+    flags = {"--brief": "print the summary, not every package"}
+    p = command(cmd_env, "print and save the environment", flags)
     p.add_argument("--output", help="file (default: results/environment.json)")
-    p.add_argument("--brief", action="store_true", help="print the summary, not every package")
 
     p = command(cmd_notebooks, "run the notebooks, write HTML reports")
     p.add_argument(

@@ -1,20 +1,9 @@
 """Names in params.yaml -> the code that implements them, with the component's own arguments.
 
-A data source, an augmentation, an architecture and a task each register under a name where
-they are defined, and params.yaml picks one by that name:
-
-    @register("architecture", "resnet")           # src/<module>/resnet.py, a file you add
-    def resnet(inputs, spec, cfg, width: int = 16): ...
-
-    model:
-      architecture: resnet
-      args: {width: 32}                            # its own arguments, after the fixed ones
-
-The first lookup imports every module at the top of this package (model.py, task.py, ... and any
-file you add beside them) and the built-ins' subpackages (architectures/, readers/,
-augmentations/, tasks/), so a new file needs no other edit. An unknown name, or an argument the
-function does not declare or of another type than its annotation, is a one-line error naming the
-key (`model.args.height`) with a valid example. This module imports nothing heavy.
+`@register(kind, name)` where a source, augmentation, architecture or task is defined; params.yaml
+picks it by that name, its own arguments under `model.args`, `data.args` or its `data.augment`
+entry (docs/customise.md). The first lookup imports every module of the package's top and of the
+built-ins' subpackages, so a new file needs no other edit. This module imports nothing heavy.
 """
 
 from __future__ import annotations

@@ -144,16 +144,14 @@ def git_info(project_dir: Path) -> dict[str, Any]:
         return run.stdout.rstrip() if run.returncode == 0 else None  # porcelain starts with " "
 
     commit = git("rev-parse", "HEAD")
-    if commit is None:
-        inside = git("rev-parse", "--is-inside-work-tree") == "true"
-        return {"commit": None, "branch": None, "dirty": None, "repository": inside}
+    if commit is None:  # not a git clone, or no commit yet
+        return {"commit": None, "branch": None, "dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no") or ""
     return {
         "commit": commit,
         "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
         "dirty": bool(status),
         "changed_files": [line[3:] for line in status.splitlines()][:50],
-        "repository": True,
     }
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 CHUNK = 1 << 20
@@ -17,14 +17,11 @@ CHUNK = 1 << 20
 
 def temp_file(target: Path) -> str:
     """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
-    plain open() would give (mkstemp's is 0600)."""
+    plain open() would give (mkstemp's is 0600; reading the umask would set it process-wide)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return tmp
+    tmp = target.parent / f".{target.name}-{secrets.token_hex(8)}.tmp"
+    tmp.touch(exist_ok=False)  # a new file, never one that is there
+    return str(tmp)
 
 
 def atomic_write(target: Path, data: bytes | str) -> Path:

@@ -56,42 +56,31 @@ def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
     return mount / bucket_and_prefix
 
 
-def mount_drive(mountpoint: str = str(DRIVE_ROOT)) -> bool:
-    """Mount Google Drive on Colab (asks for consent once); True when `MyDrive` is then there.
-
-    It works only in the notebook's own Python (a `!python ...` subprocess cannot show the consent
-    dialog); when mounting fails or is refused, say so in one line and return False.
-    """
-    try:
-        from google.colab import drive  # type: ignore[import-not-found]
-
-        drive.mount(mountpoint)
-    except Exception as exc:  # refused consent, a subprocess without the kernel, a timeout
-        print(
-            f"NOTE: could not mount Google Drive ({type(exc).__name__}: "
-            f"{(str(exc).strip().splitlines() or [''])[0]}). Run "
-            "`from google.colab import drive; drive.mount('/content/drive')` in a notebook "
-            "cell and accept, or set PROJECT_STORAGE_DIR.",
-            flush=True,
-        )
-        return False
-    return COLAB_DRIVE.is_dir()
-
-
 def storage_root(project_dir: Path) -> Path:
-    """The folder for checkpoints and caches (see the module docstring for the rule)."""
+    """The folder for checkpoints and caches (see the module docstring for the rule); on Colab it
+    mounts Drive first (consent is asked once) when it is not mounted yet."""
     env = os.environ.get("PROJECT_STORAGE_DIR")
     if env:
         return local_path(env, "PROJECT_STORAGE_DIR")
-    if on_colab():
-        if COLAB_DRIVE.is_dir() or mount_drive():
-            return COLAB_DRIVE / PROJECT_SLUG
-        print(
-            "WARNING: Google Drive is not mounted, so checkpoints go to the VM's disk and are lost "
-            "when the runtime disconnects. Mount it first: "
-            "from google.colab import drive; drive.mount('/content/drive')",
-            flush=True,
-        )
+    if not on_colab():
+        return project_dir
+    why = f"no {COLAB_DRIVE} after mounting"
+    if not COLAB_DRIVE.is_dir():
+        try:  # only in the notebook's own Python: a `!python` subprocess cannot ask for consent
+            from google.colab import drive  # type: ignore[import-not-found]
+
+            drive.mount(str(DRIVE_ROOT))
+        except Exception as exc:  # refused consent, a subprocess without the kernel, a timeout
+            why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+    if COLAB_DRIVE.is_dir():
+        return COLAB_DRIVE / PROJECT_SLUG
+    print(
+        f"WARNING: could not mount Google Drive ({why}), so checkpoints go to the VM's disk and "
+        "are lost when the runtime disconnects. Mount it in a notebook cell and accept "
+        "(from google.colab import drive; drive.mount('/content/drive')), or set "
+        "PROJECT_STORAGE_DIR.",
+        flush=True,
+    )
     return project_dir
 
 
