@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +46,42 @@ def write_trials(sweep: Sweep) -> pd.DataFrame:
 
 def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     """The value per trial with the best so far, then against each searched key (circles
-    complete, crosses pruned). A Figure, no pyplot: no window, any backend."""
+    complete, crosses pruned; a key's choices in the space's order, numbers sorted). A Figure,
+    no pyplot: no window, any backend."""
     monitor, dists = sweep.monitor, sweep.space
     figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
     axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
+    # A choice's place on its axis: a category axis would list them as the trials took them.
+    places = {
+        key: {choice: i for i, choice in enumerate(ordered_choices(dist.choices))}
+        for key, dist in dists.items()
+        if isinstance(dist, CategoricalDistribution)
+    }
     for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
         rows = table[(table.state == state) & table[monitor].notna()]
         axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
-        for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
-            xs = rows[key].astype(str) if isinstance(dist, CategoricalDistribution) else rows[key]
+        for ax, key in zip(axes[1:], dists, strict=True):
+            place = places.get(key)
+            xs = [place.get(v, float("nan")) for v in rows[key]] if place else rows[key]
             ax.scatter(xs, rows[monitor], marker=marker, color=color)
-            ax.set(xlabel=key, ylabel=monitor)
-            if getattr(dist, "log", False):  # setting "linear" would drop the category labels
-                ax.set_xscale("log")
+    for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
+        ax.set(xlabel=key, ylabel=monitor)
+        if getattr(dist, "log", False):
+            ax.set_xscale("log")
+        if key in places:
+            ax.set_xticks(list(places[key].values()), [str(c) for c in places[key]])
     done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
     axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
     axes[0].set(xlabel="trial", ylabel=monitor, title=f"{sweep.direction} {monitor}")
     axes[0].legend(fontsize="small")
     return figure
+
+
+def ordered_choices(choices: Sequence[Any]) -> list[Any]:
+    """A categorical key's choices as its axis shows them: numbers sorted, others as listed."""
+    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    return sorted(choices) if numbers else list(choices)
 
 
 def keep_best_checkpoints(sweep: Sweep) -> None:
