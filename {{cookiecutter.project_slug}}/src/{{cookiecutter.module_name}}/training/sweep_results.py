@@ -9,7 +9,6 @@ import io
 import os
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .checkpoints import list_checkpoints
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, study_folder
+from .sweep_study import JOURNAL, Sweep, numbers_sorted, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -51,9 +50,8 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     monitor, dists = sweep.monitor, sweep.space
     figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
     axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
-    # A choice's place on its axis: a category axis would list them as the trials took them.
-    places = {
-        key: {choice: i for i, choice in enumerate(ordered_choices(dist.choices))}
+    places = {  # a choice's place on its axis: a category axis lists them as trials took them
+        key: {choice: i for i, choice in enumerate(numbers_sorted(dist.choices) or dist.choices)}
         for key, dist in dists.items()
         if isinstance(dist, CategoricalDistribution)
     }
@@ -61,13 +59,11 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
         rows = table[(table.state == state) & table[monitor].notna()]
         axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
         for ax, key in zip(axes[1:], dists, strict=True):
-            place = places.get(key)
-            xs = [place.get(v, float("nan")) for v in rows[key]] if place else rows[key]
+            xs = rows[key].map(places[key]) if key in places else rows[key]
             ax.scatter(xs, rows[monitor], marker=marker, color=color)
     for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
         ax.set(xlabel=key, ylabel=monitor)
-        if getattr(dist, "log", False):
-            ax.set_xscale("log")
+        ax.set_xscale("log" if getattr(dist, "log", False) else "linear")
         if key in places:
             ax.set_xticks(list(places[key].values()), [str(c) for c in places[key]])
     done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
@@ -76,12 +72,6 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     axes[0].set(xlabel="trial", ylabel=monitor, title=f"{sweep.direction} {monitor}")
     axes[0].legend(fontsize="small")
     return figure
-
-
-def ordered_choices(choices: Sequence[Any]) -> list[Any]:
-    """A categorical key's choices as its axis shows them: numbers sorted, others as listed."""
-    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
-    return sorted(choices) if numbers else list(choices)
 
 
 def keep_best_checkpoints(sweep: Sweep) -> None:
