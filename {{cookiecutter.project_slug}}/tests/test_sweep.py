@@ -14,14 +14,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
+import pandas as pd
 import pytest
 from conftest import PROJECT, cli, cli_env, copy_checkout, sets
+from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params, sweep_space
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.sweep_results import plot_trials
 from {{ cookiecutter.module_name }}.training.sweep_study import (
     JOURNAL,
     Sweep,
@@ -196,6 +200,33 @@ def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path, monk
 
 
 # -- whole sweeps ----------------------------------------------------------------------------------
+def test_the_figure_shows_choices_in_the_spaces_order_numbers_sorted() -> None:
+    """Not in the order the trials first took them (64 before 32)."""
+    space = {
+        "train.batch_size": CategoricalDistribution([64, 32, 128]),
+        "train.optimizer": CategoricalDistribution(["sgd", "adam"]),
+        "train.learning_rate": FloatDistribution(1e-4, 1e-1, log=True),
+    }
+    table = pd.DataFrame(
+        {
+            "number": [0, 1, 2, 3],
+            "state": ["COMPLETE", "COMPLETE", "PRUNED", "RUNNING"],
+            "train.batch_size": [64.0, 32.0, 128.0, None],  # as Optuna's table holds them
+            "train.optimizer": ["adam", "sgd", "adam", None],
+            "train.learning_rate": [1e-3, 1e-2, 1e-4, None],
+            "val_loss": [0.5, 0.4, 0.9, None],
+        }
+    )
+    sweep = SimpleNamespace(monitor="val_loss", direction="minimize", space=space)
+    _, sizes, optimizers, rates = plot_trials(sweep, table).axes
+    assert [t.get_text() for t in sizes.get_xticklabels()] == ["32", "64", "128"]
+    assert [t.get_text() for t in optimizers.get_xticklabels()] == ["sgd", "adam"]
+    complete, pruned = (c.get_offsets()[:, 0].tolist() for c in sizes.collections)
+    assert (complete, pruned) == ([1, 0], [2])  # 64 at 64's place
+    assert optimizers.collections[0].get_offsets()[:, 0].tolist() == [1, 0]
+    assert rates.get_xscale() == "log"
+
+
 def _trials(path: Path) -> list[dict[str, str]]:
     with open(path) as f:
         return list(csv.DictReader(f))

@@ -199,11 +199,18 @@ def test_evaluate_reports_what_fits_each_task() -> None:
 
 def test_metric_updates_in_evaluate_do_not_retrace(caplog: pytest.LogCaptureFixture) -> None:
     """AUC(multi_label=True) builds a tf.function at each eager update (vectorized_map), which
-    TensorFlow reports as retracing after five: evaluate updates inside one tf.function."""
+    TensorFlow reports as retracing after five: evaluate updates inside one tf.function, built
+    once for equal tasks (each command, `export` then `evaluate`, builds its own)."""
     truth = (np.random.default_rng(0).random((96, 3)) > 0.5).astype("float32")
-    batches = [(truth[i : i + 8], truth[i : i + 8] * 0.8 + 0.1) for i in range(0, 96, 8)]
+
+    def split_in(size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(truth[i : i + size], truth[i : i + size] * 0.8 + 0.1) for i in range(0, 96, size)]
+
     with caplog.at_level("WARNING", logger="tensorflow"):
-        task_for("multilabel").evaluate(batches)
+        first = task_for("multilabel").evaluate(split_in(8))
+        for size in [96, 48, 96, 32, 96, 1]:  # the whole split at once, as `export` does, and more
+            again = task_for("multilabel").evaluate(split_in(size))
+            assert again.metrics == pytest.approx(first.metrics)  # the metrics start afresh
         task_for("classification").evaluate([(np.arange(7) % 7, np.eye(7))] * 8)
     assert "retracing" not in caplog.text
 

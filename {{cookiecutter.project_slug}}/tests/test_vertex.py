@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from optuna.distributions import CategoricalDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.cloud import tuning, vertex
-from {{ cookiecutter.module_name }}.cloud.tuning import trial_values, tuning_job
+from {{ cookiecutter.module_name }}.cloud.tuning import parameter_spec, trial_values, tuning_job
 from {{ cookiecutter.module_name }}.cloud.vertex import (
     forwarded_overrides,
     job_spec,
@@ -373,6 +374,18 @@ def test_a_tuning_trial_reads_vertex_ai_arguments():
     assert trial_values(["--train.epochs=4.0"], dims) == {"train.epochs": 4}
     with pytest.raises(ConfigError, match=r"unexpected argument '--train.lr=1'"):
         trial_values(["--train.lr=1"], dims)
+
+
+def test_numeric_choices_are_vertex_ais_discrete_values_sorted():
+    numbers, flags = CategoricalDistribution([64, 32]), CategoricalDistribution([True, False])
+    assert parameter_spec("train.batch_size", numbers) == {
+        "parameterId": "train.batch_size",
+        "discreteValueSpec": {"values": [32.0, 64.0]},
+        "scaleType": "UNIT_LINEAR_SCALE",
+    }
+    assert parameter_spec("data.cache", flags)["categoricalValueSpec"] == {
+        "values": ["true", "false"]
+    }
 
 
 def test_vertex_and_tuning_do_not_import_each_other():

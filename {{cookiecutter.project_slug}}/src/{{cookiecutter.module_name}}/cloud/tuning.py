@@ -16,7 +16,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from ..config import COMMAND, ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root
 from ..training.policy import RunHooks, mode_for
-from ..training.sweep_study import searched
+from ..training.sweep_study import numbers_sorted, searched
 from ..training.trainer import train
 
 ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid": "GRID_SEARCH"}
@@ -53,8 +53,8 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
 def parameter_spec(key: str, dist: BaseDistribution) -> dict[str, Any]:
     """One searched key as a StudySpec ParameterSpec (its parameterId is the dotted key)."""
     if isinstance(dist, CategoricalDistribution):
-        if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in dist.choices):
-            values = sorted(float(c) for c in dist.choices)
+        if numbers := numbers_sorted(dist.choices):
+            values = [float(c) for c in numbers]
             spec = {"discreteValueSpec": {"values": values}, "scaleType": "UNIT_LINEAR_SCALE"}
             return {"parameterId": key, **spec}
         texts = [c if isinstance(c, str) else yaml_text(c) for c in dist.choices]

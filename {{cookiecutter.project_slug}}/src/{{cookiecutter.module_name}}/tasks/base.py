@@ -30,6 +30,11 @@ from ..registry import lookup, names
 from ..spec import DataSpec
 
 EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before taking logs
+# `evaluate`'s metrics and their traced update, one per task value (each command builds its own
+# task). Eagerly, AUC(multi_label=True) builds a new tf.function at each update (vectorized_map);
+# TensorFlow counts traces per function code, so a graph built per `evaluate` call, or per task
+# object, warns as retracing once a process has evaluated five times (`export`, then `evaluate`).
+_TEST_METRICS: dict[tuple[type, str], tuple[list[keras.metrics.Metric], Any]] = {}
 
 
 @dataclass
@@ -183,11 +188,12 @@ class Task:
             if not isinstance(metric, keras.metrics.Metric):  # a plain function: wrap it
                 metric = keras.metrics.MeanMetricWrapper(metric, name=name)
             metrics.append(metric)
-        # F1Score and R2Score create their variables at the first update, which must not happen
-        # inside a replica step: a zero-weight batch creates them here.
+        # F1Score and R2Score create their variables at the first update (R2Score one of them
+        # before), which must not happen inside a replica step or a traced update (it traces
+        # twice): a zero-weight batch creates them here.
         outputs = keras.ops.zeros((1, len(self.names)))
         targets = keras.ops.zeros((1, *self.target_shape()), self.target_dtype)
-        for metric in [m for m in metrics if not m.variables]:
+        for metric in [m for m in metrics if not getattr(m, "_built", bool(m.variables))]:
             weight = keras.ops.zeros((1,))
             metric.update_state(self.metric_targets(metric, targets), outputs, sample_weight=weight)
             metric.reset_state()
@@ -204,22 +210,36 @@ class Task:
         for metric in metrics:
             metric.update_state(self.metric_targets(metric, y_true), outputs)
 
+    def _test_metrics(self) -> tuple[list[keras.metrics.Metric], Any]:
+        """`evaluate`'s metrics and their update as one graph, built for the first task of this
+        value and reset by each `evaluate`."""
+        key = (type(self), repr(self))
+        if key not in _TEST_METRICS:
+            metrics = self.make_metrics()
+
+            # One trace for every batch: its signature is any batch's (a kind's outputs can be
+            # wider than its logits: ordinal's probabilities).
+            targets = tf.TensorSpec((None, *self.target_shape()), self.target_dtype)
+            outputs = tf.TensorSpec((None, None), tf.float32)
+
+            @tf.function(input_signature=[targets, outputs])
+            def update(y_true: Any, outputs: Any) -> None:
+                self.update_metrics_from_outputs(metrics, y_true, outputs)
+
+            _TEST_METRICS[key] = metrics, update
+        return _TEST_METRICS[key]
+
     def evaluate(self, batches: Iterable[tuple[Any, Any]]) -> Evaluation:
         """`report` of the (targets, outputs) batches of the saved model, with every target,
         output and loss; `test_loss` is the training loss of the outputs turned back into
         logits, as `val_loss` is in training."""
-        metrics = self.make_metrics()
-
-        # One graph for every batch: eagerly, AUC(multi_label=True) builds a new tf.function
-        # at each update (vectorized_map), which TensorFlow warns about as retracing.
-        @tf.function(reduce_retracing=True)
-        def update(y_true: Any, outputs: Any) -> None:
-            self.update_metrics_from_outputs(metrics, y_true, outputs)
-
+        metrics, update = self._test_metrics()
+        for metric in metrics:
+            metric.reset_state()
         ys, outs = [], []
         for y_true, outputs in batches:
             out = np.asarray(outputs, dtype=np.float32).reshape(len(outputs), -1)
-            update(np.asarray(y_true), out)
+            update(np.asarray(y_true, self.target_dtype), out)
             ys.append(np.asarray(y_true))
             outs.append(out)
         if not ys:

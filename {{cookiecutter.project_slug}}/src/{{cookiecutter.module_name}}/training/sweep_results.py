@@ -24,7 +24,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .checkpoints import list_checkpoints
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, study_folder
+from .sweep_study import JOURNAL, Sweep, numbers_sorted, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -45,19 +45,27 @@ def write_trials(sweep: Sweep) -> pd.DataFrame:
 
 def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     """The value per trial with the best so far, then against each searched key (circles
-    complete, crosses pruned). A Figure, no pyplot: no window, any backend."""
+    complete, crosses pruned; a key's choices in the space's order, numbers sorted). A Figure,
+    no pyplot: no window, any backend."""
     monitor, dists = sweep.monitor, sweep.space
     figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
     axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
+    places = {  # a choice's place on its axis: a category axis lists them as trials took them
+        key: {choice: i for i, choice in enumerate(numbers_sorted(dist.choices) or dist.choices)}
+        for key, dist in dists.items()
+        if isinstance(dist, CategoricalDistribution)
+    }
     for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
         rows = table[(table.state == state) & table[monitor].notna()]
         axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
-        for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
-            xs = rows[key].astype(str) if isinstance(dist, CategoricalDistribution) else rows[key]
+        for ax, key in zip(axes[1:], dists, strict=True):
+            xs = rows[key].map(places[key]) if key in places else rows[key]
             ax.scatter(xs, rows[monitor], marker=marker, color=color)
-            ax.set(xlabel=key, ylabel=monitor)
-            if getattr(dist, "log", False):  # setting "linear" would drop the category labels
-                ax.set_xscale("log")
+    for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
+        ax.set(xlabel=key, ylabel=monitor)
+        ax.set_xscale("log" if getattr(dist, "log", False) else "linear")
+        if key in places:
+            ax.set_xticks(list(places[key].values()), [str(c) for c in places[key]])
     done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
     axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")

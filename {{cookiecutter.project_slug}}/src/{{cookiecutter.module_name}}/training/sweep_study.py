@@ -11,7 +11,7 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,12 @@ class Sweep:
             if any(isinstance(c, (list, dict)) for c in spec.get("choices", []))
         }
         return {k: yaml.safe_load(v) if k in encoded else v for k, v in chosen.items()}
+
+
+def numbers_sorted(choices: Sequence[Any]) -> list[Any] | None:
+    """Choices that are all numbers, sorted; None when one is not (a string, a bool)."""
+    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    return sorted(choices) if numbers else None
 
 
 def searched(params: Params) -> dict[str, BaseDistribution]:
