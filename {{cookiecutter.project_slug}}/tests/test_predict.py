@@ -133,12 +133,12 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
 def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     project, expected, _ = _project(tmp_path, "regression")
     destination = project / "results" / "models" / "saved_model"
-    export_saved_model(project / "results" / "models", destination)
-    export_saved_model(project / "results" / "models", destination)  # again: replaces its own
+    export_saved_model(project, destination)
+    export_saved_model(project, destination)  # again: replaces its own
     served = tf.saved_model.load(str(destination))
     x = np.array([[float(v) for v in row[:2]] for row in ROWS[1:]], "float32")
     np.testing.assert_allclose(np.asarray(served.serve(x))[:, 0], expected[:, 0], rtol=1e-5)
     other = tmp_path / "mine"
     other.mkdir()
     with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
-        export_saved_model(project / "results" / "models", other)
+        export_saved_model(project, other)
