@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from ..config import ConfigError
 from ..core.files import atomic_write
-from ..data.images import IMAGE_SUFFIXES, model_input
+from ..data.images import model_input
 from ..readers.text_files import decode_text
+from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
 from ..training.saved_model import load_for_users
 
