@@ -74,7 +74,6 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     )
     scored_on = describe(data.spec, "test")
     written = write_evaluation(results, evaluation, task)
-    # Each test example, named by its source id, with its target, prediction and loss.
     table = prediction_table(
         task, example_ids(data, "test"), evaluation.outputs, evaluation.targets
     )
