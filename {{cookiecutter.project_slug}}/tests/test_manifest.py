@@ -19,12 +19,11 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "data" / "processed").mkdir(parents=True)
     (tmp_path / "data" / "raw" / "x.csv").write_text("a,label\n1,0\n")
     (tmp_path / "data" / "processed" / "train.npz").write_bytes(b"\x00" * 100)
-    doc = manifest.build(
+    manifest.write(
         tmp_path,
         {"data/raw": {"data/raw/x.csv": "my source"}, "data/processed": {}},
         {"seed": 1},
     )
-    manifest.write(tmp_path, doc)
     return tmp_path
 
 

@@ -123,7 +123,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing feature column 'weight' \(the training"):
         predict(source, tmp_path / "out.csv", models)
     source.write_text("height,weight\n1,heavy\n")
-    with pytest.raises(ConfigError, match=r"row 1, column 'weight': expected a number"):
+    with pytest.raises(ConfigError, match=r"row 1, column 'weight': not a number \('heavy'\)"):
         predict(source, tmp_path / "out.csv", models)
     with pytest.raises(ConfigError, match="no saved model"):
         load_for_users(tmp_path / "nowhere")
@@ -133,12 +133,12 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
 def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     project, expected, _ = _project(tmp_path, "regression")
     destination = project / "results" / "models" / "saved_model"
-    export_saved_model(project / "results" / "models", destination)
-    export_saved_model(project / "results" / "models", destination)  # again: replaces its own
+    export_saved_model(project, destination)
+    export_saved_model(project, destination)  # again: replaces its own
     served = tf.saved_model.load(str(destination))
     x = np.array([[float(v) for v in row[:2]] for row in ROWS[1:]], "float32")
     np.testing.assert_allclose(np.asarray(served.serve(x))[:, 0], expected[:, 0], rtol=1e-5)
     other = tmp_path / "mine"
     other.mkdir()
     with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
-        export_saved_model(project / "results" / "models", other)
+        export_saved_model(project, other)

@@ -123,8 +123,7 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
         entry = export.export_litert(params, args.project, output, args.quantize)
         said = export.litert_summary(output, entry)
     else:
-        export.export_saved_model(results / "models", output)
-        export.record_saved_model(args.project, output)
+        export.export_saved_model(args.project, output)
         said = f"Wrote a SavedModel (endpoint `serve`) to {output}"
     update_exports(results, export.load_exports(results))
     print(said, flush=True)

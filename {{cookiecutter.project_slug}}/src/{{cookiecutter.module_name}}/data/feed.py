@@ -10,7 +10,6 @@ ahead of the steps, so a resumed run continues exactly.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, NamedTuple
 
 import tensorflow as tf
@@ -100,7 +99,7 @@ class Resident:
         def gather(ctx: Any) -> tuple[Any, Any]:
             replica = ctx.replica_id_in_sync_group  # across workers: slices match train_dataset
             local = replica % len(self.devices)
-            with _on(self.devices[local]):
+            with tf.device(self.devices[local]):
                 mine = rows[replica * size : (replica + 1) * size]
                 return tf.gather(xs[local], mine), tf.gather(ys[local], mine)
 
@@ -112,19 +111,15 @@ def on_replicas(strategy: Any, host: Any) -> Any:
     devices = _devices(strategy)
 
     def copy(ctx: Any) -> Any:
-        with _on(devices[ctx.replica_id_in_sync_group % len(devices)]):
+        with tf.device(devices[ctx.replica_id_in_sync_group % len(devices)]):
             return tf.identity(host)
 
     return strategy.experimental_distribute_values_from_function(copy)
 
 
-def _on(device: str | None) -> Any:
-    """`tf.device(device)`, or nothing for the default strategy's None."""
-    return tf.device(device) if device else contextlib.nullcontext()
-
-
 def _devices(strategy: Any) -> list[str | None]:
-    """This worker's replica devices (None: the default strategy, which places nothing)."""
+    """This worker's replica devices ([None] under the default strategy, which places nothing:
+    `tf.device(None)` adds no placement)."""
     try:
         return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy has no device list

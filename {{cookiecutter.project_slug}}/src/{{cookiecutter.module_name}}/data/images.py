@@ -15,13 +15,11 @@ import tensorflow as tf
 from PIL import ExifTags, Image, ImageOps
 
 from ..config import ConfigError
-from ..sources import IMAGE_SUFFIXES
 
 BACKGROUND = (255, 255, 255)  # white: what a viewer shows behind a transparent logo or cut-out
 RESAMPLE = "bilinear"  # PIL's Image.Resampling member: antialiased when shrinking
 JPEG_QUALITY = 95
 TRANSFORMS = range(2, 9)  # EXIF orientations that flip or turn the stored pixels
-__all__ = ["IMAGE_SUFFIXES", "decode_stored", "load_image", "model_input", "stored_image"]
 
 
 def _open(payload: bytes) -> Any:

@@ -30,9 +30,10 @@ def _files_under(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def build(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, Any]) -> dict:
-    """The manifest for the DVC outputs `outs` ({out folder: {file path: source}}), where a file
-    path is relative to the project; a file missing from a source map gets the source "prepare"."""
+def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, Any]) -> dict:
+    """Write (atomically) and return the manifest of the DVC outputs `outs` ({out folder: {file
+    path: source}}), where a file path is relative to the project; a file missing from a source
+    map gets the source "prepare"."""
     files = []
     for out, sources in outs.items():
         for path in _files_under(project_dir / out):
@@ -47,14 +48,9 @@ def build(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
                     "dvc": {"out": out, "md5": found["md5"]},
                 }
             )
-    return {"version": 1, **info, "outs": sorted(outs), "files": files}
-
-
-def write(project_dir: Path, manifest: dict) -> Path:
-    """Write the manifest atomically."""
-    target = project_dir / MANIFEST
-    atomic_write(target, (json.dumps(manifest, indent=2) + "\n").encode())
-    return target
+    doc = {"version": 1, **info, "outs": sorted(outs), "files": files}
+    atomic_write(project_dir / MANIFEST, (json.dumps(doc, indent=2) + "\n").encode())
+    return doc
 
 
 def load(project_dir: Path) -> dict | None:

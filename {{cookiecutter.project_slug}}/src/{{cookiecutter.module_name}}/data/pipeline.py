@@ -219,9 +219,9 @@ def train_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def read_in_memory(data: Prepared) -> tuple[Any, Any]:
-    """The whole training split as two tensors (inputs, targets), in its written order."""
-    batches = list(eval_dataset(data, "train", 4096))
+def read_in_memory(data: Prepared, split: str = "train") -> tuple[Any, Any]:
+    """A whole split as two tensors (inputs, targets), in its written order."""
+    batches = list(eval_dataset(data, split, 4096))
     return tf.concat([x for x, _ in batches], 0), tf.concat([y for _, y in batches], 0)
 
 
@@ -275,13 +275,7 @@ def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray,
     """Inputs, targets and names (classes, labels, or the target) of one split as arrays (texts as
     `str` objects): for notebooks and small data."""
     data = load_prepared(processed_dir)
-    batches = list(eval_dataset(data, split, 256).as_numpy_iterator())
-    xs, ys = [x for x, _ in batches], [y for _, y in batches]
+    x, y = (tensor.numpy() for tensor in read_in_memory(data, split))
     if data.spec.kind == "text":  # the texts as str
-        x = np.array([t.decode("utf-8") for t in np.concatenate(xs or [[]])], dtype=object)
-    else:
-        x = np.concatenate(xs) if xs else np.zeros((0, *data.spec.input_shape), np.float32)
-    task = for_spec(data.spec)
-    dtype = np.int32 if task.target_dtype == "int64" else np.float32
-    y = np.concatenate(ys) if ys else np.zeros((0, *task.target_shape()), dtype)
+        x = np.array([text.decode("utf-8") for text in x], dtype=object)
     return x, y, list(data.spec.names)

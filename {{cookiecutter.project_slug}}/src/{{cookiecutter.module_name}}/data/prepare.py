@@ -337,10 +337,9 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         # What prepare wrote: the only files it may delete later.
         "written": sorted(written | set(raw_sources)),
     }
-    doc = manifest.build(
+    doc = manifest.write(
         project_dir, {RAW: raw_sources, PROCESSED: dict.fromkeys(written, split_source)}, info
     )
-    manifest.write(project_dir, doc)
     # A copy outlives the VM (Drive on Colab): a new VM's clone has no manifest to restore from.
     manifest.keep(project_dir, storage_root(project_dir))
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))

@@ -73,14 +73,11 @@ class TextModel(keras.Model):
         super().__init__(**kwargs)
         self.vectorizer, self.network, self.head = vectorizer, network, head
         # The parts are built already; Keras cannot build this by tracing a string input with
-        # its float stand-ins.
+        # its float stand-ins (and loading builds only what is not built).
         self.built = True
 
     def call(self, text: Any, training: bool = False) -> Any:
         return self.head(self.network(token_ids(self.vectorizer(text)), training=training))
-
-    def build(self, input_shape: Any = None) -> None:
-        self.built = True
 
     def get_config(self) -> dict[str, Any]:
         parts = {name: getattr(self, name) for name in ("vectorizer", "network", "head")}

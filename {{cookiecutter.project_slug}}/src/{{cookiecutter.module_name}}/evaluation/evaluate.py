@@ -74,16 +74,13 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     )
     scored_on = describe(data.spec, "test")
     written = write_evaluation(results, evaluation, task)
-    # Each test example, named by its source id, with its target, prediction and loss.
     table = prediction_table(
         task, example_ids(data, "test"), evaluation.outputs, evaluation.targets
     )
     table["loss"] = [f"{v:.6g}" for v in evaluation.losses]
     table = table.sort_values("id", key=lambda ids: ids.map(natural_order), kind="stable")
     written.append(atomic_write(results / TEST_PREDICTIONS, table.to_csv(index=False)))
-    written.append(
-        write_card(params, project_dir, data.spec, evaluation, scored_on, load_exports(results))
-    )
+    written.append(write_card(params, project_dir, data.spec, evaluation, load_exports(results)))
     shown = {k: v for k, v in evaluation.metrics.items() if k != "test_examples"}
     print(
         f"Test ({task.kind}): "

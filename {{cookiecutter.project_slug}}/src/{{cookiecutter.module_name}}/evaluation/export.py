@@ -47,9 +47,11 @@ class LiteRTUnsupported(ConfigError):
     """The model holds an op LiteRT's builtins lack; the message names the op and the layer."""
 
 
-def export_saved_model(models_dir: Path, destination: Path) -> Path:
-    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`."""
-    model, info = load_for_users(models_dir)
+def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
+    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`; returns its
+    entry in export.json (also written)."""
+    results = results_root(project_dir)
+    model, info = load_for_users(results / "models")
     if destination.exists() and not (destination / "saved_model.pb").is_file():
         raise ConfigError(
             f"{destination}: exists and is not a SavedModel; not overwriting it "
@@ -65,7 +67,14 @@ def export_saved_model(models_dir: Path, destination: Path) -> Path:
     if destination.exists():
         shutil.rmtree(destination)  # a SavedModel this command wrote before
     os.replace(partial, destination)
-    return destination
+    entry = {
+        "format": "saved_model",
+        "bytes": sum(p.stat().st_size for p in destination.rglob("*") if p.is_file()),
+        "model_sha256": file_sha256(results / MODEL_FILE),
+        "inputs": "as model.keras (endpoint `serve`)",
+    }
+    record_export(results, destination, entry)
+    return entry
 
 
 def to_litert(model: Any, quantize: str | None = None) -> bytes:
@@ -147,12 +156,6 @@ def layers(model: Any) -> list[Any]:
     return found
 
 
-def text_vectorizer(model: Any) -> Any:
-    """The model's TextVectorization layer (a text model), or None."""
-    found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
-    return next(found, None)
-
-
 def on_token_ids(model: Any, vectorizer: Any) -> Any:
     """The part of a text model after its TextVectorization layer, taking int32 token ids
     (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
@@ -190,34 +193,20 @@ def tokenize_text(vectorizer: Any) -> str:
     )
 
 
-def write_vocabulary(vectorizer: Any, folder: Path) -> Path:
-    """`vocabulary.txt`: one token per line, line i (from 0) = id i ('' and [UNK] first)."""
-    tokens = [str(t) for t in vectorizer.get_vocabulary()]
-    return atomic_write(folder / VOCABULARY, "\n".join(tokens) + "\n")
-
-
-def litert_runner(path: Path) -> Any:
-    """inputs (a batch of any size) -> outputs of the `.tflite` at `path`, through its one
-    signature (which resizes the batch)."""
-    runner = Interpreter(model_path=str(path)).get_signature_runner()
-    (input_name,) = runner.get_input_details()
-
-    def run(x: np.ndarray) -> np.ndarray:
-        (outputs,) = runner(**{input_name: x}).values()
-        return np.asarray(outputs)
-
-    return run
-
-
 def check_litert(
     params: Params, project_dir: Path, model: Any, vectorizer: Any, network: Any, tflite: Path
 ) -> dict[str, Any]:
-    """Run the `.tflite` beside the Keras model on the test split: both sets of test metrics,
-    the largest difference of their outputs and the share of examples where they give the same
-    prediction (a text model's `.tflite` gets the model's own token ids). Without prepared data
-    here, one probe example (zeros; token ids of 1) shows it runs and gives the network's
-    outputs."""
-    run, name = litert_runner(tflite), f"ai-edge-litert {version('ai-edge-litert')}"
+    """The `.tflite` beside the Keras model on the test split: both sets of test metrics, the
+    largest difference of their outputs, the share of the same predictions. Without prepared
+    data here, one probe example (zeros; token ids of 1) shows it runs."""
+    runner = Interpreter(model_path=str(tflite)).get_signature_runner()
+    (input_name,) = runner.get_input_details()
+
+    def run(x: np.ndarray) -> np.ndarray:  # a batch of any size: the signature resizes it
+        (outputs,) = runner(**{input_name: x}).values()
+        return np.asarray(outputs)
+
+    name = f"ai-edge-litert {version('ai-edge-litert')}"
     dtype = np.dtype(network.inputs[0].dtype)
     if not (project_dir / PROCESSED / "spec.json").is_file():
         shape = (1, *network.inputs[0].shape[1:])
@@ -255,15 +244,19 @@ def export_litert(
     params: Params, project_dir: Path, output: Path | None = None, quantize: str | None = None
 ) -> dict[str, Any]:
     """`model.keras` -> a checked `.tflite` at `output` (default results/models/model.tflite);
-    returns its entry in export.json (also written, with the model card's exports section)."""
+    returns its entry in export.json (also written)."""
     results = results_root(project_dir)
     output = Path(output) if output else results / LITERT_FILE
     _check_litert_output(output)
     model, info = load_for_users(results / "models")
-    vectorizer = text_vectorizer(model)
+    found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
+    vectorizer = next(found, None)  # a text model's
     network = on_token_ids(model, vectorizer) if vectorizer is not None else model
     atomic_write(output, to_litert(network, quantize))
-    vocabulary = write_vocabulary(vectorizer, output.parent) if vectorizer is not None else None
+    vocabulary = None
+    if vectorizer is not None:  # one token per line: line i (from 0) is id i ('' and [UNK] first)
+        tokens = "".join(f"{token}\n" for token in vectorizer.get_vocabulary())
+        vocabulary = atomic_write(output.parent / VOCABULARY, tokens)
     entry = {
         "format": "litert",
         "task": info["task"],
@@ -277,19 +270,6 @@ def export_litert(
         **check_litert(params, project_dir, model, vectorizer, network, output),
     }
     record_export(results, output, entry)
-    return entry
-
-
-def record_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
-    """export.json's entry for a SavedModel `export` wrote (and the card's exports section)."""
-    results = results_root(project_dir)
-    entry = {
-        "format": "saved_model",
-        "bytes": sum(p.stat().st_size for p in destination.rglob("*") if p.is_file()),
-        "model_sha256": file_sha256(results / MODEL_FILE),
-        "inputs": "as model.keras (endpoint `serve`)",
-    }
-    record_export(results, destination, entry)
     return entry
 
 

@@ -17,7 +17,7 @@ from ..config import COMMAND, Params, flat, load_params
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import MODEL_FILE, PROJECT_SLUG, SIDECAR_FILE, TRAIN_METRICS, results_root
 from ..data import manifest
-from ..data.split import origin
+from ..data.split import describe, origin
 from ..spec import SPLITS, DataSpec
 from ..tasks.base import Evaluation, Task, make_task, task_class
 from ..training.run_record import find_run
@@ -49,7 +49,6 @@ def write_card(
     project_dir: Path,
     spec: DataSpec,
     evaluation: Evaluation,
-    scored_on: str,
     exports: dict[str, dict[str, Any]],
 ) -> Path:
     """Write the whole card, keeping the user's section of the card that is there."""
@@ -69,7 +68,7 @@ def write_card(
         model_section(read_json(results / SIDECAR_FILE), task, model_sha, run, params),
         data_section(project_dir, spec, task, run),
         training_section(run, numbers, task, params, project_dir),
-        metrics_section(evaluation, scored_on),
+        metrics_section(evaluation, describe(spec, "test")),
         "## Exported files\n\n"
         + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results, exports)),
         "## Intended use and limits\n\n" + _between(USER_BEGIN, USER_END, user_section(old)),
@@ -171,9 +170,8 @@ def data_section(project_dir: Path, spec: DataSpec, task: Task, run: dict[str, A
 def training_section(
     run: dict[str, Any], train: dict[str, Any], task: Task, params: Params, project_dir: Path
 ) -> str:
-    """How the model was trained: the run record (its `facts`, commit, hardware, time), the
-    run's numbers (`train`: its record's, else train.json's), the class weights, and the params
-    that differ from params.yaml (the file: the run's `--set` overrides, a notebook's
+    """How the model was trained: the run record, its numbers (`train`), the class weights, and
+    the params that differ from the file params.yaml (the run's `--set` overrides, a notebook's
     parameters, or edits since)."""
     file = project_dir / "params.yaml"
     params = load_params(file) if file.is_file() else params

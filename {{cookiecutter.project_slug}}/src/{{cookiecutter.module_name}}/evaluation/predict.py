@@ -17,8 +17,10 @@ import tensorflow as tf
 
 from ..config import ConfigError
 from ..core.files import atomic_write
-from ..data.images import IMAGE_SUFFIXES, model_input
+from ..data.images import model_input
+from ..readers.csv_rows import as_numbers
 from ..readers.text_files import decode_text
+from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
 from ..training.saved_model import load_for_users
 
@@ -103,12 +105,5 @@ def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[li
         if text:
             yield rows, tf.constant(table[columns[0]].tolist())
             continue
-        numbers = table[columns].apply(pd.to_numeric, errors="coerce")
-        bad = numbers.isna().to_numpy()
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            raise ConfigError(
-                f"{source}: row {table.index[row] + 1}, column {columns[col]!r}: expected a "
-                f"number, got {table[columns[col]].iloc[row]!r}"
-            )
-        yield rows, numbers.to_numpy(dtype=np.float32)
+        features = f"the training features: {', '.join(columns)}"
+        yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)

@@ -107,9 +107,8 @@ def _picks(y: np.ndarray, task: Task, per_class: int) -> list[np.ndarray]:
 
 
 def plot_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 6) -> Any:
-    """A grid of examples: one row per class, named, where the kind has one class per example,
-    else the first examples, each titled with its target as the kind writes it. Images in their
-    own colours; vectors square when they can be (8x8 digits, 28x28), else one row."""
+    """A grid of examples (`_show`): one row per class, named, where the kind has one class per
+    example, else the first examples, each titled with its target as the kind writes it."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
     y, by_class = np.asarray(y), task.stratified
@@ -233,9 +232,8 @@ def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
 
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
-    """Notebook 03: the `n` test examples the model gets most wrong (`worst_predictions`), as a
-    Markdown table of id, truth, prediction and loss (for text also the text); for images also
-    a figure of them (`_pictures`, `plot_worst`), saved as results/figures/03_worst_examples.png."""
+    """Notebook 03: `worst_predictions` as a Markdown table (for text with the text); for images
+    also their figure, saved as results/figures/03_worst_examples.png."""
     rows = worst_predictions(project_dir, n)
     spec = load_spec(Path(project_dir) / PROCESSED)
     columns = ["id", "target", "prediction", "loss"]

@@ -50,17 +50,8 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         return Source("text", kind, y, names, texts.__getitem__, **rows, feature_names=[text],
                       split_from=split_from)  # fmt: skip
     features = table.drop(columns=[label])
-    numbers = features.apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().to_numpy()
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        cell = features.iloc[row, col]
-        raise ConfigError(
-            f"{path}: line {row + 2}, column {features.columns[col]!r}: "
-            f"{'a missing value' if cell == '' else 'not a number'} (every column but "
-            "data.label must be a number, in every row)"
-        )
-    x = numbers.to_numpy(dtype=np.float32)
+    rule = "every column but data.label must be a number, in every row"
+    x = as_numbers(features, f"{path}: line", 2, rule)
     return Source("vector", kind, y, names, x.__getitem__, **rows, input_shape=x.shape[1:],
                   feature_names=list(features.columns), split_from=split_from)  # fmt: skip
 
@@ -75,6 +66,19 @@ def _column(
             f"{', '.join(list(table.columns)[:8])}) (example: --set {key}={example})"
         )
     return name
+
+
+def as_numbers(table: pd.DataFrame, where: str, first: int, rule: str) -> np.ndarray:
+    """Every cell of `table` as float32, or one line naming the first that is empty or not a
+    number: `where`, its row's number (`first`: the first row's), its column, and `rule`."""
+    numbers = table.apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna().to_numpy()
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        cell = table.iloc[row, col]
+        what = "a missing value" if cell == "" else f"not a number ({cell!r})"
+        raise ConfigError(f"{where} {first + row}, column {table.columns[col]!r}: {what} ({rule})")
+    return numbers.to_numpy(dtype=np.float32)
 
 
 def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
