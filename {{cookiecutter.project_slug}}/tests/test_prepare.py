@@ -64,6 +64,7 @@ def test_digits_are_8x8x1_images_in_seeded_shards(tmp_path: Path) -> None:
     x_test, y_test, _ = read_split(processed(tmp_path), "test")
     assert np.bincount(y_test).min() >= 35  # stratified: every class in the test split
     assert manifest.check(tmp_path) == 5  # raw csv, 3 shards, spec.json
+    assert info["data_path"] is None  # the reader reads no data.path
 
     # Same seed: byte-identical files (DVC stores them once); another seed: another split.
     before = {p.name: sha(p) for p in processed(tmp_path).iterdir()}
@@ -104,7 +105,7 @@ def test_own_csv_stays_unscaled_with_training_stats(tmp_path: Path) -> None:
     assert spec.feature_var == pytest.approx(x.var(0), abs=1e-4)
     doc = json.loads((project / manifest.MANIFEST).read_text())
     entry = next(e for e in doc["files"] if e["path"] == "data/raw/mine.csv")
-    assert entry["source"] == str(src)
+    assert entry["source"] == str(src) and doc["data_path"] == str(src)
 
     src.write_text("f1,species\nabc,cat\n")
     with pytest.raises(ConfigError, match=r"mine.csv: line 2, column 'f1': not a number"):

@@ -22,7 +22,7 @@ from ..core import locations
 from ..core.files import atomic_write
 from ..core.storage import storage_root
 from ..readers.digits import read_digits
-from ..registry import bound, check
+from ..registry import bound, check, lookup
 from ..sources import Source
 from ..spec import SPEC, SPLITS, DataSpec
 from ..tasks.base import task_class
@@ -326,7 +326,7 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     info = {
         "generated_by": f"{COMMAND} prepare",
         "source": cfg.source,
-        "data_path": None if cfg.source in ("digits", "tfds") else cfg.path,
+        "data_path": cfg.path if lookup("source", cfg.source).reads_path else None,
         "seed": params.seed,
         "counts": spec.counts,
         "split": spec.split,
