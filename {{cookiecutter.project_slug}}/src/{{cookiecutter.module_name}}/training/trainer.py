@@ -366,8 +366,9 @@ def _build(
     and the run's fingerprint (`expected` with the model's variables)."""
     parts = build_parts(params, strategy, info, data, plan)
     model, optimizer = parts.model, parts.optimizer
+    validator = Validator(model, parts.task)
     # A misspelt train.monitor stops the run here, not at the end of its first epoch.
-    names = ["val_loss", *(f"val_{m.name}" for m in parts.task.make_metrics())]
+    names = [f"val_{m.name}" for m in (validator.loss, *validator.metrics)]
     EarlyStopping(params.train.monitor).check(names)
     with strategy.scope():
         best = BestWeights(model)
@@ -395,7 +396,7 @@ def _build(
     preflight.before_first_step(
         params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
     )
-    validate = functools.partial(Validator(model, parts.task).run, validation)
+    validate = functools.partial(validator.run, validation)
     fp = fingerprint.with_variables(expected, model.variables)
     return Run(params, info, data, paths, plan, parts, validate, best, checkpoint, store, fp, hooks)
 
