@@ -99,6 +99,8 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-missing-value": (_csv(["7,,a"]), "mine.csv"),
     "csv-short-row": (_csv(["7,a"]), "mine.csv"),
     "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv"),
+    "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
+    "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
     "missing-data-path": (
         lambda p: ["prepare", *sets(["data.source=csv", "data.path=data/external/none.csv"])],
         "data.path",

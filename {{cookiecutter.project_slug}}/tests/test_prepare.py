@@ -216,6 +216,14 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     assert ids(project) == sorted(f"part-{s}.tfrecord:{k}" for s in range(2) for k in range(10))
     with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
+    with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # a missing value
+        pixels = tf.train.FloatList(value=[float("nan"), 0.5, 2.0])
+        label = tf.train.BytesList(value=[b"odd"])
+        writer.write(_example({"pixels": tf.train.Feature(float_list=pixels),
+                               "label": tf.train.Feature(bytes_list=label)}))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^data.features: record 20 in .*: 'pixels' holds nan"):
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    (folder / "part-2.tfrecord").unlink()
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.
     local = sorted(locations.walk_files(str(folder)))

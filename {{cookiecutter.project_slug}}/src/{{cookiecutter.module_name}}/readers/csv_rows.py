@@ -69,16 +69,23 @@ def _column(
 
 
 def as_numbers(table: pd.DataFrame, where: str, first: int, rule: str) -> np.ndarray:
-    """Every cell of `table` as float32, or one line naming the first that is empty or not a
-    number: `where`, its row's number (`first`: the first row's), its column, and `rule`."""
-    numbers = table.apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().to_numpy()
+    """Every cell of `table` as float32, or one line naming the first that is empty, not a
+    number, or infinite as float32 (`inf`, `1e39`: the model would learn NaN): `where`, its
+    row's number (`first`: the first row's), its column, and `rule`."""
+    with np.errstate(over="ignore"):
+        numbers = table.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float32)
+    bad = ~np.isfinite(numbers)
     if bad.any():
         row, col = np.argwhere(bad)[0]
         cell = table.iloc[row, col]
-        what = "a missing value" if cell == "" else f"not a number ({cell!r})"
+        if cell == "":
+            what = "a missing value"
+        elif pd.isna(pd.to_numeric(cell, errors="coerce")):
+            what = f"not a number ({cell!r})"
+        else:
+            what = f"not a finite number ({cell!r}: infinite, or too large for float32)"
         raise ConfigError(f"{where} {first + row}, column {table.columns[col]!r}: {what} ({rule})")
-    return numbers.to_numpy(dtype=np.float32)
+    return numbers
 
 
 def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
