@@ -142,3 +142,12 @@ def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     other.mkdir()
     with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
         export_saved_model(project, other)
+
+
+def test_predict_leaves_out_hidden_files_as_prepare_does(tmp_path: Path) -> None:
+    """macOS's `._0.png` copies and Jupyter's checkpoint folders are no images to score."""
+    project, _, source = _project(tmp_path, "images")
+    (source / "._0.png").write_bytes(b"\x00\x05\x16\x07")
+    (source / ".ipynb_checkpoints").mkdir()
+    shutil.copy(source / "0.png", source / ".ipynb_checkpoints" / "0-checkpoint.png")
+    assert predict(source, tmp_path / "out.csv", project / "results" / "models") == 2

@@ -138,16 +138,22 @@ def _pets(folder: Path, per_class: int = 6) -> None:
 def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     folder = tmp_path / "pets"
     _pets(folder)
+    # Hidden folders (Jupyter's checkpoints) and files (macOS's `._` copies) are no examples.
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / "cat/0.jpg").rename(folder / ".ipynb_checkpoints/0.jpg")
+    (folder / "cat/.ipynb_checkpoints").mkdir()
+    (folder / "cat/.ipynb_checkpoints/1-checkpoint.png").write_bytes(b"not an image")
+    (folder / "cat/._1.png").write_bytes(b"not an image")
     project = tmp_path / "project"
     args = ("data.source=images", f"data.path={folder}", "data.image_size=[4,5]")
     run_prepare(project, *args)
-    assert len(list((project / "data/raw/pets").rglob("*.[jp][pn]g"))) == 12
+    assert len(list((project / "data/raw/pets").rglob("*.[jp][pn]g"))) == 11
     spec = load_spec(processed(project))
     assert spec.input_shape == (4, 5, 1) and spec.names == ["cat", "dog"]
     x, y, _ = read_split(processed(project), "train")
     assert x.shape[1:] == (4, 5, 1)
     assert np.allclose(x[y == 0], 30, atol=3) and np.allclose(x[y == 1], 220, atol=3)
-    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.*"))
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.glob("[!.]*/[!.]*.*"))
     assert ids(project) == names  # each example's file, relative to data.path
 
     # A truncated image stops prepare with its path; the previous shards stay as they were.

@@ -16,6 +16,7 @@ import pandas as pd
 import tensorflow as tf
 
 from ..config import ConfigError
+from ..core import locations
 from ..core.files import atomic_write
 from ..data.images import model_input
 from ..readers.csv_rows import as_numbers
@@ -65,10 +66,9 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
     if kind == "vector":
         raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
     suffixes = (".txt",) if kind == "text" else IMAGE_SUFFIXES
-    files = [source] if source.is_file() else sorted(
-        p for p in source.rglob("*") if p.suffix.lower() in suffixes
-    )  # fmt: skip
-    if not files or files[0].suffix.lower() not in suffixes:
+    # A folder's hidden names (macOS's `._` copies, .ipynb_checkpoints) are left out, as prepare.
+    files = [Path(p) for p in locations.walk_files(str(source)) if p.lower().endswith(suffixes)]
+    if not files:
         raise ConfigError(
             f"{source}: this model takes text: a CSV with a {columns[0]!r} column, a .txt file "
             "or a folder of them (example: predict reviews.csv)"
