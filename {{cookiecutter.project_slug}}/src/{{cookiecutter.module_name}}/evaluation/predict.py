@@ -19,7 +19,7 @@ from ..config import ConfigError
 from ..core import locations
 from ..core.files import atomic_write
 from ..data.images import model_input
-from ..readers.csv_rows import as_numbers
+from ..readers.csv_rows import CSV_ERRORS, as_numbers, unreadable
 from ..readers.text_files import decode_text
 from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
@@ -89,21 +89,33 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
 def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[list[str], Any]]:
     """(row numbers, inputs) in chunks of CHUNK rows: the text column, or the training feature
     columns as float32."""
-    for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
-        missing = [name for name in columns if name not in table.columns]
-        if missing and text:
-            raise ConfigError(
-                f"{source}: no column {missing[0]!r}, the text this model was trained on "
-                f"(columns: {', '.join(list(table.columns)[:8])})"
-            )
-        if missing:
-            raise ConfigError(
-                f"{source}: missing feature column {missing[0]!r} "
-                f"(the training features: {', '.join(columns)})"
-            )
-        rows = [str(i + 1) for i in table.index]
-        if text:
-            yield rows, tf.constant(table[columns[0]].tolist())
-            continue
-        features = f"the training features: {', '.join(columns)}"
-        yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)
+    rows: list[str] = []
+    try:
+        for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+            missing = [name for name in columns if name not in table.columns]
+            if missing and text:
+                raise ConfigError(
+                    f"{source}: no column {missing[0]!r}, the text this model was trained on "
+                    f"(columns: {', '.join(list(table.columns)[:8])})"
+                )
+            if missing:
+                raise ConfigError(
+                    f"{source}: missing feature column {missing[0]!r} "
+                    f"(the training features: {', '.join(columns)})"
+                )
+            rows = [str(i + 1) for i in table.index]
+            if not rows:  # a header alone
+                break
+            if text:
+                yield rows, tf.constant(table[columns[0]].tolist())
+                continue
+            features = f"the training features: {', '.join(columns)}"
+            yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)
+    except pd.errors.EmptyDataError:  # not even a header
+        pass
+    except CSV_ERRORS as exc:
+        raise unreadable(source, exc) from None
+    if not rows:
+        raise ConfigError(
+            f"{source}: no rows to predict (example: a header row, then a row per example)"
+        )

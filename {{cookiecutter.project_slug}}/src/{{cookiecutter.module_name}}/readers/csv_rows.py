@@ -11,6 +11,14 @@ from ..sources import MissingLabels, Source, source
 from ..spec import SPLIT_NAMES, split_named
 from ..tasks.base import encode
 
+CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError)
+
+
+def unreadable(path: object, exc: Exception) -> ConfigError:
+    """One line for a CSV that pandas cannot read (one of CSV_ERRORS): its path, pandas's line."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError(f"{path}: not a readable CSV ({first})")
+
 
 @source("csv")
 def read_csv(path: str, data: DataConfig, kind: str) -> Source:
@@ -26,9 +34,8 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     try:
         with locations.open_binary(path) as f:
             table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{path}: not a readable CSV ({first})") from None
+    except CSV_ERRORS as exc:
+        raise unreadable(path, exc) from None
     label = _column(table, data.label, "data.label", path, "target", MissingLabels)
     splits, split_from = None, {}
     if data.split == "column":  # the split column says each row's split; it is no feature
