@@ -54,6 +54,14 @@ def _csv(rows: list[str]) -> Setup:
     return setup
 
 
+def _images_in_data(project: Path) -> list[str]:
+    """Class folders right in data/, beside the data/raw and data/processed prepare writes."""
+    _images({"cat": 3, "dog": 3})(project)
+    for name in ("cat", "dog"):
+        (project / "data/external/pets" / name).rename(project / "data" / name)
+    return ["prepare", *sets(["data.source=images", "data.path=data"])]
+
+
 def _no_labels(project: Path) -> list[str]:
     """Multi-label rows that all have an empty label cell: no label to learn."""
     (project / "data/external").mkdir(parents=True)
@@ -112,6 +120,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
     "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),
     "multilabel-without-labels": (_no_labels, "found 0 () in mine.csv"),
+    "data-path-holds-prepares-output": (_images_in_data, "data.path: data holds data/raw"),
     "missing-data-path": (
         lambda p: ["prepare", *sets(["data.source=csv", "data.path=data/external/none.csv"])],
         "data.path",
