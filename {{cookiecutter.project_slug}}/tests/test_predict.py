@@ -132,6 +132,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     source.write_text("height,weight\n1,2\n3,4,5,6\n")
     with pytest.raises(ConfigError, match=r"new.csv: not a readable CSV \(Error tokenizing"):
         predict(source, tmp_path / "out.csv", models)
+    source.write_text("height,weight\n1,2\n")
+    with pytest.raises(ConfigError, match=r"^--output .*new.csv: is the input; predictions would"):
+        predict(source, source, models)
+    assert source.read_text() == "height,weight\n1,2\n"
     with pytest.raises(ConfigError, match="no saved model"):
         load_for_users(tmp_path / "nowhere")
     assert not (tmp_path / "out.csv").exists()

@@ -31,6 +31,11 @@ CHUNK = 256  # examples per model call: bounds memory for a large folder
 def predict(source: Path, output: Path, models_dir: Path) -> int:
     """Score `source` (a CSV, an image or a folder of images; for text a CSV, a .txt file or a
     folder of them); write the CSV `output`."""
+    if output.resolve() == source.resolve():
+        raise ConfigError(
+            f"--output {output}: is the input; predictions would replace it "
+            "(example: --output results/predictions.csv)"
+        )
     model, info = load_for_users(models_dir)
     ids, outputs = [], []
     for chunk_ids, inputs in _read_inputs(source, info):
