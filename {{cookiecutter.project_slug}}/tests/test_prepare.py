@@ -382,6 +382,10 @@ def test_tfrecord_targets_for_regression_and_multilabel(tmp_path: Path) -> None:
     _, y, _ = read_split(processed(project), "train")
     assert y.dtype == np.float32 and spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
 
+    # One class per record: a label feature with none or several values is no class.
+    one = r"^data.label: record 0 in .* has 0 values of 'tags'; classification takes one"
+    with pytest.raises(ConfigError, match=one):
+        run_prepare(project, *common, "data.label=tags")
     run_prepare(project, *common, "data.label=tags", "task.type=multilabel")
     assert load_spec(processed(project)).names == ["cat", "dog"]
     _, y, _ = read_split(processed(project), "train")

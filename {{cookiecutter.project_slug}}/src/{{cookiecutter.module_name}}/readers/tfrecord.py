@@ -10,7 +10,7 @@ import tensorflow as tf
 from ..config import ConfigError, DataConfig
 from ..core import locations
 from ..sources import MissingLabels, Source, source
-from ..tasks.base import encode
+from ..tasks.base import encode, task_class
 
 
 @source("tfrecord", patterns=True)
@@ -40,6 +40,12 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
             labels.append(_values(feature[data.label]))
             ids.append(named(file, k))
     single = all(len(v) == 1 for v in labels)
+    if not single and not task_class(kind)(names=[]).target_shape():  # one value per example
+        bad = next(i for i, v in enumerate(labels) if len(v) != 1)
+        raise ConfigError(
+            f"data.label: record {bad} in {path} has {len(labels[bad])} values of "
+            f"{data.label!r}; {kind} takes one per record (example: --set task.type=multilabel)"
+        )
     y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
