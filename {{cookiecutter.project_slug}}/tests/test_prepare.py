@@ -263,6 +263,12 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
     assert manifest.check(tmp_path) == 5  # tfds.json, 3 shards, spec.json
 
+    # A text data set (the tutorials' imdb_reviews): texts and their vocabulary.
+    with tfds.testing.mock_data(num_examples=30):
+        run_prepare(tmp_path / "text", "data.source=tfds", "data.name=imdb_reviews")
+    spec = load_spec(processed(tmp_path / "text"))
+    assert spec.kind == "text" and spec.names == ["neg", "pos"] and spec.vocabulary_size > 2
+
     # With metadata that lists mnist's real splits (train and test only): its test split is
     # kept, validation is carved out of its train split (stratified, seeded).
     meta = tmp_path / "tfds-metadata"
