@@ -54,6 +54,23 @@ def _csv(rows: list[str]) -> Setup:
     return setup
 
 
+def _images_in_data(project: Path) -> list[str]:
+    """Class folders right in data/, beside the data/raw and data/processed prepare writes."""
+    _images({"cat": 3, "dog": 3})(project)
+    for name in ("cat", "dog"):
+        (project / "data/external/pets" / name).rename(project / "data" / name)
+    return ["prepare", *sets(["data.source=images", "data.path=data"])]
+
+
+def _no_labels(project: Path) -> list[str]:
+    """Multi-label rows that all have an empty label cell: no label to learn."""
+    (project / "data/external").mkdir(parents=True)
+    rows = [f"{i},{i * 2}," for i in range(20)]
+    (project / "data/external/mine.csv").write_text("\n".join(["x1,x2,label", *rows]))
+    overrides = ["data.source=csv", "data.path=data/external/mine.csv", "task.type=multilabel"]
+    return ["prepare", *sets(overrides)]
+
+
 def _texts(overrides: list[str], command: str = "prepare") -> Setup:
     """A CSV of texts (`review`) and labels; `train`: prepared first."""
 
@@ -99,6 +116,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-missing-value": (_csv(["7,,a"]), "mine.csv"),
     "csv-short-row": (_csv(["7,a"]), "mine.csv"),
     "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv"),
+    "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
+    "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
+    "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),
+    "multilabel-without-labels": (_no_labels, "found 0 () in mine.csv"),
+    "data-path-holds-prepares-output": (_images_in_data, "data.path: data holds data/raw"),
     "missing-data-path": (
         lambda p: ["prepare", *sets(["data.source=csv", "data.path=data/external/none.csv"])],
         "data.path",

@@ -255,8 +255,8 @@ def test_predict_on_the_test_sources_gives_evaluates_rows(tmp_path: Path) -> Non
 
 def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     """Notebook 03's call: the highest-loss rows of results/predictions/test.csv first, and
-    for an image folder a figure of the files from data.path."""
-    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(tmp_path / "results"))
+    for an image folder a figure of the files from data.path, under the results root."""
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(tmp_path / "kept"))  # e.g. on Drive
     _shapes(tmp_path / "shapes", 4)
     rows = [  # evaluate writes each example's loss: the task's own (cross-entropy here)
         "id,target,prediction,prob_circle,prob_square,loss",
@@ -265,8 +265,8 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
         "square/2.webp,square,circle,0.6,0.4,0.9163",
         "circle/3.png,circle,circle,0.7,0.3,0.3567",
     ]
-    (tmp_path / "results/predictions").mkdir(parents=True)
-    (tmp_path / "results/predictions/test.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "kept/predictions").mkdir(parents=True)
+    (tmp_path / "kept/predictions/test.csv").write_text("\n".join(rows) + "\n")
     worst = report.worst_predictions(tmp_path, n=3)
     assert list(worst["id"]) == ["square/0.png", "square/2.webp", "circle/3.png"]
     (tmp_path / "data/processed").mkdir(parents=True)
@@ -278,5 +278,6 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     text = report.worst_examples(tmp_path, params, n=2)
     squeezed = [" ".join(line.split()) for line in text.splitlines()]  # tabulate pads cells
     assert "| square/0.png | square | circle | 4.605 |" in squeezed
-    figure = tmp_path / "results/figures/03_worst_examples.png"
+    figure = tmp_path / "kept/figures/03_worst_examples.png"
+    assert not (tmp_path / "results").exists()
     assert figure.is_file() and Image.open(io.BytesIO(figure.read_bytes())).width > 100

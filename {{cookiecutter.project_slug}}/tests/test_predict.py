@@ -125,6 +125,17 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     source.write_text("height,weight\n1,heavy\n")
     with pytest.raises(ConfigError, match=r"row 1, column 'weight': not a number \('heavy'\)"):
         predict(source, tmp_path / "out.csv", models)
+    for empty in ("height,weight\n", ""):
+        source.write_text(empty)
+        with pytest.raises(ConfigError, match=r"new.csv: no rows to predict"):
+            predict(source, tmp_path / "out.csv", models)
+    source.write_text("height,weight\n1,2\n3,4,5,6\n")
+    with pytest.raises(ConfigError, match=r"new.csv: not a readable CSV \(Error tokenizing"):
+        predict(source, tmp_path / "out.csv", models)
+    source.write_text("height,weight\n1,2\n")
+    with pytest.raises(ConfigError, match=r"^--output .*new.csv: is the input; predictions would"):
+        predict(source, source, models)
+    assert source.read_text() == "height,weight\n1,2\n"
     with pytest.raises(ConfigError, match="no saved model"):
         load_for_users(tmp_path / "nowhere")
     assert not (tmp_path / "out.csv").exists()
@@ -142,3 +153,12 @@ def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     other.mkdir()
     with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
         export_saved_model(project, other)
+
+
+def test_predict_leaves_out_hidden_files_as_prepare_does(tmp_path: Path) -> None:
+    """macOS's `._0.png` copies and Jupyter's checkpoint folders are no images to score."""
+    project, _, source = _project(tmp_path, "images")
+    (source / "._0.png").write_bytes(b"\x00\x05\x16\x07")
+    (source / ".ipynb_checkpoints").mkdir()
+    shutil.copy(source / "0.png", source / ".ipynb_checkpoints" / "0-checkpoint.png")
+    assert predict(source, tmp_path / "out.csv", project / "results" / "models") == 2

@@ -138,16 +138,22 @@ def _pets(folder: Path, per_class: int = 6) -> None:
 def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     folder = tmp_path / "pets"
     _pets(folder)
+    # Hidden folders (Jupyter's checkpoints) and files (macOS's `._` copies) are no examples.
+    (folder / ".ipynb_checkpoints").mkdir()
+    (folder / "cat/0.jpg").rename(folder / ".ipynb_checkpoints/0.jpg")
+    (folder / "cat/.ipynb_checkpoints").mkdir()
+    (folder / "cat/.ipynb_checkpoints/1-checkpoint.png").write_bytes(b"not an image")
+    (folder / "cat/._1.png").write_bytes(b"not an image")
     project = tmp_path / "project"
     args = ("data.source=images", f"data.path={folder}", "data.image_size=[4,5]")
     run_prepare(project, *args)
-    assert len(list((project / "data/raw/pets").rglob("*.[jp][pn]g"))) == 12
+    assert len(list((project / "data/raw/pets").rglob("*.[jp][pn]g"))) == 11
     spec = load_spec(processed(project))
     assert spec.input_shape == (4, 5, 1) and spec.names == ["cat", "dog"]
     x, y, _ = read_split(processed(project), "train")
     assert x.shape[1:] == (4, 5, 1)
     assert np.allclose(x[y == 0], 30, atol=3) and np.allclose(x[y == 1], 220, atol=3)
-    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.*"))
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.glob("[!.]*/[!.]*.*"))
     assert ids(project) == names  # each example's file, relative to data.path
 
     # A truncated image stops prepare with its path; the previous shards stay as they were.
@@ -216,6 +222,14 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     assert ids(project) == sorted(f"part-{s}.tfrecord:{k}" for s in range(2) for k in range(10))
     with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
+    with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # a missing value
+        pixels = tf.train.FloatList(value=[float("nan"), 0.5, 2.0])
+        label = tf.train.BytesList(value=[b"odd"])
+        writer.write(_example({"pixels": tf.train.Feature(float_list=pixels),
+                               "label": tf.train.Feature(bytes_list=label)}))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^data.features: record 20 in .*: 'pixels' holds nan"):
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    (folder / "part-2.tfrecord").unlink()
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.
     local = sorted(locations.walk_files(str(folder)))
@@ -248,6 +262,12 @@ def test_tfds_through_mock_data(tmp_path: Path) -> None:
     assert x.shape[1:] == (28, 28, 1) and 0 <= x.min() <= x.max() <= 255
     assert json.loads((tmp_path / "data/raw/tfds.json").read_text())["tfds"] == "mnist"
     assert manifest.check(tmp_path) == 5  # tfds.json, 3 shards, spec.json
+
+    # A text data set (the tutorials' imdb_reviews): texts and their vocabulary.
+    with tfds.testing.mock_data(num_examples=30):
+        run_prepare(tmp_path / "text", "data.source=tfds", "data.name=imdb_reviews")
+    spec = load_spec(processed(tmp_path / "text"))
+    assert spec.kind == "text" and spec.names == ["neg", "pos"] and spec.vocabulary_size > 2
 
     # With metadata that lists mnist's real splits (train and test only): its test split is
     # kept, validation is carved out of its train split (stratified, seeded).
@@ -368,6 +388,10 @@ def test_tfrecord_targets_for_regression_and_multilabel(tmp_path: Path) -> None:
     _, y, _ = read_split(processed(project), "train")
     assert y.dtype == np.float32 and spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
 
+    # One class per record: a label feature with none or several values is no class.
+    one = r"^data.label: record 0 in .* has 0 values of 'tags'; classification takes one"
+    with pytest.raises(ConfigError, match=one):
+        run_prepare(project, *common, "data.label=tags")
     run_prepare(project, *common, "data.label=tags", "task.type=multilabel")
     assert load_spec(processed(project)).names == ["cat", "dog"]
     _, y, _ = read_split(processed(project), "train")

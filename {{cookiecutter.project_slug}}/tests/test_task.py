@@ -154,6 +154,8 @@ def test_label_encoding_for_every_task() -> None:
     assert str(info.value).startswith("data.label: row 2: expected a number") and "\n" not in str(
         info.value
     )
+    with pytest.raises(ConfigError, match=r"^data\.label: row 2: expected a number .* '1e39'"):
+        task_for("regression").encode_targets(["1.5", "1e39"])  # infinite as float32
 
 
 def test_make_task_checks_the_prepared_data() -> None:

@@ -108,7 +108,9 @@ def class_files(
     entries = locations.list_dir(path)
     paths: list[str] = []
     classes: list[str] = []
-    for name in sorted(d for d in entries if locations.isdir(locations.join(path, d))):
+    # A hidden folder (Jupyter's .ipynb_checkpoints) is no class, as walk_files skips it.
+    folders = [d for d in entries if not d.startswith(".")]
+    for name in sorted(d for d in folders if locations.isdir(locations.join(path, d))):
         found = [p for p in locations.walk_files(locations.join(path, name))
                  if p.lower().endswith(suffixes)]  # fmt: skip
         if not found:

@@ -84,10 +84,13 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
     if locations.is_url(path):
         locations.authenticate()
     else:
+        here = Path(path).resolve()
         for out in (RAW, PROCESSED):
-            if Path(path).resolve().is_relative_to((project_dir / out).resolve()):
+            written = (project_dir / out).resolve()
+            if here.is_relative_to(written) or written.is_relative_to(here):
+                where = "is inside" if here.is_relative_to(written) else "holds"
                 raise ConfigError(
-                    f"data.path: {data_path} is inside {out}, which prepare writes; keep your "
+                    f"data.path: {data_path} {where} {out}, which prepare writes; keep your "
                     "data elsewhere (example: --set data.path=data/external/my.csv)"
                 )
     if not locations.exists(path):

@@ -207,6 +207,12 @@ def split_examples(
             f"{', '.join(given) or 'nothing'}) (example: --set data.split=random)"
         )
     task = task_class(source.task)(names=source.names)
+    if len(source.names) < task.min_names:  # one class: nothing to tell apart, nothing to train
+        raise ConfigError(
+            f"data: {task.kind} needs at least {task.min_names} {task.name_word} names, found "
+            f"{len(source.names)} ({', '.join(map(repr, source.names))}) in {came_from['train']} "
+            f"(example: add examples of another {task.name_word}, or --set task.type=regression)"
+        )
     _check_train_has_every_name(source, task, given, came_from)
     fractions = {"validation": data.validation_fraction, "test": data.test_fraction}
     if test_fraction is not None:

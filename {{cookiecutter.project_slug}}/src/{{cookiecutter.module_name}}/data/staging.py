@@ -52,11 +52,14 @@ def _source_files(src: Path) -> list[tuple[Path, str]]:
             f"stage: {src} does not exist "
             "(example: stage /content/drive/MyDrive/data /content/data)"
         )
-    return [
-        (p, p.relative_to(src).as_posix())
-        for p in sorted(src.rglob("*"))
-        if p.is_file() and not p.name.startswith(".")
-    ]
+    return [(p, p.relative_to(src).as_posix()) for p in _visible(src) if p.is_file()]
+
+
+def _visible(src: Path) -> list[Path]:
+    """What is under `src`, but no name that starts with a dot nor anything in such a folder
+    (.ipynb_checkpoints, macOS's `._` copies): what `prepare`'s readers leave out too."""
+    found = sorted(src.rglob("*"))
+    return [p for p in found if not any(s.startswith(".") for s in p.relative_to(src).parts)]
 
 
 def _partial_name(dest: Path, st: os.stat_result) -> Path:
@@ -105,8 +108,8 @@ def stage(
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
     if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
-        for folder in src.rglob("*"):
-            if folder.is_dir() and not folder.name.startswith("."):
+        for folder in _visible(src):
+            if folder.is_dir():
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     index = load_index(dest)
     report = StageReport()

@@ -16,9 +16,10 @@ import pandas as pd
 import tensorflow as tf
 
 from ..config import ConfigError
+from ..core import locations
 from ..core.files import atomic_write
 from ..data.images import model_input
-from ..readers.csv_rows import as_numbers
+from ..readers.csv_rows import CSV_ERRORS, as_numbers, unreadable
 from ..readers.text_files import decode_text
 from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
@@ -30,6 +31,11 @@ CHUNK = 256  # examples per model call: bounds memory for a large folder
 def predict(source: Path, output: Path, models_dir: Path) -> int:
     """Score `source` (a CSV, an image or a folder of images; for text a CSV, a .txt file or a
     folder of them); write the CSV `output`."""
+    if output.resolve() == source.resolve():
+        raise ConfigError(
+            f"--output {output}: is the input; predictions would replace it "
+            "(example: --output results/predictions.csv)"
+        )
     model, info = load_for_users(models_dir)
     ids, outputs = [], []
     for chunk_ids, inputs in _read_inputs(source, info):
@@ -65,10 +71,9 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
     if kind == "vector":
         raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
     suffixes = (".txt",) if kind == "text" else IMAGE_SUFFIXES
-    files = [source] if source.is_file() else sorted(
-        p for p in source.rglob("*") if p.suffix.lower() in suffixes
-    )  # fmt: skip
-    if not files or files[0].suffix.lower() not in suffixes:
+    # A folder's hidden names (macOS's `._` copies, .ipynb_checkpoints) are left out, as prepare.
+    files = [Path(p) for p in locations.walk_files(str(source)) if p.lower().endswith(suffixes)]
+    if not files:
         raise ConfigError(
             f"{source}: this model takes text: a CSV with a {columns[0]!r} column, a .txt file "
             "or a folder of them (example: predict reviews.csv)"
@@ -89,21 +94,33 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
 def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[list[str], Any]]:
     """(row numbers, inputs) in chunks of CHUNK rows: the text column, or the training feature
     columns as float32."""
-    for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
-        missing = [name for name in columns if name not in table.columns]
-        if missing and text:
-            raise ConfigError(
-                f"{source}: no column {missing[0]!r}, the text this model was trained on "
-                f"(columns: {', '.join(list(table.columns)[:8])})"
-            )
-        if missing:
-            raise ConfigError(
-                f"{source}: missing feature column {missing[0]!r} "
-                f"(the training features: {', '.join(columns)})"
-            )
-        rows = [str(i + 1) for i in table.index]
-        if text:
-            yield rows, tf.constant(table[columns[0]].tolist())
-            continue
-        features = f"the training features: {', '.join(columns)}"
-        yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)
+    rows: list[str] = []
+    try:
+        for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+            missing = [name for name in columns if name not in table.columns]
+            if missing and text:
+                raise ConfigError(
+                    f"{source}: no column {missing[0]!r}, the text this model was trained on "
+                    f"(columns: {', '.join(list(table.columns)[:8])})"
+                )
+            if missing:
+                raise ConfigError(
+                    f"{source}: missing feature column {missing[0]!r} "
+                    f"(the training features: {', '.join(columns)})"
+                )
+            rows = [str(i + 1) for i in table.index]
+            if not rows:  # a header alone
+                break
+            if text:
+                yield rows, tf.constant(table[columns[0]].tolist())
+                continue
+            features = f"the training features: {', '.join(columns)}"
+            yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)
+    except pd.errors.EmptyDataError:  # not even a header
+        pass
+    except CSV_ERRORS as exc:
+        raise unreadable(source, exc) from None
+    if not rows:
+        raise ConfigError(
+            f"{source}: no rows to predict (example: a header row, then a row per example)"
+        )

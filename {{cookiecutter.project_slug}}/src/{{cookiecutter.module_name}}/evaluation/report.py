@@ -1,8 +1,9 @@
 """Figures and tables for the notebooks: data exploration, training curves, evaluation.
 
 The notebooks only call these functions, so a figure looks the same from every notebook and from
-`make notebooks`. Every figure is saved to `results/figures/<name>.png`; tables are pandas
-DataFrames written as Markdown. The kind draws its own evaluation figure and table (tasks/).
+`make notebooks`. Every figure is saved to `results/figures/<name>.png` (under the results root,
+which $PROJECT_RESULTS_DIR moves); tables are pandas DataFrames written as Markdown. The kind
+draws its own evaluation figure and table (tasks/).
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ from .evaluate import PLOTS, TEST_PREDICTIONS
 from .model_card import read_json
 from .model_card import table as markdown
 
-FIGURES = Path("results") / "figures"
+FIGURES = "figures"  # under the results root, beside metrics/ and plots/
 TEXT_SHOWN = 120  # characters of a text in a table
 
 
 def save_figure(fig: Any, project_dir: Path, name: str) -> None:
     """Save `fig` as results/figures/<name>.png (150 dpi) and say where."""
-    path = Path(project_dir) / FIGURES / f"{name}.png"
+    project = Path(project_dir)
+    path = results_root(project) / FIGURES / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
-    print(f"Saved {FIGURES / path.name}")
+    print(f"Saved {path.relative_to(project) if path.is_relative_to(project) else path}")
 
 
 def plot_targets(splits: dict[str, np.ndarray], task: Task) -> Any:

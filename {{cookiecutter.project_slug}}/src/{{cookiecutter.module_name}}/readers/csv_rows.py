@@ -11,6 +11,14 @@ from ..sources import MissingLabels, Source, source
 from ..spec import SPLIT_NAMES, split_named
 from ..tasks.base import encode
 
+CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError)
+
+
+def unreadable(path: object, exc: Exception) -> ConfigError:
+    """One line for a CSV that pandas cannot read (one of CSV_ERRORS): its path, pandas's line."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ConfigError(f"{path}: not a readable CSV ({first})")
+
 
 @source("csv")
 def read_csv(path: str, data: DataConfig, kind: str) -> Source:
@@ -26,9 +34,8 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     try:
         with locations.open_binary(path) as f:
             table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{path}: not a readable CSV ({first})") from None
+    except CSV_ERRORS as exc:
+        raise unreadable(path, exc) from None
     label = _column(table, data.label, "data.label", path, "target", MissingLabels)
     splits, split_from = None, {}
     if data.split == "column":  # the split column says each row's split; it is no feature
@@ -69,16 +76,23 @@ def _column(
 
 
 def as_numbers(table: pd.DataFrame, where: str, first: int, rule: str) -> np.ndarray:
-    """Every cell of `table` as float32, or one line naming the first that is empty or not a
-    number: `where`, its row's number (`first`: the first row's), its column, and `rule`."""
-    numbers = table.apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().to_numpy()
+    """Every cell of `table` as float32, or one line naming the first that is empty, not a
+    number, or infinite as float32 (`inf`, `1e39`: the model would learn NaN): `where`, its
+    row's number (`first`: the first row's), its column, and `rule`."""
+    with np.errstate(over="ignore"):
+        numbers = table.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float32)
+    bad = ~np.isfinite(numbers)
     if bad.any():
         row, col = np.argwhere(bad)[0]
         cell = table.iloc[row, col]
-        what = "a missing value" if cell == "" else f"not a number ({cell!r})"
+        if cell == "":
+            what = "a missing value"
+        elif pd.isna(pd.to_numeric(cell, errors="coerce")):
+            what = f"not a number ({cell!r})"
+        else:
+            what = f"not a finite number ({cell!r}: infinite, or too large for float32)"
         raise ConfigError(f"{where} {first + row}, column {table.columns[col]!r}: {what} ({rule})")
-    return numbers.to_numpy(dtype=np.float32)
+    return numbers
 
 
 def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -14,8 +14,9 @@ from ..tasks.base import encode
 
 @source("tfds", reads_path=False)
 def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
-    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`, with its own
-    splits (without a train split, `prepare` splits all of it)."""
+    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`, `imdb_reviews`
+    (images, text or numbers), with its own splits (without a train split, `prepare` splits all
+    of it)."""
     name = data.name
     try:
         import tensorflow_datasets as tfds
@@ -38,9 +39,11 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     keys = builder.info.supervised_keys
     if not keys or len(keys) != 2:
         raise ConfigError(f"data.name: {name} has no (input, label) supervised keys to train on")
-    is_image = isinstance(builder.info.features[keys[0]], tfds.features.Image)
+    feature = builder.info.features[keys[0]]
+    known = {tfds.features.Image: "image", tfds.features.Text: "text"}
+    what = next((k for cls, k in known.items() if isinstance(feature, cls)), "vector")
     # Images stay encoded (as TFDS stores them) until prepare re-encodes them one at a time.
-    decoders = {keys[0]: tfds.decode.SkipDecoding()} if is_image else None
+    decoders = {keys[0]: tfds.decode.SkipDecoding()} if what == "image" else None
     inputs: list[Any] = []
     labels: list[int] = []
     ids: list[str] = []  # an example's index in its TFDS split: `test[17]`
@@ -61,13 +64,18 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
-    shape = () if is_image else np.asarray(inputs[0]).reshape(-1).shape
-    load = inputs.__getitem__ if is_image else (lambda i: np.asarray(inputs[i], np.float32).ravel())
+    shape = np.asarray(inputs[0]).reshape(-1).shape if what == "vector" else ()
+    load = {
+        "image": inputs.__getitem__,
+        "text": lambda i: inputs[i].decode("utf-8"),
+        "vector": lambda i: np.asarray(inputs[i], np.float32).ravel(),
+    }[what]
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
-        "image" if is_image else "vector", kind, y, names, load,
-        lambda i: f"tfds {name}: example {i}", ids.__getitem__, tuple(shape), splits=given,
+        what, kind, y, names, load, lambda i: f"tfds {name}: example {i}",
+        ids.__getitem__, tuple(shape), splits=given,
+        feature_names=["text"] if what == "text" else [],
         split_from={s: f"tfds {name} {s}" for s in given or ()},
         raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
     )  # fmt: skip

@@ -10,7 +10,7 @@ import tensorflow as tf
 from ..config import ConfigError, DataConfig
 from ..core import locations
 from ..sources import MissingLabels, Source, source
-from ..tasks.base import encode
+from ..tasks.base import encode, task_class
 
 
 @source("tfrecord", patterns=True)
@@ -40,6 +40,12 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
             labels.append(_values(feature[data.label]))
             ids.append(named(file, k))
     single = all(len(v) == 1 for v in labels)
+    if not single and not task_class(kind)(names=[]).target_shape():  # one value per example
+        bad = next(i for i, v in enumerate(labels) if len(v) != 1)
+        raise ConfigError(
+            f"data.label: record {bad} in {path} has {len(labels[bad])} values of "
+            f"{data.label!r}; {kind} takes one per record (example: --set task.type=multilabel)"
+        )
     y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
     where = lambda i: f"{path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
@@ -68,7 +74,15 @@ def _input(feature: Any, data: DataConfig, where: str) -> Any:
         )
     x = feature[data.features]
     if data.feature_kind != "image":
-        return np.array(x.float_list.value or x.int64_list.value, np.float32)
+        with np.errstate(over="ignore"):
+            values = np.array(x.float_list.value or x.int64_list.value, np.float32)
+        if not np.isfinite(values).all():  # the model would learn NaN
+            found = values[~np.isfinite(values)][0]
+            raise ConfigError(
+                f"data.features: {where}: {data.features!r} holds {found}; fill in or drop the "
+                "records with missing or infinite values (example: 0.5)"
+            )
+        return values
     if not x.bytes_list.value:
         raise ConfigError(
             f"data.feature_kind: {data.features!r} in {where} is not an encoded image "

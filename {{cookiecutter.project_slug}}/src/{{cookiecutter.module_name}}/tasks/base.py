@@ -119,13 +119,15 @@ class Task:
     def encode_targets(self, values: Sequence[Any], column: str = "data.label") -> np.ndarray:
         """Raw label values (CSV cells, folder names) -> the targets `loss` takes."""
         out = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce")
-        bad = np.flatnonzero(~np.isfinite(out.to_numpy(np.float64)))
+        with np.errstate(over="ignore"):  # 1e39 is infinite as float32: refused below
+            targets = out.to_numpy(np.float32)
+        bad = np.flatnonzero(~np.isfinite(targets))
         if len(bad):
             raise ConfigError(
                 f"{column}: row {bad[0] + 1}: expected a number for a {self.kind} target, got "
-                f"{values[bad[0]]!r} (example: 42.5, or another task.type)"
+                f"{values[bad[0]]!r} (finite in float32; example: 42.5, or another task.type)"
             )
-        return out.to_numpy(np.float32)
+        return targets
 
     def target_shape(self) -> tuple[int, ...]:
         """One example's target shape: () for a class index or a value, (labels,) for 0/1."""
