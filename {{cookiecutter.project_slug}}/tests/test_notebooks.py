@@ -192,6 +192,17 @@ def test_state_kept_on_storage_both_ways_without_overwriting(tmp_path):
     assert keep_state_on_storage(project, project) == []  # off Colab: nothing moves
 
 
+def test_state_kept_on_storage_follows_the_results_dir(tmp_path, monkeypatch):
+    project, storage, results = tmp_path / "project", tmp_path / "drive", tmp_path / "elsewhere"
+    (results / "runs" / "run-a").mkdir(parents=True)  # where train writes with the variable set
+    (results / "runs" / "run-a" / "manifest.json").write_text("{}")
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(results))
+    keep_state_on_storage(project, storage)
+    assert (storage / "runs" / "run-a" / "manifest.json").is_file()
+    assert (results / "tensorboard").resolve() == (storage / "tensorboard").resolve()
+    assert not (project / "results").exists()
+
+
 def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
     (tmp_path / "params.yaml").write_text("run_name: baseline\ntrain:\n  epochs: 20\n")
     assert not push_stage(tmp_path, "train", {"run_name": "baseline", "train.epochs": 1})
