@@ -118,6 +118,20 @@ def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, templa
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
 
 
+# `copier copy --data-file`: unquoted in YAML, No is False and 0123 the octal number 83, which
+# copier would bake as the text "False" and "83". Refused, saying to quote the answer.
+@pytest.mark.parametrize("line", ["author_name: No", "github_owner: 0123", "description: 1_000"])
+def test_copier_data_file_answer_that_yaml_changed_is_refused(line: str, template: Path, tmp_path: Path) -> None:
+    field = line.split(":")[0]
+    data = tmp_path / "answers.yaml"
+    data.write_text(f"{line}\n")
+    run = subprocess.run([str(BIN / "copier"), "copy", "--trust", "--defaults", "--data-file", str(data),
+                          str(template), str(tmp_path / "out" / "p")], capture_output=True, text=True)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and f"'{field}': {field}: " in last and "quote it" in last, run.stderr[-500:]
+    assert not (tmp_path / "out").exists()
+
+
 def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:
     repo = template_repo(tmp_path / "template")
     project = tmp_path / "project"
