@@ -1,8 +1,9 @@
 """What a result was computed with: interpreter, packages, TensorFlow build, devices, git, data.
 
-`python -m <module> env` prints a summary and saves everything to `results/environment.json`;
-every run record embeds the same dictionary, so two runs that disagree can be compared field by
-field (a T4 and an A100, or a package that drifted, show up at once).
+`python -m <module> env` prints a summary and saves everything to `results/environment.json`
+(under `$PROJECT_RESULTS_DIR` when set); every run record embeds the same dictionary, so two runs
+that disagree can be compared field by field (a T4 and an A100, or a package that drifted, show
+up at once).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from .files import atomic_write, file_sha256
 from .hardware import tpu_signals
-from .storage import on_colab
+from .storage import on_colab, results_root
 
 DATA_MANIFEST = "data/manifest.json"
 
@@ -219,7 +220,7 @@ def save_json(data: Any, path: Path) -> Path:
 def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:
     """Collect, print the summary (and every package if asked), save; return the dictionary."""
     env = collect_environment(project_dir)
-    output = Path(output) if output else Path(project_dir) / "results" / "environment.json"
+    output = Path(output) if output else results_root(Path(project_dir)) / "environment.json"
     print(summary(env))
     if packages:
         print("Installed packages:")
