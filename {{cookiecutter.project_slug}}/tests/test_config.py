@@ -95,6 +95,17 @@ def test_a_key_missing_from_the_file_is_named(tmp_path: Path) -> None:
     )
 
 
+def test_a_key_given_twice_in_the_file_is_named(tmp_path: Path) -> None:
+    # YAML would keep the last value silently (and DVC refuses the file): one line instead.
+    bad = tmp_path / "params.yaml"
+    bad.write_text(PARAMS.read_text().replace("\ntrain:\n", "\ntrain:\n  epochs: 3\n", 1))
+    with pytest.raises(ConfigError) as info:
+        load_params(bad)
+    message = str(info.value)
+    assert message.startswith("train.epochs: given twice in the params file (lines ")
+    assert "\n" not in message and "example: " in message
+
+
 def test_augmentations_with_their_own_arguments() -> None:
     p = load_params(PARAMS, ["data.augment=[flip, {rotation: {factor: 0.2}}]"])
     assert p.data.augment == ["flip", {"rotation": {"factor": 0.2}}]

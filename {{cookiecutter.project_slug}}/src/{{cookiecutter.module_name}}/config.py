@@ -264,8 +264,10 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found (example: --params params.yaml)")
+    text = path.read_text(encoding="utf-8")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        _refuse_a_key_twice(yaml.compose(text))
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
@@ -280,6 +282,27 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         raise ConfigError(_one_line(exc, raw)) from None
     sweep_space(params)  # a bad search space stops every command, as any other bad key does
     return params
+
+
+def _refuse_a_key_twice(node: yaml.Node | None, prefix: str = "") -> None:
+    """A key given twice in one section: YAML keeps the last value silently (DVC refuses the
+    file), so stop with one line naming it and both lines."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_a_key_twice(item, prefix)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    lines: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key, line = f"{prefix}{key_node.value}", key_node.start_mark.line + 1
+        if key in lines:
+            value = value_node.value if isinstance(value_node, yaml.ScalarNode) else "..."
+            raise ConfigError(
+                f"{key}: given twice in the params file (lines {lines[key]} and {line}); keep "
+                f"one (example: {key_node.value}: {value})"
+            )
+        lines[key] = line
+        _refuse_a_key_twice(value_node, f"{key}.")
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
