@@ -22,6 +22,7 @@ import tensorflow as tf
 import yaml
 from conftest import copy_checkout
 
+from {{ cookiecutter.module_name }}.colab import restore
 from {{ cookiecutter.module_name }}.colab.notebooks import (
     NotebookError,
     keep_state_on_storage,
@@ -33,6 +34,7 @@ from {{ cookiecutter.module_name }}.colab.notebooks import (
 from {{ cookiecutter.module_name }}.colab.restore import (
     keep_model,
     restore_for_evaluation,
+    restore_for_sweep,
     restore_for_training,
     run_facts,
 )
@@ -201,6 +203,19 @@ def test_state_kept_on_storage_follows_the_results_dir(tmp_path, monkeypatch):
     assert (storage / "runs" / "run-a" / "manifest.json").is_file()
     assert (results / "tensorboard").resolve() == (storage / "tensorboard").resolve()
     assert not (project / "results").exists()
+
+
+def test_a_sweep_restores_the_data_of_its_own_trials_only(tmp_path, monkeypatch):
+    # Sweep 'lr' is not sweep 'lr-dropout', whose trial 'lr-dropout-0' trained on other data.
+    storage = tmp_path / "drive"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    asked = []
+    monkeypatch.setattr(restore, "restore_data", lambda *args: asked.append(args[3]) or "")
+    for run, data in (("lr-dropout-0", "other-data"), ("lr-2", "its-data")):
+        store = CheckpointStore(storage / "checkpoints" / run, keep=1)
+        store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 1, {"fingerprint": {"data": data}})
+        restore_for_sweep(PROJECT, {"sweep.name": "lr"})
+    assert asked == [None, "its-data"]
 
 
 def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
