@@ -25,6 +25,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 from pydantic import (
+    AllowInfNan,
     BeforeValidator,
     Field,
     Strict,
@@ -63,13 +64,16 @@ def _text_from_number(value: Any) -> Any:
 
 
 # Strict: YAML already gives typed values, so `true` is not 1 and `2.5` is not an integer.
+# A number is finite: `.inf` (or 1e400) would train on NaNs.
 Int = Annotated[int, Strict()]
-Float = Annotated[float, BeforeValidator(_number_from_text), Strict()]
+Float = Annotated[float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False)]
 Text = Annotated[str, BeforeValidator(_text_from_number), Strict()]
 Bool = Annotated[bool, Strict()]
 NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 PosInt = Annotated[int, Strict(), Field(ge=1)]
-PosFloat = Annotated[float, BeforeValidator(_number_from_text), Strict(), Field(gt=0.0)]
+PosFloat = Annotated[
+    float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False), Field(gt=0.0)
+]
 
 
 def _field(example: str, expect: str = "", **constraints: Any) -> Any:
