@@ -35,6 +35,8 @@ CHOICES = {
 # Yes/no questions: cookiecutter's boolean variables, copier's `type: bool`. Both tools turn the
 # "no", "false", "n", "0", ... of a command line or a config file into False.
 BOOLEANS = ("vertex_ai",)
+# The words cookiecutter takes for them; copier alone would read any other word as True.
+YES_NO = ("1", "true", "t", "yes", "y", "on", "0", "false", "f", "no", "n", "off")
 # Import names of the generated project's dependencies: a package with one of these names
 # would shadow the real one.
 DEPENDENCY_MODULES = frozenset(
@@ -170,10 +172,12 @@ def check_answer(field: str, value: Any) -> str | None:
 def answer_error(value: Any, field: str, given: Mapping[str, Any] | None = None) -> str:
     """The one-line message about this answer, or '' when it is good (copier's validators).
     `given`: the answers as `--data` and `--data-file` gave them (`_copier_conf.data`), before
-    copier turned a YAML bool or number into the text "False" or "83"."""
-    given = given or {}
-    if field not in BOOLEANS and field in given and str(given[field]) == str(value):
-        value = given[field]
+    copier turned a YAML bool or number into the text "False" or "83", or any word into a bool."""
+    raw = (given or {}).get(field)
+    if field in BOOLEANS and isinstance(raw, str) and raw.strip().lower() not in YES_NO:
+        return f"{field}: {raw!r} is not a yes or no answer (example: {field}=false)"
+    if field not in BOOLEANS and raw is not None and str(raw) == str(value):
+        value = raw
     return check_answer(field, value) or ""
 
 

@@ -111,6 +111,7 @@ def test_copier_path_imports_no_cookiecutter(template: Path, tmp_path: Path) -> 
     ({"project_slug": "../escape"}, "project_slug"),
     ({"module_name": "tensorflow"}, "module_name"),
     ({"python_version": "3.9"}, "python_version"),
+    ({"vertex_ai": "maybe"}, "vertex_ai"),  # copier alone would read any unknown word as true
 ])
 def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, template: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"Validation error for question '{field}': {field}: .*example: "):
