@@ -109,6 +109,15 @@ def test_a_key_given_twice_in_the_file_is_named(tmp_path: Path) -> None:
     assert "\n" not in message and "example: " in message
 
 
+def test_a_name_of_digits_keeps_them(tmp_path: Path) -> None:
+    # Unquoted, YAML reads 0123 as the octal number 83 and 1.10 as 1.1: a name keeps its text.
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(PARAMS.read_text().replace("\nrun_name: baseline ", "\nrun_name: 0123 "))
+    assert load_params(params_file).run_name == "0123"
+    assert load_params(PARAMS, ["run_name=1.10", "sweep.name=007"]).run_name == "1.10"
+    assert load_params(PARAMS, ["sweep.name=007"]).sweep.name == "007"
+
+
 def test_augmentations_with_their_own_arguments() -> None:
     p = load_params(PARAMS, ["data.augment=[flip, {rotation: {factor: 0.2}}]"])
     assert p.data.augment == ["flip", {"rotation": {"factor": 0.2}}]

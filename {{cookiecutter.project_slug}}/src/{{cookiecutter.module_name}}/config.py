@@ -270,15 +270,21 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         raise ConfigError(f"{path}: params file not found (example: --params params.yaml)")
     text = path.read_text(encoding="utf-8")
     try:
-        _refuse_a_key_twice(yaml.compose(text))
+        numbers = _check_tree(yaml.compose(text))
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    # A name keeps the digits it was given: `run_name: 0123` is not the octal number 83.
+    for key, written in numbers.items():
+        if _is_text(key):
+            _set_dotted(raw, key, written)
     for item in overrides or []:
         key, value = parse_assignment(item, "--set", "train.epochs=5")
+        if _is_text(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = item.partition("=")[2].strip()
         _set_dotted(raw, key, value)
     try:
         params = _PARAMS.validate_python(raw)
@@ -288,14 +294,16 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     return params
 
 
-def _refuse_a_key_twice(node: yaml.Node | None, prefix: str = "") -> None:
-    """A key given twice in one section: YAML keeps the last value silently (DVC refuses the
-    file), so stop with one line naming it and both lines."""
+def _check_tree(node: yaml.Node | None, prefix: str = "") -> dict[str, str]:
+    """Stop at a key given twice in one section (YAML keeps the last value silently, DVC refuses
+    the file) with one line naming it and both lines; return the keys whose value YAML reads as
+    a number, with the text as written."""
+    numbers: dict[str, str] = {}
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _refuse_a_key_twice(item, prefix)
+            _check_tree(item, prefix)
     if not isinstance(node, yaml.MappingNode):
-        return
+        return numbers
     lines: dict[str, int] = {}
     for key_node, value_node in node.value:
         key, line = f"{prefix}{key_node.value}", key_node.start_mark.line + 1
@@ -306,7 +314,10 @@ def _refuse_a_key_twice(node: yaml.Node | None, prefix: str = "") -> None:
                 f"one (example: {key_node.value}: {value})"
             )
         lines[key] = line
-        _refuse_a_key_twice(value_node, f"{key}.")
+        if isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith((":int", ":float")):
+            numbers[key] = value_node.value
+        numbers.update(_check_tree(value_node, f"{key}."))
+    return numbers
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
@@ -505,6 +516,12 @@ def _is_argument(key: str) -> bool:
     """True for a component's own argument: `model.args.width`, `data.args.delimiter`."""
     section, _, rest = key.partition(".args.")
     return bool(rest) and "." not in section and _field_of(f"{section}.args") is not None
+
+
+def _is_text(key: str) -> bool:
+    """True for a dotted key that takes text (`run_name`, `data.label`)."""
+    info = _field_of(key)
+    return info is not None and info.annotation is str
 
 
 def _field_of(key: str) -> Any:
