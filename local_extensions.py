@@ -20,7 +20,7 @@ import keyword
 import re
 import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jinja2.ext import Extension
@@ -35,6 +35,8 @@ CHOICES = {
 # Yes/no questions: cookiecutter's boolean variables, copier's `type: bool`. Both tools turn the
 # "no", "false", "n", "0", ... of a command line or a config file into False.
 BOOLEANS = ("vertex_ai",)
+# The words cookiecutter takes for them; copier alone would read any other word as True.
+YES_NO = ("1", "true", "t", "yes", "y", "on", "0", "false", "f", "no", "n", "off")
 # Import names of the generated project's dependencies: a package with one of these names
 # would shadow the real one.
 DEPENDENCY_MODULES = frozenset(
@@ -154,15 +156,28 @@ def check_answer(field: str, value: Any) -> str | None:
     """The one-line message about the answer to `field`, or None when it is good."""
     if field in BOOLEANS:
         return CHECKS[field](value)
-    # A YAML config reads an unquoted yes, no, on, off or an empty value as a bool or None;
-    # cookiecutter keeps these as they are, where a number becomes its text.
+    # A YAML file reads an unquoted yes, no, on, off or an empty value as a bool or None, and
+    # 0123 as the octal number 83: the text the user typed is lost, so ask for quotes.
     if value is None or isinstance(value, bool):
         return f"{field}: {value!r} is not text; quote it in a YAML config (example: {field}: 'No')"
+    if isinstance(value, (int, float)) and str(value) not in CHOICES.get(field, ()):
+        example = CHOICES[field][-1] if field in CHOICES else "0123"
+        return (
+            f"{field}: YAML read this answer as the number {value!r} (unquoted, 0123 reads as 83 "
+            f"and 3.10 as 3.1); quote it in the YAML file (example: {field}: '{example}')"
+        )
     return CHECKS[field](str(value))
 
 
-def answer_error(value: Any, field: str) -> str:
-    """The one-line message about this answer, or '' when it is good (copier's validators)."""
+def answer_error(value: Any, field: str, given: Mapping[str, Any] | None = None) -> str:
+    """The one-line message about this answer, or '' when it is good (copier's validators).
+    `given`: the answers as `--data` and `--data-file` gave them (`_copier_conf.data`), before
+    copier turned a YAML bool or number into the text "False" or "83", or any word into a bool."""
+    raw = (given or {}).get(field)
+    if field in BOOLEANS and isinstance(raw, str) and raw.strip().lower() not in YES_NO:
+        return f"{field}: {raw!r} is not a yes or no answer (example: {field}=false)"
+    if field not in BOOLEANS and raw is not None and str(raw) == str(value):
+        value = raw
     return check_answer(field, value) or ""
 
 
@@ -184,9 +199,24 @@ def _stop(message: str) -> None:
     raise FailedHookException(message)
 
 
+def _as_given(field: str, value: Any) -> Any:
+    """The answer as a YAML config gave it: cookiecutter turns a number into its text (an
+    unquoted 0123 into "83") before any check runs. The number is still in the context that
+    cookiecutter's `prompt_for_config`, up the call stack, is answering."""
+    frame = sys._getframe()
+    while frame is not None:
+        code, module = frame.f_code.co_name, frame.f_globals.get("__name__")
+        if (module, code) == ("cookiecutter.prompt", "prompt_for_config"):
+            given = frame.f_locals.get("context", {}).get("cookiecutter", {}).get(field)
+            is_number = isinstance(given, (int, float)) and not isinstance(given, bool)
+            return given if is_number and str(given) == value else value
+        frame = frame.f_back
+    return value
+
+
 def checked_answer(answers: dict[str, Any], field: str) -> str:
     """Jinja filter: stop generation with a one-line message when the answer to `field` is bad."""
-    error = check_answer(field, dict(answers).get(field, ""))
+    error = check_answer(field, _as_given(field, dict(answers).get(field, "")))
     if error:
         _stop(error)
     return "ok"

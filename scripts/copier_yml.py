@@ -67,7 +67,8 @@ def question(name: str, raw: Any, prompt: Any) -> dict[str, Any]:
         spec["help"] = prompt or name
         # Copier puts the answers at the top level: `cookiecutter.x` is `x` there.
         spec["default"] = raw if isinstance(raw, bool) else re.sub(r"\bcookiecutter\.(\w+)", r"\1", str(raw))
-    spec["validator"] = f"{{{{ {name} | answer_error('{name}') }}}}"
+    # `_copier_conf.data`: the answers as given, before copier turned a YAML number into text.
+    spec["validator"] = f"{{{{ {name} | answer_error('{name}', _copier_conf.data) }}}}"
     return spec
 
 

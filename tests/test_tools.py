@@ -111,11 +111,26 @@ def test_copier_path_imports_no_cookiecutter(template: Path, tmp_path: Path) -> 
     ({"project_slug": "../escape"}, "project_slug"),
     ({"module_name": "tensorflow"}, "module_name"),
     ({"python_version": "3.9"}, "python_version"),
+    ({"vertex_ai": "maybe"}, "vertex_ai"),  # copier alone would read any unknown word as true
 ])
 def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, template: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"Validation error for question '{field}': {field}: .*example: "):
         run_copy(str(template), tmp_path / "out" / "p", data=answers, defaults=True, unsafe=True, quiet=True)
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+# `copier copy --data-file`: unquoted in YAML, No is False and 0123 the octal number 83, which
+# copier would bake as the text "False" and "83". Refused, saying to quote the answer.
+@pytest.mark.parametrize("line", ["author_name: No", "github_owner: 0123", "description: 1_000"])
+def test_copier_data_file_answer_that_yaml_changed_is_refused(line: str, template: Path, tmp_path: Path) -> None:
+    field = line.split(":")[0]
+    data = tmp_path / "answers.yaml"
+    data.write_text(f"{line}\n")
+    run = subprocess.run([str(BIN / "copier"), "copy", "--trust", "--defaults", "--data-file", str(data),
+                          str(template), str(tmp_path / "out" / "p")], capture_output=True, text=True)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and f"'{field}': {field}: " in last and "quote it" in last, run.stderr[-500:]
+    assert not (tmp_path / "out").exists()
 
 
 def test_copier_update_takes_a_template_change(tmp_path: Path) -> None:

@@ -64,6 +64,9 @@ def test_overrides_are_typed_like_yaml() -> None:
         ("distribute.strategy=gpu", "distribute.strategy: expected one of auto / mirrored"),
         ("distribute.gpus=0", "distribute.gpus: expected a list of integers >= 0"),
         ("train.learning_rate=-1", "train.learning_rate: expected a number > 0.0"),
+        ("train.learning_rate=inf", "train.learning_rate: expected a number > 0.0, got 'inf'"),
+        ("train.weight_decay=.inf", "train.weight_decay: expected a number >= 0.0, got inf"),
+        ("train.class_weight={cat: 1e400}", "train.class_weight: expected none, balanced or"),
         ("run_name=a/b", "run_name: expected letters, digits"),
         ("train.batchsize=64", "train.batchsize: unknown key (known here: epochs, batch_size"),
         ("trian.epochs=1", "trian: unknown key"),
@@ -93,6 +96,26 @@ def test_a_key_missing_from_the_file_is_named(tmp_path: Path) -> None:
     assert str(info.value) == (
         "data.split_column: missing; the params file needs every key (example: split_column: fold)"
     )
+
+
+def test_a_key_given_twice_in_the_file_is_named(tmp_path: Path) -> None:
+    # YAML would keep the last value silently (and DVC refuses the file): one line instead.
+    bad = tmp_path / "params.yaml"
+    bad.write_text(PARAMS.read_text().replace("\ntrain:\n", "\ntrain:\n  epochs: 3\n", 1))
+    with pytest.raises(ConfigError) as info:
+        load_params(bad)
+    message = str(info.value)
+    assert message.startswith("train.epochs: given twice in the params file (lines ")
+    assert "\n" not in message and "example: " in message
+
+
+def test_a_name_of_digits_keeps_them(tmp_path: Path) -> None:
+    # Unquoted, YAML reads 0123 as the octal number 83 and 1.10 as 1.1: a name keeps its text.
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(PARAMS.read_text().replace("\nrun_name: baseline ", "\nrun_name: 0123 "))
+    assert load_params(params_file).run_name == "0123"
+    assert load_params(PARAMS, ["run_name=1.10", "sweep.name=007"]).run_name == "1.10"
+    assert load_params(PARAMS, ["sweep.name=007"]).sweep.name == "007"
 
 
 def test_augmentations_with_their_own_arguments() -> None:

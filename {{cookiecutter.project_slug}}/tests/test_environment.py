@@ -13,9 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from {{ cookiecutter.module_name }}.core import environment
 from {{ cookiecutter.module_name }}.core.environment import (
     collect_environment,
     git_info,
+    log_environment,
     summary,
 )
 from {{ cookiecutter.module_name }}.core.progress import bar_kind, progress_bar, say
@@ -69,6 +71,25 @@ def test_packages_data_hashes_and_summary(tmp_path):
     assert env["colab"]["on_colab"] is False
     text = summary(env)
     assert "Colab       no" in text and "data/processed: 0123abcd.dir" in text
+
+
+def test_a_dvc_lock_in_a_merge_conflict_is_noted_not_fatal(tmp_path):
+    # After a git merge of two branches that both ran the pipeline: every run record reads it.
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\n<<<<<<< HEAD\nstages: {}\n=======\nstages: {prepare: {}}\n>>>>>>> b\n"
+    )
+    env = collect_environment(tmp_path, devices=False)
+    assert env["data"]["dvc"]["dvc.lock"].startswith("unreadable: ")
+    assert "dvc.lock: unreadable: " in summary(env)
+
+
+def test_env_is_saved_with_the_results_where_a_job_keeps_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(tmp_path / "bucket"))
+    monkeypatch.setattr(environment, "tensorflow_info", lambda: {"skipped": True})
+    (tmp_path / "project").mkdir()
+    log_environment(tmp_path / "project")
+    assert (tmp_path / "bucket" / "environment.json").is_file()
+    assert not (tmp_path / "project" / "results").exists()
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from {{ cookiecutter.module_name }}.model import (
     set_backbone_trainable,
 )
 from {{ cookiecutter.module_name }}.optim import clip_gradients
-from {{ cookiecutter.module_name }}.registry import check, register
+from {{ cookiecutter.module_name }}.registry import check, lookup, register
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.training import fingerprint
 
@@ -68,6 +68,20 @@ def test_an_architecture_takes_its_own_arguments_from_model_args() -> None:
     check(params)  # what every command runs before it writes anything
     assert params.model.args == {"width": 24}
     assert fingerprint.settings(params)["model.args.width"] == 24  # a resume checks it
+
+
+def test_a_name_registered_twice_is_an_error_naming_both() -> None:
+    # A user's copy of a built-in that kept its name: which one trains would depend on the order
+    # of the imports (the built-in's, after model.py).
+    def cnn(inputs, spec, cfg):  # noqa: ANN001, ANN202
+        return inputs
+
+    builtin = lookup("architecture", "cnn")
+    with pytest.raises(ValueError, match=r"^register: architecture 'cnn' is registered twice: "):
+        register("architecture", "cnn")(cnn)
+    assert lookup("architecture", "cnn") is builtin
+    # The same function again (its module reloaded, a notebook cell run twice) replaces it.
+    assert register("architecture", "test_widths")(widths) is widths
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import tensorflow as tf
 import yaml
 from conftest import copy_checkout
 
+from {{ cookiecutter.module_name }}.colab import restore
 from {{ cookiecutter.module_name }}.colab.notebooks import (
     NotebookError,
     keep_state_on_storage,
@@ -33,6 +34,7 @@ from {{ cookiecutter.module_name }}.colab.notebooks import (
 from {{ cookiecutter.module_name }}.colab.restore import (
     keep_model,
     restore_for_evaluation,
+    restore_for_sweep,
     restore_for_training,
     run_facts,
 )
@@ -190,6 +192,30 @@ def test_state_kept_on_storage_both_ways_without_overwriting(tmp_path):
     assert any("Run records" in line and "1 copied" in line for line in done)
     assert any("(0 copied)" in line for line in keep_state_on_storage(project, storage))  # again
     assert keep_state_on_storage(project, project) == []  # off Colab: nothing moves
+
+
+def test_state_kept_on_storage_follows_the_results_dir(tmp_path, monkeypatch):
+    project, storage, results = tmp_path / "project", tmp_path / "drive", tmp_path / "elsewhere"
+    (results / "runs" / "run-a").mkdir(parents=True)  # where train writes with the variable set
+    (results / "runs" / "run-a" / "manifest.json").write_text("{}")
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(results))
+    keep_state_on_storage(project, storage)
+    assert (storage / "runs" / "run-a" / "manifest.json").is_file()
+    assert (results / "tensorboard").resolve() == (storage / "tensorboard").resolve()
+    assert not (project / "results").exists()
+
+
+def test_a_sweep_restores_the_data_of_its_own_trials_only(tmp_path, monkeypatch):
+    # Sweep 'lr' is not sweep 'lr-dropout', whose trial 'lr-dropout-0' trained on other data.
+    storage = tmp_path / "drive"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    asked = []
+    monkeypatch.setattr(restore, "restore_data", lambda *args: asked.append(args[3]) or "")
+    for run, data in (("lr-dropout-0", "other-data"), ("lr-2", "its-data")):
+        store = CheckpointStore(storage / "checkpoints" / run, keep=1)
+        store.save(tf.train.Checkpoint(v=tf.Variable([1.0])), 1, {"fingerprint": {"data": data}})
+        restore_for_sweep(PROJECT, {"sweep.name": "lr"})
+    assert asked == [None, "its-data"]
 
 
 def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):

@@ -133,13 +133,13 @@ PACKAGE_MODE = [
 def test_python_package_job_reads_params_from_the_bucket():
     p = params(*PACKAGE_MODE)
     validate(p.vertex, p.run_name)
-    spec = job_spec(p, ["train.epochs=2"])
+    spec = job_spec(p, ["train.epochs=2"], params_at="gs://my-bucket/exp/params-0123abcd.yaml")
     check_field_names(spec)
     package = spec["workerPoolSpecs"][0]["pythonPackageSpec"]
     assert package["pythonModule"] == MODULE
     assert package["packageUris"] == ["gs://my-bucket/dist/app-0.1.0.tar.gz"]
     # A prebuilt image holds no params.yaml: the job reads the uploaded one through /gcs.
-    params_path = "/gcs/my-bucket/exp/params.yaml"
+    params_path = "/gcs/my-bucket/exp/params-0123abcd.yaml"
     assert package["args"] == ["train", "--params", params_path, "--set", "train.epochs=2"]
 
 
@@ -149,9 +149,29 @@ def test_python_package_dry_run_prints_the_upload_first(tmp_path, capsys):
     p = params(*PACKAGE_MODE)
     assert run_vertex(p, tmp_path, dry_run=True, params_file=params_file) == 0
     upload, create = capsys.readouterr().out.strip().splitlines()[-2:]
-    expected = ["gcloud", "storage", "cp", str(params_file), "gs://my-bucket/exp/params.yaml"]
+    at = vertex.params_uri(p.vertex, params_file.read_bytes())
+    expected = ["gcloud", "storage", "cp", str(params_file), at]
     assert shlex.split(upload) == [*expected, "--project=my-proj"]
     assert shlex.split(create)[:4] == ["gcloud", "ai", "custom-jobs", "create"]
+
+
+def test_python_package_jobs_each_read_the_params_they_were_submitted_with(tmp_path, capsys):
+    # A job may wait in the queue, or restart after a Spot preemption, after the next upload:
+    # that upload must not change the params it reads.
+    uploaded = []
+    for name, epochs in (("first", 3), ("second", 5)):
+        params_file = tmp_path / name / "params.yaml"
+        params_file.parent.mkdir()
+        params_file.write_text((PROJECT / "params.yaml").read_text() + f"# epochs {epochs}\n")
+        job = tmp_path / name / "job.yaml"
+        p = params(*PACKAGE_MODE)
+        assert run_vertex(p, tmp_path, True, str(job), params_file=params_file) == 0
+        upload = shlex.split(capsys.readouterr().out.strip().splitlines()[-2])
+        package = yaml.safe_load(job.read_text())["workerPoolSpecs"][0]["pythonPackageSpec"]
+        read = package["args"][package["args"].index("--params") + 1]
+        assert upload[4].startswith("gs://my-bucket/exp/") and read == "/gcs/" + upload[4][5:]
+        uploaded.append(upload[4])
+    assert uploaded[0] != uploaded[1]
 
 
 def test_training_overrides_are_forwarded_vertex_ones_are_not():
@@ -323,7 +343,8 @@ def test_python_package_mode_uploads_params_then_creates(tmp_path, monkeypatch):
     out = str(tmp_path / "job.yaml")
     assert run_vertex(p, tmp_path, output=out, params_file=params_file) == 0
     upload, create = record.read_text().splitlines()
-    assert upload == f"storage cp {params_file} gs://my-bucket/exp/params.yaml --project=my-proj"
+    at = vertex.params_uri(p.vertex, params_file.read_bytes())
+    assert upload == f"storage cp {params_file} {at} --project=my-proj"
     assert create.startswith("ai custom-jobs create ")
 
 
@@ -450,7 +471,7 @@ def test_gcloud_reads_every_field(tmp_path, extra):
     if info.returncode != 0 or not Path(python).is_file():
         pytest.skip("could not locate the Google Cloud CLI's Python")
     out = tmp_path / "job.yaml"
-    assert run_vertex(params(*extra), tmp_path, dry_run=True, output=str(out)) == 0
+    assert run_vertex(params(*extra), PROJECT, dry_run=True, output=str(out)) == 0
     done = subprocess.run(
         [python, "-c", _GCLOUD_ROUND_TRIP, sdk_root, str(out)],
         capture_output=True,

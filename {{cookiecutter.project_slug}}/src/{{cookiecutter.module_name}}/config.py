@@ -25,6 +25,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 from pydantic import (
+    AllowInfNan,
     BeforeValidator,
     Field,
     Strict,
@@ -63,13 +64,16 @@ def _text_from_number(value: Any) -> Any:
 
 
 # Strict: YAML already gives typed values, so `true` is not 1 and `2.5` is not an integer.
+# A number is finite: `.inf` (or 1e400) would train on NaNs.
 Int = Annotated[int, Strict()]
-Float = Annotated[float, BeforeValidator(_number_from_text), Strict()]
+Float = Annotated[float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False)]
 Text = Annotated[str, BeforeValidator(_text_from_number), Strict()]
 Bool = Annotated[bool, Strict()]
 NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 PosInt = Annotated[int, Strict(), Field(ge=1)]
-PosFloat = Annotated[float, BeforeValidator(_number_from_text), Strict(), Field(gt=0.0)]
+PosFloat = Annotated[
+    float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False), Field(gt=0.0)
+]
 
 
 def _field(example: str, expect: str = "", **constraints: Any) -> Any:
@@ -264,15 +268,23 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found (example: --params params.yaml)")
+    text = path.read_text(encoding="utf-8")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        numbers = _check_tree(yaml.compose(text))
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    # A name keeps the digits it was given: `run_name: 0123` is not the octal number 83.
+    for key, written in numbers.items():
+        if _is_text(key):
+            _set_dotted(raw, key, written)
     for item in overrides or []:
         key, value = parse_assignment(item, "--set", "train.epochs=5")
+        if _is_text(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = item.partition("=")[2].strip()
         _set_dotted(raw, key, value)
     try:
         params = _PARAMS.validate_python(raw)
@@ -280,6 +292,32 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         raise ConfigError(_one_line(exc, raw)) from None
     sweep_space(params)  # a bad search space stops every command, as any other bad key does
     return params
+
+
+def _check_tree(node: yaml.Node | None, prefix: str = "") -> dict[str, str]:
+    """Stop at a key given twice in one section (YAML keeps the last value silently, DVC refuses
+    the file) with one line naming it and both lines; return the keys whose value YAML reads as
+    a number, with the text as written."""
+    numbers: dict[str, str] = {}
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_tree(item, prefix)
+    if not isinstance(node, yaml.MappingNode):
+        return numbers
+    lines: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key, line = f"{prefix}{key_node.value}", key_node.start_mark.line + 1
+        if key in lines:
+            value = value_node.value if isinstance(value_node, yaml.ScalarNode) else "..."
+            raise ConfigError(
+                f"{key}: given twice in the params file (lines {lines[key]} and {line}); keep "
+                f"one (example: {key_node.value}: {value})"
+            )
+        lines[key] = line
+        if isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith((":int", ":float")):
+            numbers[key] = value_node.value
+        numbers.update(_check_tree(value_node, f"{key}."))
+    return numbers
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
@@ -478,6 +516,12 @@ def _is_argument(key: str) -> bool:
     """True for a component's own argument: `model.args.width`, `data.args.delimiter`."""
     section, _, rest = key.partition(".args.")
     return bool(rest) and "." not in section and _field_of(f"{section}.args") is not None
+
+
+def _is_text(key: str) -> bool:
+    """True for a dotted key that takes text (`run_name`, `data.label`)."""
+    info = _field_of(key)
+    return info is not None and info.annotation is str
 
 
 def _field_of(key: str) -> Any:

@@ -39,10 +39,23 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
         raise ValueError(f"register: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
 
     def add(obj: Any) -> Any:
+        # Another object under a taken name (a copy of a built-in that kept its name) would win
+        # or lose by the order of the imports; the same one again (a reloaded module) replaces.
+        old = _ENTRIES[kind].get(name)
+        if old is not None and _qualified(old) != _qualified(obj):
+            raise ValueError(
+                f"register: {kind} {name!r} is registered twice: {_qualified(old)} and "
+                f"{_qualified(obj)}; give yours another name (example: "
+                f"@register({kind!r}, 'my_{name}'))"
+            )
         _ENTRIES[kind][name] = obj
         return obj
 
     return add
+
+
+def _qualified(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
 
 
 def names(kind: str) -> list[str]:

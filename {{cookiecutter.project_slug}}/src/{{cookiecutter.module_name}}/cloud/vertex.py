@@ -14,6 +14,7 @@ ContainerSpec, PythonPackageSpec, GcsDestination).
 from __future__ import annotations
 
 import copy
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -95,18 +96,22 @@ def display_name(cfg: VertexConfig, run_name: str) -> str:
 
 
 def job_spec(
-    params: Params, forwarded: list[str] | None = None, command: list[str] | None = None
+    params: Params,
+    forwarded: list[str] | None = None,
+    command: list[str] | None = None,
+    params_at: str = "",
 ) -> dict[str, Any]:
     """The CustomJobSpec for `params` (validate first). `forwarded` are `--set` overrides that
     the job's `train` gets too, so `vertex --set train.epochs=50` trains 50 epochs there.
-    `command`: the package's command and its options (default `train`)."""
+    `command`: the package's command and its options (default `train`). `params_at`: where a
+    Python-package job reads params.yaml (`params_uri`)."""
     cfg = params.vertex
     bucket = cfg.bucket.rstrip("/")
     args = list(command or ["train"])
     if not cfg.image_uri:
         # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket,
         # which the job reads through Vertex AI's Cloud Storage FUSE mount (/gcs/<bucket>/...).
-        args += ["--params", "/gcs/" + params_uri(cfg).removeprefix("gs://")]
+        args += ["--params", "/gcs/" + params_at.removeprefix("gs://")]
     for item in forwarded or []:
         args += ["--set", item]
     env = [
@@ -157,9 +162,10 @@ def job_spec(
     return spec
 
 
-def params_uri(cfg: VertexConfig) -> str:
-    """Where a Python-package job reads params.yaml: `<bucket>/params.yaml`."""
-    return f"{cfg.bucket.rstrip('/')}/params.yaml"
+def params_uri(cfg: VertexConfig, content: bytes) -> str:
+    """Where a Python-package job reads params.yaml: `<bucket>/params-<hash of content>.yaml`, a
+    file per content, so a later upload never changes what a queued or restarted job reads."""
+    return f"{cfg.bucket.rstrip('/')}/params-{hashlib.sha256(content).hexdigest()[:12]}.yaml"
 
 
 def forwarded_overrides(overrides: list[str]) -> list[str]:
@@ -183,12 +189,16 @@ def run_vertex(
     cfg = params.vertex
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])
+    upload = Path(params_file or project_dir / "params.yaml")
+    params_at = "" if cfg.image_uri else params_uri(cfg, upload.read_bytes())
     if tuning_job is None:
-        job = job_spec(params, forwarded)
+        job = job_spec(params, forwarded, params_at=params_at)
         group, kind, name = "custom-jobs", "CustomJobSpec", display_name(cfg, params.run_name)
         path = Path(output or cfg.output)
     else:
-        trial = job_spec(params, forwarded, ["train", "--sweep-trial", params.sweep.name])
+        trial = job_spec(
+            params, forwarded, ["train", "--sweep-trial", params.sweep.name], params_at
+        )
         job = tuning_job(params, trial)
         group, kind, name = "hp-tuning-jobs", "HyperparameterTuningJob", job["displayName"]
         path = Path(output or f"results/vertex/hpt-{params.sweep.name}.yaml")
@@ -200,9 +210,8 @@ def run_vertex(
     project = [f"--project={cfg.project}"] if cfg.project else []
     create = ["gcloud", "ai", group, "create", f"--region={cfg.region}", f"--display-name={name}"]
     commands = [[*create, f"--config={path}", *project]]
-    if not cfg.image_uri:  # first put params.yaml where a Python-package job reads it
-        upload = str(params_file or project_dir / "params.yaml")
-        commands.insert(0, ["gcloud", "storage", "cp", upload, params_uri(cfg), *project])
+    if params_at:  # first put params.yaml where a Python-package job reads it
+        commands.insert(0, ["gcloud", "storage", "cp", str(upload), params_at, *project])
     print(f"Wrote {path}: {_summary(params, tuning_job is not None)}", flush=True)
     if dry_run:
         for cmd in commands:

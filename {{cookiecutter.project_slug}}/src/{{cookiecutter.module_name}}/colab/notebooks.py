@@ -16,9 +16,10 @@ import yaml
 
 from ..config import flat, load_params
 from ..core.environment import log_environment
-from ..core.storage import on_colab, storage_root
+from ..core.storage import on_colab, results_root, storage_root
 from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
 from ..training.policy import EXIT_BUDGET
+from ..training.run_record import runs_dir
 from ..training.seeding import seed_everything
 from ..training.strategy import detect_hardware
 from .githooks import install
@@ -68,21 +69,22 @@ def check_accelerator() -> str:
 
 def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
     """Put what must outlive this VM in `storage`, and bring back what earlier VMs left there:
-    `results/tensorboard` becomes a link to `<storage>/tensorboard`; run records are copied both
-    ways with `<storage>/runs/` (new ones only), so every VM compares every run; the trained
-    model goes to `<storage>/models/<run_name>/`; the DVC remote on Drive follows `storage`
-    (`.dvc/config.local`). Returns what was done, one line each. Safe to run again."""
+    `results/tensorboard` (under `$PROJECT_RESULTS_DIR` when set, as everything below) becomes a
+    link to `<storage>/tensorboard`; run records are copied both ways with `<storage>/runs/` (new
+    ones only), so every VM compares every run; the trained model goes to
+    `<storage>/models/<run_name>/`; the DVC remote on Drive follows `storage` (`.dvc/config.local`).
+    Returns what was done, one line each. Safe to run again."""
     project_dir, storage = Path(project_dir), Path(storage)
     if project_dir.resolve() == storage.resolve():
         return []
     done = []
-    logs, kept_logs = project_dir / "results" / "tensorboard", storage / "tensorboard"
+    logs, kept_logs = results_root(project_dir) / "tensorboard", storage / "tensorboard"
     kept_logs.mkdir(parents=True, exist_ok=True)
     if not logs.is_symlink() and not logs.exists():
         logs.parent.mkdir(parents=True, exist_ok=True)
         logs.symlink_to(kept_logs, target_is_directory=True)
         done.append(f"TensorBoard logs: {kept_logs}")
-    copied = sync_run_records(project_dir / "results" / "runs", storage / "runs")
+    copied = sync_run_records(runs_dir(project_dir), storage / "runs")
     done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
     kept = keep_model(project_dir, storage)
     if kept:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -45,23 +46,25 @@ def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = N
     """Before 02 trains: the data run `run_name` was trained on (its newest checkpoint's
     fingerprint), or for a new run the data dvc.lock records; one line saying what was done."""
     params = load_run_params(project_dir, overrides)
-    return _restore_trained_on(project_dir, params, params.run_name, f"run '{params.run_name}'")
+    name = params.run_name
+    return _restore_trained_on(project_dir, params, re.escape(name), f"run '{name}'")
 
 
 def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
     """Before 04 searches: the data the sweep's trials were trained on (the newest checkpoint of
     its runs `<sweep.name>-<n>`), or for a new sweep the data dvc.lock records; one line."""
     params = load_run_params(project_dir, overrides)
-    name = params.sweep.name
-    return _restore_trained_on(project_dir, params, f"{name}-*", f"sweep '{name}'")
+    name = params.sweep.name  # its trials only: not those of a sweep named `<name>-more`
+    return _restore_trained_on(project_dir, params, rf"{re.escape(name)}-\d+", f"sweep '{name}'")
 
 
 def _restore_trained_on(project_dir: Path, params: Params, runs: str, whose: str) -> str:
-    """`restore_data` for the data the runs matching `runs` were trained on (the first newest
-    checkpoint's fingerprint found), or the data dvc.lock records."""
+    """`restore_data` for the data the runs whose names match the pattern `runs` were trained on
+    (the first newest checkpoint's fingerprint found), or the data dvc.lock records."""
     storage = storage_root(Path(project_dir))
-    metas = [newest_meta(run) or {} for run in (storage / "checkpoints").glob(runs)]
-    hashes = [(meta.get("fingerprint") or {}).get("data") for meta in metas]
+    folders = sorted((storage / "checkpoints").glob("*"))
+    metas = (newest_meta(run) or {} for run in folders if re.fullmatch(runs, run.name))
+    hashes = ((meta.get("fingerprint") or {}).get("data") for meta in metas)
     data_hash = next((h for h in hashes if h), None)
     return restore_data(Path(project_dir), params, storage, data_hash, whose)
 

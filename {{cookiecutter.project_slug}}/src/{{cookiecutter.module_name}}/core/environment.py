@@ -1,8 +1,9 @@
 """What a result was computed with: interpreter, packages, TensorFlow build, devices, git, data.
 
-`python -m <module> env` prints a summary and saves everything to `results/environment.json`;
-every run record embeds the same dictionary, so two runs that disagree can be compared field by
-field (a T4 and an A100, or a package that drifted, show up at once).
+`python -m <module> env` prints a summary and saves everything to `results/environment.json`
+(under `$PROJECT_RESULTS_DIR` when set); every run record embeds the same dictionary, so two runs
+that disagree can be compared field by field (a T4 and an A100, or a package that drifted, show
+up at once).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from .files import atomic_write, file_sha256
 from .hardware import tpu_signals
-from .storage import on_colab
+from .storage import on_colab, results_root
 
 DATA_MANIFEST = "data/manifest.json"
 
@@ -160,7 +161,7 @@ def data_hashes(project_dir: Path) -> dict[str, Any]:
     hashes: dict[str, str] = {}
     lock = project_dir / "dvc.lock"
     if lock.is_file():
-        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+        stages = _dvc_file(project_dir, lock, hashes).get("stages", {})
         for stage in stages.values():
             for out in stage.get("outs", []):
                 hashes[out["path"]] = out.get("md5") or out.get("hash") or ""
@@ -168,12 +169,23 @@ def data_hashes(project_dir: Path) -> dict[str, Any]:
     patterns = ("*.dvc", "data/*.dvc", "data/*/*.dvc", "models/*.dvc")
     found = {p for pattern in patterns for p in project_dir.glob(pattern) if p.is_file()}
     for dvc_file in sorted(found):
-        for out in (yaml.safe_load(dvc_file.read_text()) or {}).get("outs", []):
+        for out in _dvc_file(project_dir, dvc_file, hashes).get("outs", []):
             rel = (dvc_file.parent / out["path"]).relative_to(project_dir)
             hashes[str(rel)] = out.get("md5") or out.get("hash") or ""
     manifest = project_dir / DATA_MANIFEST  # what `prepare` writes; None before it ran
     found = {"path": DATA_MANIFEST, "sha256": file_sha256(manifest)} if manifest.is_file() else None
     return {"dvc": hashes, "manifest": found}
+
+
+def _dvc_file(project_dir: Path, path: Path, hashes: dict[str, str]) -> dict[str, Any]:
+    """A DVC file's content; {} and a note in `hashes` when it is no YAML (a git merge left its
+    conflict markers there): the run that reads it goes on."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        hashes[str(path.relative_to(project_dir))] = f"unreadable: {str(exc).splitlines()[0]}"
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def summary(env: dict[str, Any]) -> str:
@@ -219,7 +231,7 @@ def save_json(data: Any, path: Path) -> Path:
 def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:
     """Collect, print the summary (and every package if asked), save; return the dictionary."""
     env = collect_environment(project_dir)
-    output = Path(output) if output else Path(project_dir) / "results" / "environment.json"
+    output = Path(output) if output else results_root(Path(project_dir)) / "environment.json"
     print(summary(env))
     if packages:
         print("Installed packages:")
