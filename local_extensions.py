@@ -157,7 +157,8 @@ def check_answer(field: str, value: Any) -> str | None:
     if field in BOOLEANS:
         return CHECKS[field](value)
     # A YAML file reads an unquoted yes, no, on, off or an empty value as a bool or None, and
-    # 0123 as the octal number 83: the text the user typed is lost, so ask for quotes.
+    # 0123 as the octal number 83: the text the user typed is lost, so ask for quotes. (Copier
+    # hands the number over; cookiecutter makes it text, "83", before any check can see it.)
     if value is None or isinstance(value, bool):
         return f"{field}: {value!r} is not text; quote it in a YAML config (example: {field}: 'No')"
     if isinstance(value, (int, float)) and str(value) not in CHOICES.get(field, ()):
@@ -199,24 +200,9 @@ def _stop(message: str) -> None:
     raise FailedHookException(message)
 
 
-def _as_given(field: str, value: Any) -> Any:
-    """The answer as a YAML config gave it: cookiecutter turns a number into its text (an
-    unquoted 0123 into "83") before any check runs. The number is still in the context that
-    cookiecutter's `prompt_for_config`, up the call stack, is answering."""
-    frame = sys._getframe()
-    while frame is not None:
-        code, module = frame.f_code.co_name, frame.f_globals.get("__name__")
-        if (module, code) == ("cookiecutter.prompt", "prompt_for_config"):
-            given = frame.f_locals.get("context", {}).get("cookiecutter", {}).get(field)
-            is_number = isinstance(given, (int, float)) and not isinstance(given, bool)
-            return given if is_number and str(given) == value else value
-        frame = frame.f_back
-    return value
-
-
 def checked_answer(answers: dict[str, Any], field: str) -> str:
     """Jinja filter: stop generation with a one-line message when the answer to `field` is bad."""
-    error = check_answer(field, _as_given(field, dict(answers).get(field, "")))
+    error = check_answer(field, dict(answers).get(field, ""))
     if error:
         _stop(error)
     return "ok"
