@@ -380,6 +380,12 @@ def test_a_new_vm_evaluates_the_model_kept_on_drive(tmp_path, monkeypatch):
     assert keep_model(first, storage) == f"Model of run 'baseline': in {kept} already"
     assert (kept / "model.keras").read_bytes() == b"a model"
     assert keep_model(new_vm(tmp_path, "empty"), storage) is None  # no model: nothing kept
+    # A VM gone between keep_model's two renames: the model kept before is found again.
+    os.replace(kept, kept.with_name(".baseline.old"))
+    (storage / "models" / ".baseline.partial").mkdir()
+    assert restore_for_evaluation(new_vm(tmp_path, "cut", remote)).startswith(
+        f"Model: run 'baseline' restored from {kept}"
+    )
     # VM 3: the model from Drive, its data from the DVC remote.
     third = new_vm(tmp_path, "vm3", remote)
     line = restore_for_evaluation(third)

@@ -88,7 +88,7 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
         facts = run_facts(project_dir, storage)
         said = f"Model: {MODEL_FILE} of run '{facts.get('run_name') or '?'}' on this VM"
     else:
-        kept = storage / MODELS / params.run_name
+        kept = kept_model_folder(storage, params.run_name)
         if not all((kept / name).is_file() for name in KEPT_FILES):
             return (
                 f"Model: none on this VM, and no model of run '{params.run_name}' in {kept}: "
@@ -206,6 +206,16 @@ def _copy_from_stores(project_dir: Path, doc: dict[str, Any], stores: list) -> t
     return len(doc["files"]), " and ".join(sorted(used)) or "the copies already on this VM"
 
 
+def kept_model_folder(storage: Path, run_name: str) -> Path:
+    """`<storage>/models/<run_name>`; a swap that a VM's end cut off between its two renames (in
+    `keep_model`) is undone first, so the model kept before it is found again."""
+    target = Path(storage) / MODELS / run_name
+    old = target.with_name(f".{run_name}.old")
+    if old.is_dir() and not target.exists():
+        os.replace(old, target)
+    return target
+
+
 def keep_model(project_dir: Path, storage: Path) -> str | None:
     """Copy the trained model (results/models/model.keras, model.json) and train.json to
     `<storage>/models/<its run_name>/`, swapped in whole; one line, or None without a model."""
@@ -214,7 +224,7 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
     if not all(path.is_file() for path in files.values()):
         return None
     run_name = run_facts(project_dir, storage).get("run_name") or "run"
-    target = Path(storage) / MODELS / run_name
+    target = kept_model_folder(storage, run_name)
     kept = target / "train.json"
     if kept.is_file() and filecmp.cmp(kept, files["train.json"], shallow=False):
         return f"Model of run '{run_name}': in {target} already"
