@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import PROJECT
+from sklearn.metrics import roc_auc_score
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.spec import DataSpec
@@ -215,6 +216,23 @@ def test_metric_updates_in_evaluate_do_not_retrace(caplog: pytest.LogCaptureFixt
             assert again.metrics == pytest.approx(first.metrics)  # the metrics start afresh
         task_for("classification").evaluate([(np.arange(7) % 7, np.eye(7))] * 8)
     assert "retracing" not in caplog.text
+
+
+def test_macro_auc_leaves_out_a_class_the_split_lacks() -> None:
+    """Keras's AUC(multi_label=True) scores a class with no example (or no negative) as 0: a
+    perfect model got 0.667 on three labels, one missing from the split."""
+    rng = np.random.default_rng(0)
+    for task in (task_for("classification"), task_for("multilabel")):
+        n = len(task.names)
+        truth = np.eye(n, dtype="float32")[rng.integers(0, n - 1, 64)]  # the last never occurs
+        outputs = np.clip(truth * 0.6 + rng.random((64, n)) * 0.5, 0, 1).astype("float32")
+        auc = next(m for m in task.standard_metrics() if m.name == "auc")
+        auc.update_state(truth, truth)
+        assert float(auc.result()) == pytest.approx(1.0)
+        auc.reset_state()
+        auc.update_state(truth, outputs)
+        wanted = roc_auc_score(truth[:, :-1], outputs[:, :-1], average="macro")
+        assert float(auc.result()) == pytest.approx(wanted, abs=0.01)
 
 
 def test_early_stopping_policy_tracks_the_best_and_resumes() -> None:

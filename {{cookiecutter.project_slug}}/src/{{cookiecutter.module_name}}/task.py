@@ -40,7 +40,7 @@ import keras
 import numpy as np
 
 from .registry import register
-from .tasks.base import EPSILON, Evaluation, Task, make_task, task_class
+from .tasks.base import EPSILON, Evaluation, MacroAUC, Task, make_task, task_class
 from .tasks.classes import Classes
 
 __all__ = ["Classification", "Evaluation", "Task", "make_task", "task_class"]
@@ -78,7 +78,7 @@ class Classification(Classes):
         return [
             m.SparseCategoricalAccuracy(name="accuracy"),
             *(top_k if self.num_outputs > 5 else []),
-            m.AUC(multi_label=True, num_labels=self.num_outputs, name="auc"),
+            MacroAUC(self.num_outputs),
             m.F1Score(average="macro", name="f1"),  # threshold None: the arg-max class
         ]
 

@@ -256,6 +256,24 @@ class Task:
         return replace(found, targets=y_all, outputs=out_all, losses=losses)
 
 
+class MacroAUC(keras.metrics.AUC):
+    """ROC AUC per class (one-vs-rest) or label, averaged over those the data has both with and
+    without: Keras's `AUC(multi_label=True)` scores one that a split lacks as 0, which lowers the
+    mean (scikit-learn's `roc_auc_score` refuses to score it)."""
+
+    def __init__(self, num_labels: int, name: str = "auc") -> None:
+        super().__init__(multi_label=True, num_labels=num_labels, name=name)
+
+    def result(self) -> Any:
+        ops, tp, fp = keras.ops, self.true_positives, self.false_positives
+        positives, negatives = tp + self.false_negatives, fp + self.true_negatives
+        recall, fp_rate = ops.divide_no_nan(tp, positives), ops.divide_no_nan(fp, negatives)
+        # Keras's own sum: trapezoids between the thresholds, one column per label.
+        by_label = ops.sum((fp_rate[:-1] - fp_rate[1:]) * (recall[:-1] + recall[1:]) / 2, axis=0)
+        scored = ops.cast((positives[0] > 0) & (negatives[0] > 0), by_label.dtype)
+        return ops.divide_no_nan(ops.sum(by_label * scored), ops.sum(scored))
+
+
 def per_name_table(header: str, names: list[str], truth: Any, predicted: Any) -> pd.DataFrame:
     """Precision, recall, F1 and support per class or label (scikit-learn's report), every name
     also one the test split lacks; `truth` and `predicted` class indices or 0/1 rows."""

@@ -19,7 +19,7 @@ from sklearn.preprocessing import MultiLabelBinarizer
 
 from ..config import ConfigError
 from ..registry import register
-from .base import EPSILON, Evaluation, Task, per_name_table
+from .base import EPSILON, Evaluation, MacroAUC, Task, per_name_table
 from .classes import listed, probabilities
 
 LABEL_SEPARATOR = "|"  # a CSV cell: "cat|dog"
@@ -63,7 +63,7 @@ class Multilabel(Task):
         m = keras.metrics
         return [
             m.BinaryAccuracy(threshold=THRESHOLD, name="binary_accuracy"),
-            m.AUC(multi_label=True, num_labels=self.num_outputs, name="auc"),
+            MacroAUC(self.num_outputs),
             m.Precision(name="precision", thresholds=THRESHOLD),
             m.Recall(name="recall", thresholds=THRESHOLD),
             m.F1Score(average="macro", threshold=THRESHOLD, name="f1"),
