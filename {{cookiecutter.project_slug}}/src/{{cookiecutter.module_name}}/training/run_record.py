@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -103,7 +104,7 @@ def reproduce_commands(
         *(warning if git.get("dirty") else []),
         f"git checkout {commit}",
         "dvc pull  # the data version of that commit (checked against data.manifest)",
-        f"cp {run_dir / 'params.yaml'} params.yaml",
+        f"cp {shlex.quote(str(run_dir / 'params.yaml'))} params.yaml",  # a path with spaces
         f"{COMMAND} speed"
         if kind == "speed"
         else f"{COMMAND} train --set run_name={run_name}-repro",
@@ -125,9 +126,15 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
 
 def read_runs(folder: Path, newest_first: bool = False) -> Iterator[dict[str, Any]]:
     """The run records in a `runs/` folder, one at a time, oldest first (run ids sort by start
-    time): the one reader of `<run_id>/manifest.json` files."""
+    time): the one reader of `<run_id>/manifest.json` files. One that cannot be read (a write
+    that Drive lost with its VM) is skipped, said in one line."""
     for path in sorted(Path(folder).glob("*/manifest.json"), reverse=newest_first):
-        yield json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"WARNING: run record {path} skipped, unreadable ({exc})", flush=True)
+            continue
+        yield record
 
 
 def list_runs(project_dir: Path) -> list[dict[str, Any]]:
