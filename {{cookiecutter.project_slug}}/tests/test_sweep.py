@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from conftest import PROJECT, cli, cli_env, copy_checkout, sets
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.sweep_results import plot_trials
 from {{ cookiecutter.module_name }}.training.sweep_study import (
@@ -33,6 +35,7 @@ from {{ cookiecutter.module_name }}.training.sweep_study import (
     make_sampler,
     study_folder,
 )
+from {{ cookiecutter.module_name }}.training.trainer import TrainResult
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -401,3 +404,27 @@ Lease.acquire(Path(sys.argv[1]), "sweep-held").start_heartbeat()
 print("held", flush=True)
 time.sleep(600)
 """
+
+
+def test_a_stopped_trials_continue_command_pastes_into_a_shell(tmp_path, monkeypatch) -> None:
+    """The `Continue with:` line of a trial cut off keeps each `--set` whole: a path with spaces,
+    a space in braces."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    overrides = [
+        "data.path=/content/drive/MyDrive/Colab Notebooks/my data.csv",
+        "sweep.space={model.dropout: {low: 0.0, high: 0.5}}",
+    ]
+    params = params_with(*overrides)
+    lease = SimpleNamespace(lost="")  # one session's sweep, its lease held
+    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, overrides, lease)
+    seen = {}
+
+    def stopped(params, project_dir, resume_command="", **kwargs):
+        seen["command"] = resume_command
+        return TrainResult("stopped", 5, 3, "time budget reached")
+
+    monkeypatch.setattr(sweep_module, "train", stopped)
+    assert sweep_module.run_trial(sweep, sweep.study.ask(sweep.space), False, None, False) == 3
+    expected = [*COMMAND.split(), "sweep", *(f"--set={item}" for item in overrides)]
+    assert shlex.split(seen["command"]) == expected

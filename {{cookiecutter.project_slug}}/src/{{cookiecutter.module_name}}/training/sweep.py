@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -168,7 +169,7 @@ def run_trial(
             "worse than the median of the other trials at that epoch"
         )
 
-    again = " ".join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
+    again = shlex.join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
     results = sweep.results / run.rsplit("-", 1)[1]
     hooks = RunHooks(results=results, on_epoch=on_epoch, deadline=deadline)
     try:
