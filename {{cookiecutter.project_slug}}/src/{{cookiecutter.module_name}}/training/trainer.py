@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import shutil
 import tempfile
 import time
@@ -299,9 +300,17 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     # examples change every epoch.
     per_epoch = n_train // global_batch
     if per_epoch == 0:
+        fits = n_train // info.replicas  # the largest batch per replica that fills one step
+        if fits == 0:
+            raise ConfigError(
+                f"train.batch_size: the training split has {n_train} examples, fewer than the "
+                f"{info.replicas} replicas; add data and prepare it again, or train on one "
+                "replica (example: --set distribute.strategy=default)"
+            )
         raise ConfigError(
             f"train.batch_size: {cfg.batch_size} x {info.replicas} replicas is more than the "
-            f"{n_train} training examples (example: --set train.batch_size=32)"
+            f"{n_train} training examples (example: --set train.batch_size="
+            f"{2 ** int(math.log2(fits))})"
         )
     total = per_epoch * cfg.epochs
     frozen = cfg.fine_tune.frozen_epochs if params.model.architecture == "backbone" else 0
