@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import optuna
 import pandas as pd
 import pytest
+import tensorflow as tf
 from conftest import PROJECT, cli, cli_env, copy_checkout, sets
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
@@ -428,3 +429,24 @@ def test_a_stopped_trials_continue_command_pastes_into_a_shell(tmp_path, monkeyp
     assert sweep_module.run_trial(sweep, sweep.study.ask(sweep.space), False, None, False) == 3
     expected = [*COMMAND.split(), "sweep", *(f"--set={item}" for item in overrides)]
     assert shlex.split(seen["command"]) == expected
+
+
+def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys) -> None:
+    """A point that does not fit the accelerator (a batch or model too large) is a FAIL of its
+    trial, said in one line; not a crash that a sweep started again would repeat on that very
+    trial, taken up again each time."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    sweep = Sweep(params_with(), PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+
+    def out_of_memory(params, project_dir, **kwargs):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[65536,4096] and type float"
+        )
+
+    monkeypatch.setattr(sweep_module, "train", out_of_memory)
+    trial = sweep.study.ask(sweep.space)
+    assert sweep_module.run_trial(sweep, trial, False, None, False) == 0
+    assert sweep.study.get_trials()[0].state == optuna.trial.TrialState.FAIL
+    out = capsys.readouterr().out
+    assert "Trial 0 failed: ResourceExhaustedError: OOM when allocating tensor" in out
