@@ -23,12 +23,16 @@ import pytest
 import tensorflow as tf
 from conftest import PROJECT, cli, cli_env, copy_checkout, sets
 from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.sweep_results import plot_trials
+from {{ cookiecutter.module_name }}.training.sweep_results import (
+    keep_best_checkpoints,
+    plot_trials,
+)
 from {{ cookiecutter.module_name }}.training.sweep_study import (
     JOURNAL,
     Sweep,
@@ -450,3 +454,47 @@ def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert sweep.study.get_trials()[0].state == optuna.trial.TrialState.FAIL
     out = capsys.readouterr().out
     assert "Trial 0 failed: ResourceExhaustedError: OOM when allocating tensor" in out
+
+
+def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did_not_write(
+    tmp_path, monkeypatch
+) -> None:
+    """Drive's quota: after a trial, every finished run's checkpoints (a failed one's too: its
+    loss went NaN) are deleted but the `keep_best` best, with what a save or a lease write left
+    cut short; a file of the user's stays, and so does its folder."""
+    storage = tmp_path / "storage"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    params = params_with("sweep.keep_best=1")
+    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+    point = {"train.learning_rate": 1e-3, "model.dropout": 0.1, "train.optimizer": "adam"}
+    ends = {
+        "best": (TrialState.COMPLETE, 0.1),
+        "worse": (TrialState.COMPLETE, 0.5),
+        "nan": (TrialState.FAIL, None),
+        "mine": (TrialState.PRUNED, None),
+    }
+    for run, (state, value) in ends.items():
+        sweep.study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=value,
+                params=point,
+                distributions=sweep.space,
+                user_attrs={"run": run},
+                intermediate_values={0: 0.9},
+            )
+        )
+        folder = storage / "checkpoints" / run
+        for name in (
+            "step-000000010",
+            "step-000000020",
+            ".tmp-step-000000030-7",
+            "damaged-step-000000005-1",
+        ):
+            (folder / name).mkdir(parents=True)
+            (folder / name / "ckpt.index").write_bytes(b"x")
+    (storage / "checkpoints" / "mine" / "notes.md").write_text("kept")
+    keep_best_checkpoints(sweep)
+    left = sorted(p.relative_to(storage).as_posix() for p in storage.glob("checkpoints/*/*"))
+    best = [p for p in left if p.startswith("checkpoints/best/")]
+    assert len(best) == 4 and sorted(set(left) - set(best)) == ["checkpoints/mine/notes.md"]
