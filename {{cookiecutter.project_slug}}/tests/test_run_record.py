@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -9,13 +10,17 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import copy_checkout
 
+from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
 from {{ cookiecutter.module_name }}.core.files import file_sha256
+from {{ cookiecutter.module_name }}.training import run_record
+from {{ cookiecutter.module_name }}.training.checkpoints import ResultsWriteError
 from {{ cookiecutter.module_name }}.training.run_record import (
     build_record,
     find_run,
@@ -24,6 +29,7 @@ from {{ cookiecutter.module_name }}.training.run_record import (
     runs_table,
     write_run_record,
 )
+from {{ cookiecutter.module_name }}.training.trainer import TrainResult
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -207,3 +213,28 @@ def test_reproduce_commands_quote_a_results_folder_with_spaces(tmp_path, monkeyp
     )
     (copy,) = [shlex.split(line) for line in record["reproduce"] if line.startswith("cp ")]
     assert copy == ["cp", str(results / "runs" / run_id / "params.yaml"), "params.yaml"]
+
+
+def test_a_run_record_on_a_full_disk_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """The model and train.json are written, then the disk is full: one line naming the record
+    and how to write it (the same train command), as for the results themselves."""
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    monkeypatch.setattr(run_record, "atomic_write", full)
+    params = load_params(PROJECT / "params.yaml", ["run_name=full"])
+    results = tmp_path / "results"
+    paths = SimpleNamespace(
+        model_file=results / "models" / "model.keras",
+        metrics_file=results / "metrics" / "train.json",
+        checkpoints=tmp_path / "checkpoints" / "full",
+    )
+    result = TrainResult("completed", 10, metrics={"val_loss": 0.5})
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # noqa: UP017
+    with pytest.raises(ResultsWriteError) as err:
+        run_record.record_run(params, tmp_path, paths, result, started)
+    text = str(err.value)
+    assert "\n" not in text and "No space left on device" in text, text
+    assert str(results / "runs") in text and "the same train command" in text

@@ -22,6 +22,7 @@ from ..config import COMMAND
 from ..core.environment import collect_environment, save_json, utc_now
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import TRAIN_METRICS, results_root
+from .checkpoints import ResultsWriteError
 from .tracking import Tracker
 
 
@@ -213,7 +214,14 @@ def record_run(
         class_weight=result.class_weight,
         facts=result.facts,
     )
-    manifest = write_run_record(project_dir, record)
+    try:
+        manifest = write_run_record(project_dir, record)
+    except OSError as exc:  # a full or dropped disk, after the results were written
+        raise ResultsWriteError(
+            f"{runs_dir(project_dir) / run_id}: the run record could not be written "
+            f"({exc.strerror or exc}); the run is kept in its checkpoints: free some space and "
+            "run the same train command again to write it"
+        ) from None
     print(f"Run record: {manifest}", flush=True)
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:
