@@ -132,3 +132,21 @@ def test_every_keras_metric_is_watched_in_its_own_direction() -> None:
         if direction and mode_for(f"val_{metric.name}") != {"up": "max", "down": "min"}[direction]:
             wrong.append(f"val_{metric.name} ({direction})")
     assert not wrong, wrong
+
+
+def test_a_run_whose_loss_goes_nan_stops_at_that_epoch_and_says_why(
+    tiny_project: Path, capsys
+) -> None:
+    """A diverged run (a learning rate far too high) stops at the first epoch end whose val_loss
+    is not a number, says why and what to lower, and stays stopped: the same command trains no
+    further (a GPU's quota is not spent on NaN)."""
+    base = [*TINY, "train.epochs=4", "train.learning_rate=1e30", "train.optimizer=sgd"]
+    params = load_params(tiny_project / "params.yaml", [*base, "run_name=nan"])
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert result.status == "completed" and result.step == PER_EPOCH, out  # of 4 epochs
+    assert result.metrics["stopped_early"] == 1
+    assert "Stopped early: val_loss is nan at epoch 1: training diverged" in out
+    assert "(example: --set train.learning_rate=1e+29)" in out
+    again = train(params, tiny_project)
+    assert again.step == PER_EPOCH and "already complete" in capsys.readouterr().out
