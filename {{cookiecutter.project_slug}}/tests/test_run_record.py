@@ -238,3 +238,10 @@ def test_a_run_record_on_a_full_disk_is_one_line_not_a_traceback(tmp_path, monke
     text = str(err.value)
     assert "\n" not in text and "No space left on device" in text, text
     assert str(results / "runs") in text and "the same train command" in text
+
+
+def test_the_runs_table_of_a_vm_without_runs_is_empty_not_an_error():
+    """Notebook 03 on a new VM (its model restored from Drive, no run records here) ends with
+    the table of this VM's runs: its header only."""
+    table = runs_table([]).splitlines()
+    assert len(table) == 2 and table[0].startswith("| run ") and "val_loss" in table[0]

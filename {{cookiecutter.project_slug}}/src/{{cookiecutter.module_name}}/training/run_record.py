@@ -159,7 +159,8 @@ def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
     }
     frame = pd.json_normalize(runs).reindex(columns=[*columns, "git.dirty"])
     dirty = frame.pop("git.dirty").map({True: "*"}).fillna("")
-    frame["git.commit"] = frame["git.commit"].fillna("-").str[:8] + dirty
+    commits = frame["git.commit"].fillna("-").astype(str)  # a column of text, even with no runs
+    frame["git.commit"] = commits.str[:8] + dirty
     frame = frame.rename(columns=columns).astype(object)
     table = frame.where(frame.notna(), None)
     return table.to_markdown(index=False, floatfmt=".4g", missingval="-")
