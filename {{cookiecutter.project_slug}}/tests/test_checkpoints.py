@@ -136,3 +136,21 @@ def test_commit_without_folder_rename(tmp_path: Path, monkeypatch) -> None:
     assert verify(path) is None and not list(tmp_path.glob(".tmp-*"))
     var.assign([0.0, 0.0])
     assert store.restore(ckpt)["step"] == 7 and var.numpy().tolist() == [4.0, 4.0]
+
+
+def test_fresh_deletes_the_runs_checkpoints_and_nothing_else(tmp_path: Path) -> None:
+    """`train --fresh` (`clear`): the steps, partial and damaged ones go; the lease and what the
+    project did not write in the run's folder stay."""
+    store = CheckpointStore(tmp_path, keep=3)
+    ckpt, _ = _ckpt(1.0)
+    for step in (10, 20):
+        store.save(ckpt, step, {})
+    (tmp_path / ".tmp-step-000000030-99").mkdir()
+    (tmp_path / "damaged-step-000000005-1700000000").mkdir()
+    (tmp_path / "lease.json").write_text("{}")
+    (tmp_path / ".lease.json-0123456789abcdef.tmp").write_text("{")
+    (tmp_path / "notes.md").write_text("why this run")
+    (tmp_path / "exported").mkdir()
+    assert store.clear() == [10, 20]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["exported", "lease.json", "notes.md"]

@@ -176,3 +176,16 @@ def test_the_dvc_stage_reuses_a_matching_run_and_trains_its_own_otherwise(
         next((tmp_path / "checkpoints" / "baseline").glob("step-*/meta.json")).read_text()
     )
     assert meta["fingerprint"] == expected
+
+
+def test_the_codes_digest_leaves_out_hidden_folders(tmp_path: Path) -> None:
+    """Jupyter's autosave (`.ipynb_checkpoints/`, made when a module is opened in Colab's or
+    Jupyter's editor) is not the package's code: it must not make the DVC stage train a new run."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "model.py").write_text("x = 1\n")
+    first = fingerprint.code_digest(package)
+    (package / ".ipynb_checkpoints").mkdir()
+    (package / ".ipynb_checkpoints" / "model-checkpoint.py").write_text("x = 0\n")
+    fingerprint.code_digest.cache_clear()
+    assert fingerprint.code_digest(package) == first

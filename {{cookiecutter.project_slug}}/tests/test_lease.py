@@ -300,3 +300,26 @@ def test_fresh_clears_the_checkpoints_but_keeps_the_lease(tmp_path: Path) -> Non
     assert store.clear() == [2, 3]  # the steps it deleted (the newest 2 were kept)
     assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]
     lease.release()
+
+
+def test_a_heartbeat_still_writing_at_release_does_not_write_the_lease_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow storage (Drive) still writing a heartbeat when the run ends: the lease is gone
+    once released, not written back by that heartbeat; a lease left behind would make the next
+    session on another VM wait for it to go stale."""
+    lease = Lease.acquire(tmp_path, "r")
+    writing, real = threading.Event(), leases.atomic_write
+
+    def slow(path: Path, data: str) -> Path:
+        writing.set()
+        time.sleep(5.5)  # longer than any wait of release's for the heartbeat thread
+        return real(path, data)
+
+    monkeypatch.setattr(leases, "atomic_write", slow)
+    lease.interval = 0.01
+    lease.start_heartbeat()
+    assert writing.wait(5)
+    lease.release()
+    lease._thread.join()
+    assert not lease.path.exists()

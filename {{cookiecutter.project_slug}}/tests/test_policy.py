@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from conftest import TINY, tensorboard_values
@@ -13,7 +14,7 @@ from conftest import TINY, tensorboard_values
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.storage import results_root
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.policy import checkpoint_due
+from {{ cookiecutter.module_name }}.training.policy import checkpoint_due, mode_for
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -110,3 +111,42 @@ def test_checkpoints_fall_on_steps_every_worker_shares() -> None:
     assert due == [10, 20, 30, 40, 44, 54, 64, 74, 84, 88]
     # Epochs shorter than `every`: a save at each epoch end only, not one a few steps later.
     assert [s for s, n in chunk_ends(3, 5) if checkpoint_due(s, n, 50, PER_EPOCH)] == [44, 88, 132]
+
+
+def test_every_keras_metric_is_watched_in_its_own_direction() -> None:
+    """train.monitor on a `task.metrics` entry: early stopping, the best model and a sweep's
+    direction go the way Keras says the metric improves (`_direction`, what its callbacks read
+    in mode "auto"); counts of false results go down too."""
+    wrong = []
+    for name in dir(keras.metrics):
+        kind = getattr(keras.metrics, name)
+        if not isinstance(kind, type) or not issubclass(kind, keras.metrics.Metric):
+            continue
+        try:
+            metric = kind()
+        except TypeError:  # needs arguments (num_classes, ...): not a `task.metrics` name
+            continue
+        direction = getattr(metric, "_direction", None)
+        if metric.name in ("false_negatives", "false_positives"):
+            direction = "down"
+        if direction and mode_for(f"val_{metric.name}") != {"up": "max", "down": "min"}[direction]:
+            wrong.append(f"val_{metric.name} ({direction})")
+    assert not wrong, wrong
+
+
+def test_a_run_whose_loss_goes_nan_stops_at_that_epoch_and_says_why(
+    tiny_project: Path, capsys
+) -> None:
+    """A diverged run (a learning rate far too high) stops at the first epoch end whose val_loss
+    is not a number, says why and what to lower, and stays stopped: the same command trains no
+    further (a GPU's quota is not spent on NaN)."""
+    base = [*TINY, "train.epochs=4", "train.learning_rate=1e30", "train.optimizer=sgd"]
+    params = load_params(tiny_project / "params.yaml", [*base, "run_name=nan"])
+    result = train(params, tiny_project)
+    out = capsys.readouterr().out
+    assert result.status == "completed" and result.step == PER_EPOCH, out  # of 4 epochs
+    assert result.metrics["stopped_early"] == 1
+    assert "Stopped early: val_loss is nan at epoch 1: training diverged" in out
+    assert "(example: --set train.learning_rate=1e+29)" in out
+    again = train(params, tiny_project)
+    assert again.step == PER_EPOCH and "already complete" in capsys.readouterr().out

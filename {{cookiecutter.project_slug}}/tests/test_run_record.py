@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shlex
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 from conftest import copy_checkout
 
+from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
 from {{ cookiecutter.module_name }}.core.files import file_sha256
+from {{ cookiecutter.module_name }}.training import run_record
+from {{ cookiecutter.module_name }}.training.checkpoints import ResultsWriteError
 from {{ cookiecutter.module_name }}.training.run_record import (
     build_record,
     find_run,
@@ -23,6 +29,7 @@ from {{ cookiecutter.module_name }}.training.run_record import (
     runs_table,
     write_run_record,
 )
+from {{ cookiecutter.module_name }}.training.trainer import TrainResult
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -153,3 +160,88 @@ def test_a_training_run_writes_a_complete_manifest(tmp_path):
     assert all(type(v) in (int, float) for v in scalars.values()), scalars
     assert "val_loss" in scalars and not [k for k in scalars if k.startswith("train_val_")]
     assert not {"run_name", "status", "deterministic", "class_weight"} & set(scalars)
+
+
+def test_a_torn_run_record_is_skipped_with_a_warning(tmp_path, capsys):
+    """Drive can lose a VM's last writes: an empty or cut manifest.json in a runs folder (the
+    storage's, which a new VM reads) is passed over, said in one line; the others still count."""
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # noqa: UP017
+    metrics = tmp_path / "results" / "metrics" / "train.json"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"val_loss": 0.5}\n')
+    record = build_record(
+        tmp_path,
+        run_id=new_run_id("good", started),
+        params={"seed": 1, "run_name": "good"},
+        status="completed",
+        metrics={},
+        artifacts=[metrics],
+        checkpoints=tmp_path / "checkpoints" / "good",
+        started_at=started,
+        finished_at=started,
+        environment=collect_environment(tmp_path, devices=False),
+    )
+    write_run_record(tmp_path, record)
+    torn = tmp_path / "results" / "runs" / "20270101T000000Z-cut-0000" / "manifest.json"
+    torn.parent.mkdir()
+    torn.write_text('{"run_id": "20270101T000000Z-cut-0000", "arti')  # newer, cut short
+    capsys.readouterr()
+
+    assert [r["run_id"] for r in list_runs(tmp_path)] == [record["run_id"]]
+    assert find_run(tmp_path / "results")["run_id"] == record["run_id"]
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said and all(line.startswith("WARNING:") and str(torn) in line for line in said)
+
+
+def test_reproduce_commands_quote_a_results_folder_with_spaces(tmp_path, monkeypatch):
+    """$PROJECT_RESULTS_DIR in "My Drive/Colab Notebooks": the commands still paste into a shell."""
+    results = tmp_path / "Colab Notebooks" / "results"
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(results))
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # noqa: UP017
+    run_id = new_run_id("spaced", started)
+    record = build_record(
+        tmp_path / "project",
+        run_id=run_id,
+        params={"seed": 1, "run_name": "spaced"},
+        status="completed",
+        metrics={},
+        artifacts=[],
+        checkpoints=tmp_path / "checkpoints" / "spaced",
+        started_at=started,
+        finished_at=started,
+        environment={"git": {"commit": "abc123"}, "data": {"manifest": None, "dvc": None}},
+    )
+    (copy,) = [shlex.split(line) for line in record["reproduce"] if line.startswith("cp ")]
+    assert copy == ["cp", str(results / "runs" / run_id / "params.yaml"), "params.yaml"]
+
+
+def test_a_run_record_on_a_full_disk_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """The model and train.json are written, then the disk is full: one line naming the record
+    and how to write it (the same train command), as for the results themselves."""
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    monkeypatch.setattr(run_record, "atomic_write", full)
+    params = load_params(PROJECT / "params.yaml", ["run_name=full"])
+    results = tmp_path / "results"
+    paths = SimpleNamespace(
+        model_file=results / "models" / "model.keras",
+        metrics_file=results / "metrics" / "train.json",
+        checkpoints=tmp_path / "checkpoints" / "full",
+    )
+    result = TrainResult("completed", 10, metrics={"val_loss": 0.5})
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # noqa: UP017
+    with pytest.raises(ResultsWriteError) as err:
+        run_record.record_run(params, tmp_path, paths, result, started)
+    text = str(err.value)
+    assert "\n" not in text and "No space left on device" in text, text
+    assert str(results / "runs") in text and "the same train command" in text
+
+
+def test_the_runs_table_of_a_vm_without_runs_is_empty_not_an_error():
+    """Notebook 03 on a new VM (its model restored from Drive, no run records here) ends with
+    the table of this VM's runs: its header only."""
+    table = runs_table([]).splitlines()
+    assert len(table) == 2 and table[0].startswith("| run ") and "val_loss" in table[0]

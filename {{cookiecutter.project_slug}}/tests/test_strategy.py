@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import types
 from pathlib import Path
 
@@ -10,14 +12,14 @@ import numpy as np
 import pytest
 from conftest import PROJECT, TINY
 
-from {{ cookiecutter.module_name }}.config import DistributeConfig, load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, DistributeConfig, load_params
 from {{ cookiecutter.module_name }}.training import strategy as strat
 from {{ cookiecutter.module_name }}.training.strategy import (
     Hardware,
     StrategyError,
     choose_plan,
 )
-from {{ cookiecutter.module_name }}.training.trainer import train
+from {{ cookiecutter.module_name }}.training.trainer import make_plan, train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -158,3 +160,31 @@ def test_xla_and_float16_loss_scaling_paths_train(tiny_project: Path, monkeypatc
         keras.mixed_precision.set_global_policy("float32")
     assert result.status == "completed" and result.facts["precision"] == "mixed_float16"
     assert np.isfinite(result.metrics["val_loss"])
+
+
+def test_a_tf_config_that_is_not_json_is_one_line_with_an_example(monkeypatch) -> None:
+    monkeypatch.setenv("TF_CONFIG", "{cluster: {worker: [a:1]}")  # YAML-ish, not JSON
+    with pytest.raises(StrategyError) as err:
+        strat.detect_hardware()
+    text = str(err.value)
+    assert text.startswith("TF_CONFIG: not valid JSON") and "\n" not in text
+    example = json.loads(text.split("(example: TF_CONFIG=")[1].removesuffix(")").strip("'"))
+    assert example["task"]["type"] == "worker"
+
+
+@pytest.mark.parametrize(("examples", "replicas"), [(10, 1), (10, 2), (100, 8), (1, 2)])
+def test_a_batch_larger_than_the_data_is_refused_with_one_that_fits(
+    examples: int, replicas: int
+) -> None:
+    params = load_params(PROJECT / "params.yaml", ["train.batch_size=64"])
+    info = strat.StrategyInfo("MirroredStrategy", replicas, "CPU", True)
+    data = types.SimpleNamespace(count=lambda split: examples)
+    with pytest.raises(ConfigError) as err:
+        make_plan(params, info, data)
+    text = str(err.value)
+    assert "\n" not in text and "example: --set " in text
+    fits = re.search(r"example: --set train.batch_size=(\d+)\)", text)
+    if examples >= replicas:
+        assert fits and 1 <= int(fits.group(1)) * replicas <= examples, text
+    else:  # not one example per replica: no batch size helps
+        assert not fits and "distribute.strategy=default" in text, text

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,13 +20,19 @@ from types import SimpleNamespace
 import optuna
 import pandas as pd
 import pytest
+import tensorflow as tf
 from conftest import PROJECT, cli, cli_env, copy_checkout, sets
 from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
-from {{ cookiecutter.module_name }}.training.sweep_results import plot_trials
+from {{ cookiecutter.module_name }}.training.sweep_results import (
+    keep_best_checkpoints,
+    plot_trials,
+)
 from {{ cookiecutter.module_name }}.training.sweep_study import (
     JOURNAL,
     Sweep,
@@ -33,6 +40,7 @@ from {{ cookiecutter.module_name }}.training.sweep_study import (
     make_sampler,
     study_folder,
 )
+from {{ cookiecutter.module_name }}.training.trainer import TrainResult
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -401,3 +409,92 @@ Lease.acquire(Path(sys.argv[1]), "sweep-held").start_heartbeat()
 print("held", flush=True)
 time.sleep(600)
 """
+
+
+def test_a_stopped_trials_continue_command_pastes_into_a_shell(tmp_path, monkeypatch) -> None:
+    """The `Continue with:` line of a trial cut off keeps each `--set` whole: a path with spaces,
+    a space in braces."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    overrides = [
+        "data.path=/content/drive/MyDrive/Colab Notebooks/my data.csv",
+        "sweep.space={model.dropout: {low: 0.0, high: 0.5}}",
+    ]
+    params = params_with(*overrides)
+    lease = SimpleNamespace(lost="")  # one session's sweep, its lease held
+    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, overrides, lease)
+    seen = {}
+
+    def stopped(params, project_dir, resume_command="", **kwargs):
+        seen["command"] = resume_command
+        return TrainResult("stopped", 5, 3, "time budget reached")
+
+    monkeypatch.setattr(sweep_module, "train", stopped)
+    assert sweep_module.run_trial(sweep, sweep.study.ask(sweep.space), False, None, False) == 3
+    expected = [*COMMAND.split(), "sweep", *(f"--set={item}" for item in overrides)]
+    assert shlex.split(seen["command"]) == expected
+
+
+def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys) -> None:
+    """A point that does not fit the accelerator (a batch or model too large) is a FAIL of its
+    trial, said in one line; not a crash that a sweep started again would repeat on that very
+    trial, taken up again each time."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    sweep = Sweep(params_with(), PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+
+    def out_of_memory(params, project_dir, **kwargs):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[65536,4096] and type float"
+        )
+
+    monkeypatch.setattr(sweep_module, "train", out_of_memory)
+    trial = sweep.study.ask(sweep.space)
+    assert sweep_module.run_trial(sweep, trial, False, None, False) == 0
+    assert sweep.study.get_trials()[0].state == optuna.trial.TrialState.FAIL
+    out = capsys.readouterr().out
+    assert "Trial 0 failed: ResourceExhaustedError: OOM when allocating tensor" in out
+
+
+def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did_not_write(
+    tmp_path, monkeypatch
+) -> None:
+    """Drive's quota: after a trial, every finished run's checkpoints (a failed one's too: its
+    loss went NaN) are deleted but the `keep_best` best, with what a save or a lease write left
+    cut short; a file of the user's stays, and so does its folder."""
+    storage = tmp_path / "storage"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
+    params = params_with("sweep.keep_best=1")
+    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+    point = {"train.learning_rate": 1e-3, "model.dropout": 0.1, "train.optimizer": "adam"}
+    ends = {
+        "best": (TrialState.COMPLETE, 0.1),
+        "worse": (TrialState.COMPLETE, 0.5),
+        "nan": (TrialState.FAIL, None),
+        "mine": (TrialState.PRUNED, None),
+    }
+    for run, (state, value) in ends.items():
+        sweep.study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=value,
+                params=point,
+                distributions=sweep.space,
+                user_attrs={"run": run},
+                intermediate_values={0: 0.9},
+            )
+        )
+        folder = storage / "checkpoints" / run
+        for name in (
+            "step-000000010",
+            "step-000000020",
+            ".tmp-step-000000030-7",
+            "damaged-step-000000005-1",
+        ):
+            (folder / name).mkdir(parents=True)
+            (folder / name / "ckpt.index").write_bytes(b"x")
+    (storage / "checkpoints" / "mine" / "notes.md").write_text("kept")
+    keep_best_checkpoints(sweep)
+    left = sorted(p.relative_to(storage).as_posix() for p in storage.glob("checkpoints/*/*"))
+    best = [p for p in left if p.startswith("checkpoints/best/")]
+    assert len(best) == 4 and sorted(set(left) - set(best)) == ["checkpoints/mine/notes.md"]

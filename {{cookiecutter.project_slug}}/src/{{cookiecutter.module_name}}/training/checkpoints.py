@@ -227,15 +227,20 @@ class CheckpointStore:
             shutil.rmtree(child, ignore_errors=True)
 
     def clear(self) -> list[int]:
-        """Delete every checkpoint of this run (`train --fresh`); return the steps of the complete
-        ones deleted. The lease stays: this session holds it."""
-        deleted = [step for step, _ in list_checkpoints(self.directory)]
-        for child in self.directory.iterdir() if self.directory.is_dir() else []:
-            if child.is_dir():
-                shutil.rmtree(child, ignore_errors=True)
-            elif child.name != LEASE_FILE:
-                child.unlink(missing_ok=True)
-        return deleted
+        """Delete every checkpoint of this run (`train --fresh`): complete, partial (`.tmp-*`)
+        and damaged ones; return the steps of the complete ones deleted. The lease stays (this
+        session holds it), and so does anything else in the folder: the project did not write it."""
+        complete = list_checkpoints(self.directory)
+        for _, path in complete:
+            shutil.rmtree(path, ignore_errors=True)
+        # Partial saves, damaged checkpoints, a lease write cut short (core/files.temp_file).
+        for pattern in (".tmp-*", "damaged-step-*", f".{LEASE_FILE}-*.tmp"):
+            for path in self.directory.glob(pattern):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        return [step for step, _ in complete]
 
 
 def _commit(tmp: Path, final: Path) -> None:

@@ -104,15 +104,16 @@ def _shown(value: Any) -> str:
 
 
 def folder_hash(folder: Path, prefix: str = "data/processed/") -> str:
-    """A hash of every file under `folder` (hidden ones and Python caches left out): of a folder of
-    shards (the bundled digits' temporary split), data/manifest.py's `data_hash` of its files."""
+    """A hash of every file under `folder` (hidden files and folders, such as Jupyter's
+    `.ipynb_checkpoints/`, and Python caches left out): of a folder of shards (the bundled
+    digits' temporary split), data/manifest.py's `data_hash` of its files."""
+    found = [(p, p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file()]
     lines = sorted(
-        f"{prefix}{p.relative_to(folder).as_posix()} {file_sha256(p)}"
-        for p in Path(folder).rglob("*")
-        if p.is_file()
-        and "__pycache__" not in p.parts
-        and p.suffix != ".pyc"
-        and not p.name.startswith(".")
+        f"{prefix}{relative.as_posix()} {file_sha256(path)}"
+        for path, relative in found
+        if "__pycache__" not in relative.parts
+        and path.suffix != ".pyc"
+        and not any(part.startswith(".") for part in relative.parts)
     )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 

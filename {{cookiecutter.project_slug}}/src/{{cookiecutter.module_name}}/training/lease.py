@@ -126,6 +126,7 @@ class Lease:
         self.lost = ""  # why another session has the run now, or ''
         self.storage_fault = ""  # the last heartbeat write that failed, or ''
         self._stop = threading.Event()
+        self._writing = threading.Lock()  # a heartbeat's write, or release's removal
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -186,27 +187,31 @@ class Lease:
             tmp.unlink(missing_ok=True)
 
     def beat(self) -> None:
-        """One heartbeat: re-read the lease, then refresh its time (or note that it was lost)."""
-        try:
-            current = read_lease(self.path)
-            if current and current.get("token") != self.token:
-                self.lost = f"run '{self.run_name}' was taken over by {holder(current)}"
+        """One heartbeat: re-read the lease, then refresh its time (or note that it was lost);
+        none once released (the lease is gone, not written back)."""
+        with self._writing:
+            if self._stop.is_set():
                 return
-            self.doc["heartbeat"] = time.time()
-            atomic_write(self.path, json.dumps(self.doc, indent=1))
-        except OSError as exc:  # ENOSPC, EIO, a dropped FUSE mount: a storage fault
-            if not self.storage_fault:
-                print(
-                    f"WARNING: lease heartbeat not written to {self.path} "
-                    f"({exc.strerror or exc}); storage fault, still training, retrying every "
-                    f"{self.interval:g} s",
-                    flush=True,
-                )
-            self.storage_fault = str(exc)
-            return
-        if self.storage_fault:
-            print(f"Lease heartbeat written again to {self.path}.", flush=True)
-            self.storage_fault = ""
+            try:
+                current = read_lease(self.path)
+                if current and current.get("token") != self.token:
+                    self.lost = f"run '{self.run_name}' was taken over by {holder(current)}"
+                    return
+                self.doc["heartbeat"] = time.time()
+                atomic_write(self.path, json.dumps(self.doc, indent=1))
+            except OSError as exc:  # ENOSPC, EIO, a dropped FUSE mount: a storage fault
+                if not self.storage_fault:
+                    print(
+                        f"WARNING: lease heartbeat not written to {self.path} "
+                        f"({exc.strerror or exc}); storage fault, still training, retrying every "
+                        f"{self.interval:g} s",
+                        flush=True,
+                    )
+                self.storage_fault = str(exc)
+                return
+            if self.storage_fault:
+                print(f"Lease heartbeat written again to {self.path}.", flush=True)
+                self.storage_fault = ""
 
     def start_heartbeat(self) -> Lease:
         """Beat every `interval` seconds in a daemon thread until `release`."""
@@ -220,10 +225,14 @@ class Lease:
         return self
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lease if it is still ours."""
+        """Stop the heartbeat and remove the lease if it is still ours: after a heartbeat still
+        being written on a slow storage (one that hangs for a minute leaves it to go stale)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if (read_lease(self.path) or {}).get("token") == self.token:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+        if not self._writing.acquire(timeout=60):
+            return
+        try:
+            if (read_lease(self.path) or {}).get("token") == self.token:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+        finally:
+            self._writing.release()

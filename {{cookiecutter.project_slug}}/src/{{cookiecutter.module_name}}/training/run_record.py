@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..config import COMMAND
 from ..core.environment import collect_environment, save_json, utc_now
 from ..core.files import atomic_write, file_sha256
 from ..core.storage import TRAIN_METRICS, results_root
+from .checkpoints import ResultsWriteError
 from .tracking import Tracker
 
 
@@ -103,7 +105,7 @@ def reproduce_commands(
         *(warning if git.get("dirty") else []),
         f"git checkout {commit}",
         "dvc pull  # the data version of that commit (checked against data.manifest)",
-        f"cp {run_dir / 'params.yaml'} params.yaml",
+        f"cp {shlex.quote(str(run_dir / 'params.yaml'))} params.yaml",  # a path with spaces
         f"{COMMAND} speed"
         if kind == "speed"
         else f"{COMMAND} train --set run_name={run_name}-repro",
@@ -125,9 +127,15 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
 
 def read_runs(folder: Path, newest_first: bool = False) -> Iterator[dict[str, Any]]:
     """The run records in a `runs/` folder, one at a time, oldest first (run ids sort by start
-    time): the one reader of `<run_id>/manifest.json` files."""
+    time): the one reader of `<run_id>/manifest.json` files. One that cannot be read (a write
+    that Drive lost with its VM) is skipped, said in one line."""
     for path in sorted(Path(folder).glob("*/manifest.json"), reverse=newest_first):
-        yield json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"WARNING: run record {path} skipped, unreadable ({exc})", flush=True)
+            continue
+        yield record
 
 
 def list_runs(project_dir: Path) -> list[dict[str, Any]]:
@@ -151,7 +159,8 @@ def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
     }
     frame = pd.json_normalize(runs).reindex(columns=[*columns, "git.dirty"])
     dirty = frame.pop("git.dirty").map({True: "*"}).fillna("")
-    frame["git.commit"] = frame["git.commit"].fillna("-").str[:8] + dirty
+    commits = frame["git.commit"].fillna("-").astype(str)  # a column of text, even with no runs
+    frame["git.commit"] = commits.str[:8] + dirty
     frame = frame.rename(columns=columns).astype(object)
     table = frame.where(frame.notna(), None)
     return table.to_markdown(index=False, floatfmt=".4g", missingval="-")
@@ -206,7 +215,14 @@ def record_run(
         class_weight=result.class_weight,
         facts=result.facts,
     )
-    manifest = write_run_record(project_dir, record)
+    try:
+        manifest = write_run_record(project_dir, record)
+    except OSError as exc:  # a full or dropped disk, after the results were written
+        raise ResultsWriteError(
+            f"{runs_dir(project_dir) / run_id}: the run record could not be written "
+            f"({exc.strerror or exc}); the run is kept in its checkpoints: free some space and "
+            "run the same train command again to write it"
+        ) from None
     print(f"Run record: {manifest}", flush=True)
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:

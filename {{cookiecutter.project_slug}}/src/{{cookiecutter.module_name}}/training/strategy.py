@@ -19,6 +19,12 @@ from ..core.hardware import tpu_present
 # and the notebooks' runtime check runs before TensorFlow is installed.
 
 
+TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", '
+    '"index": 0}}'
+)
+
+
 class StrategyError(RuntimeError):
     """The hardware cannot do what `distribute.*` asks; the message is one line for the user."""
 
@@ -62,7 +68,9 @@ def detect_hardware() -> Hardware:
         try:
             tf_config = json.loads(os.environ["TF_CONFIG"])
         except json.JSONDecodeError as exc:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {exc}") from None
+            raise StrategyError(
+                f"TF_CONFIG: not valid JSON ({exc}) (example: TF_CONFIG='{TF_CONFIG_EXAMPLE}')"
+            ) from None
     return Hardware(
         gpus=len(tf.config.list_physical_devices("GPU")), tpu=tpu_present(), tf_config=tf_config
     )

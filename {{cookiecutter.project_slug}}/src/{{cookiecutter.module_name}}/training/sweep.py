@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import keras
 import optuna
 import sqlalchemy
+import tensorflow as tf
 from optuna.trial import TrialState
 
 from ..config import COMMAND, ConfigError, Params, flat, yaml_text
@@ -168,7 +170,7 @@ def run_trial(
             "worse than the median of the other trials at that epoch"
         )
 
-    again = " ".join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
+    again = shlex.join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
     results = sweep.results / run.rsplit("-", 1)[1]
     hooks = RunHooks(results=results, on_epoch=on_epoch, deadline=deadline)
     try:
@@ -181,6 +183,11 @@ def run_trial(
             raise  # the setup's fault (data, params file): fix it and run the sweep again
         print(f"Trial {trial.number} failed: {exc}", flush=True)  # the point's fault
         sweep.study.tell(trial, state=TrialState.FAIL)
+        return 0
+    except (tf.errors.ResourceExhaustedError, MemoryError) as exc:  # the point does not fit
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        print(f"Trial {trial.number} failed: {type(exc).__name__}: {first}", flush=True)
+        sweep.study.tell(trial, state=TrialState.FAIL)  # else taken up again, and again
         return 0
     finally:
         stop.set()

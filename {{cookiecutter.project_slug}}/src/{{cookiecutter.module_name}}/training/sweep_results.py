@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from ruamel.yaml import YAML
 from ..config import COMMAND, ConfigError, Params, flat, load_params, yaml_text
 from ..core.files import atomic_write, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
-from .checkpoints import list_checkpoints
+from .checkpoints import CheckpointStore
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
 from .sweep_study import JOURNAL, Sweep, numbers_sorted, study_folder
@@ -75,18 +74,15 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
 
 
 def keep_best_checkpoints(sweep: Sweep) -> None:
-    """Delete the checkpoints of finished runs but the `sweep.keep_best` best (Drive's quota):
-    their step folders and free lease, nothing the project did not write; says which."""
+    """Delete the checkpoints of finished runs (complete, pruned, failed) but the
+    `sweep.keep_best` best (Drive's quota): their checkpoints and free lease, nothing the project
+    did not write; says which."""
     trials = sweep.study.get_trials(deepcopy=False)
     sign = 1 if sweep.direction == "minimize" else -1
     complete = sorted(
         (t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: sign * t.value
     )
-    finished = {
-        t.user_attrs.get("run")
-        for t in trials
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
-    }
+    finished = {t.user_attrs.get("run") for t in trials if t.state.is_finished()}
     # Kept: the best, and every run a trial may still train (running, or a retry waiting).
     keep = {t.user_attrs.get("run") for t in complete[: sweep.cfg.keep_best]}
     keep |= {t.user_attrs.get("run") for t in trials if not t.state.is_finished()}
@@ -95,8 +91,7 @@ def keep_best_checkpoints(sweep: Sweep) -> None:
         folder = storage_root(sweep.project_dir) / "checkpoints" / run
         if not folder.is_dir() or why_free(read_lease(folder / LEASE_FILE), time.time()) is None:
             continue  # none, or a live session trains it
-        for _, step in list_checkpoints(folder):
-            shutil.rmtree(step, ignore_errors=True)
+        CheckpointStore(folder, keep=1).clear()
         (folder / LEASE_FILE).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it

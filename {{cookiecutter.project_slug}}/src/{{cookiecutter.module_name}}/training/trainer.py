@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import shutil
 import tempfile
 import time
@@ -299,9 +300,17 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     # examples change every epoch.
     per_epoch = n_train // global_batch
     if per_epoch == 0:
+        fits = n_train // info.replicas  # the largest batch per replica that fills one step
+        if fits == 0:
+            raise ConfigError(
+                f"train.batch_size: the training split has {n_train} examples, fewer than the "
+                f"{info.replicas} replicas; add data and prepare it again, or train on one "
+                "replica (example: --set distribute.strategy=default)"
+            )
         raise ConfigError(
             f"train.batch_size: {cfg.batch_size} x {info.replicas} replicas is more than the "
-            f"{n_train} training examples (example: --set train.batch_size=32)"
+            f"{n_train} training examples (example: --set train.batch_size="
+            f"{2 ** int(math.log2(fits))})"
         )
     total = per_epoch * cfg.epochs
     frozen = cfg.fine_tune.frozen_epochs if params.model.architecture == "backbone" else 0
@@ -422,7 +431,7 @@ def _restore(run: Run, fresh: bool) -> None:
     early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, saved.get("early"))
     saved.update(early=early, step=int(run.parts.step_var.numpy()))
     run.state = RunState(**saved)
-    run.stopped_early = early.should_stop  # a run that already stopped early is complete
+    run.stopped_early = early.should_stop or diverged(run.state)  # already complete
     if meta is None:
         say(f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}")
         return
@@ -555,10 +564,17 @@ def _end_epoch(run: Run) -> None:
         run.best.keep()
     # The lockstep rule: the verdict is agreed across workers, at the same step on each (the
     # validation metrics are the same numbers on every worker, but each decides on its own).
-    run.stopped_early = agree(run.parts.strategy, state.early.should_stop, run.info.workers)
+    stop = state.early.should_stop or diverged(state)
+    run.stopped_early = agree(run.parts.strategy, stop, run.info.workers)
     shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
     say(f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
-    if run.stopped_early:
+    if diverged(state):
+        say(
+            f"Stopped early: val_loss is {val['val_loss']} at epoch {row['epoch']}: training "
+            "diverged; lower train.learning_rate (example: --set train.learning_rate="
+            f"{cfg.learning_rate / 10:g})"
+        )
+    elif run.stopped_early:
         why = (
             f"{cfg.monitor} has not improved for {state.early.patience} epochs"
             if state.early.should_stop
@@ -571,6 +587,12 @@ def _end_epoch(run: Run) -> None:
         if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
             say(f"Stopped early: {wish or 'another worker asked to'}")
+
+
+def diverged(state: RunState) -> bool:
+    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends,
+    so the run ends there (its best epoch's model is kept)."""
+    return bool(state.history) and not math.isfinite(state.history[-1]["val_loss"])
 
 
 def _finish(run: Run, digest: str) -> dict[str, Any]:
