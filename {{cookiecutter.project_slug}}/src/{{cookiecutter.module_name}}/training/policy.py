@@ -113,9 +113,21 @@ def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
 
 # Metric names that get better as they go down (Keras's metrics whose direction is "down", and
 # counts of false results); every other metric (accuracy, auc, r2...) goes up.
-LOWER_IS_BETTER = ("loss", "error", "mae", "mse", "rmse", "crossentropy", "hinge", "residual",
-                   "divergence", "poisson", "logcosh", "false_negatives",
-                   "false_positives")  # fmt: skip
+LOWER_IS_BETTER = (
+    "loss",
+    "error",
+    "mae",
+    "mse",
+    "rmse",
+    "crossentropy",
+    "hinge",
+    "residual",
+    "divergence",
+    "poisson",
+    "logcosh",
+    "false_negatives",
+    "false_positives",
+)
 
 
 def mode_for(monitor: str) -> str:
