@@ -94,10 +94,15 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
             return f.read()
 
     return Source(
-        "image", kind, labels, names, load, paths.__getitem__,
+        "image",
+        kind,
+        labels,
+        names,
+        load,
+        paths.__getitem__,
         lambda i: locations.relative(paths[i], path),
         encoding="jpeg" if jpegs * 2 > len(paths) else "png",
-    )  # fmt: skip
+    )
 
 
 def class_files(
@@ -111,8 +116,11 @@ def class_files(
     # A hidden folder (Jupyter's .ipynb_checkpoints) is no class, as walk_files skips it.
     folders = [d for d in entries if not d.startswith(".")]
     for name in sorted(d for d in folders if locations.isdir(locations.join(path, d))):
-        found = [p for p in locations.walk_files(locations.join(path, name))
-                 if p.lower().endswith(suffixes)]  # fmt: skip
+        found = [
+            p
+            for p in locations.walk_files(locations.join(path, name))
+            if p.lower().endswith(suffixes)
+        ]
         if not found:
             raise ConfigError(
                 f"data.path: class folder {name!r} of {data.path} has no {what} "

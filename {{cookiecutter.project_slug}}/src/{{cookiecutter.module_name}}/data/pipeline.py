@@ -93,8 +93,10 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: st
 def augmenter(entries: list[Any]) -> Any:
     """The augmentations of `data.augment` (names, or {name: {argument: value}}), in that order,
     as one function `(image, key) -> image`; each gets its own key, folded from `key`."""
-    steps = [bound("augmentation", name, args, f"data.augment.{name}")
-             for name, args in map(entry, entries)]  # fmt: skip
+    steps = [
+        bound("augmentation", name, args, f"data.augment.{name}")
+        for name, args in map(entry, entries)
+    ]
 
     def augment(image: Any, key: Any) -> Any:
         for i, step in enumerate(steps):

@@ -158,10 +158,19 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
 
     splits = {s: np.flatnonzero(owner == k) for k, s in enumerate(parts)}
     return Source(
-        train.kind, train.task, np.concatenate(labels), names, load, where, ids,
-        train.input_shape, encoding=train.encoding, feature_names=list(train.feature_names),
-        splits=splits, split_from=dict(shown),
-    )  # fmt: skip
+        train.kind,
+        train.task,
+        np.concatenate(labels),
+        names,
+        load,
+        where,
+        ids,
+        train.input_shape,
+        encoding=train.encoding,
+        feature_names=list(train.feature_names),
+        splits=splits,
+        split_from=dict(shown),
+    )
 
 
 def _aligned_load(part: Source, train: Source, shown: str) -> Any:
@@ -347,6 +356,7 @@ def summary(spec: DataSpec) -> str:
     test 120 (test/)`."""
     return ", ".join(
         f"{split} {spec.counts.get(split, 0)} ({origin(spec, split, short=True)})"
-        if split in spec.split["from"] else f"{split} {spec.counts.get(split, 0)}"
+        if split in spec.split["from"]
+        else f"{split} {spec.counts.get(split, 0)}"
         for split in SPLITS
-    )  # fmt: skip
+    )

@@ -212,8 +212,12 @@ def check_litert(
         shape = (1, *network.inputs[0].shape[1:])
         x = np.ones(shape, dtype) if dtype.kind == "i" else np.zeros(shape, dtype)
         diff = np.abs(np.asarray(network(x, training=False)) - run(x))
-        return {"interpreter": name, "checked_on": "probe", "examples": 1,
-                "max_abs_diff": float(diff.max())}  # fmt: skip
+        return {
+            "interpreter": name,
+            "checked_on": "probe",
+            "examples": 1,
+            "max_abs_diff": float(diff.max()),
+        }
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec)
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size

@@ -192,22 +192,29 @@ def training_section(
     rows = [
         ["run", run_row],
         ["commit", commit],
-        ["hardware", f"{fact('device', '?')}, "
-         f"{machine.get('cpu_count', '?')} CPUs, {machine.get('memory_gb', '?')} GB RAM; "
-         f"TensorFlow {tf.get('version', '?')}, Keras {tf.get('keras_version', '?')}, Python "
-         f"{python.get('version', '?')}"],
+        [
+            "hardware",
+            f"{fact('device', '?')}, "
+            f"{machine.get('cpu_count', '?')} CPUs, {machine.get('memory_gb', '?')} GB RAM; "
+            f"TensorFlow {tf.get('version', '?')}, Keras {tf.get('keras_version', '?')}, Python "
+            f"{python.get('version', '?')}",
+        ],
         ["time", f"{timing.get('started_at', '?')} to {timing.get('finished_at', '?')}"],
         ["seed", f"{ran['seed']} (deterministic ops: {ran['repro.deterministic']})"],
-        ["steps", f"{train.get('steps', '?')} (global batch {fact('global_batch', '?')}, "
-         f"{fact('replicas', '?')} replica(s), {fact('strategy', '?')}); best at step "
-         f"{train.get('best_step', '?')} by {fact('monitor', ran['train.monitor'])}"],
-        ["speed", f"{train.get('examples_per_sec', '?')} examples/s, precision "
-         f"{fact('precision', '?')}"],
+        [
+            "steps",
+            f"{train.get('steps', '?')} (global batch {fact('global_batch', '?')}, "
+            f"{fact('replicas', '?')} replica(s), {fact('strategy', '?')}); best at step "
+            f"{train.get('best_step', '?')} by {fact('monitor', ran['train.monitor'])}",
+        ],
+        [
+            "speed",
+            f"{train.get('examples_per_sec', '?')} examples/s, precision {fact('precision', '?')}",
+        ],
         ["resumes", resumed],
         ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted)"],
-        ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items()
-                                 if k.startswith("val_"))],
-    ]  # fmt: skip
+        ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items() if k.startswith("val_"))],
+    ]
     changes = param_changes(run.get("params", {}), params)
     changed = table(changes, ["key", "run", "params.yaml"]) if changes else "None."
     differ = "Params of the run that differ from params.yaml"
@@ -243,9 +250,11 @@ def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
     marked), then the LiteRT exports' test metrics beside the Keras model's (export.json)."""
     model = results / MODEL_FILE
     current = file_sha256(model) if model.is_file() else None
-    rows = [[_shown(n), _size(results / n), what]
-            for n, what in ((MODEL_FILE, "the Keras model"), (SIDECAR_FILE, "its sidecar"))
-            if (results / n).is_file()]  # fmt: skip
+    rows = [
+        [_shown(n), _size(results / n), what]
+        for n, what in ((MODEL_FILE, "the Keras model"), (SIDECAR_FILE, "its sidecar"))
+        if (results / n).is_file()
+    ]
     checked = []
     for name, entry in exports.items():
         if not (results / name).exists():  # an absolute name stays as it is

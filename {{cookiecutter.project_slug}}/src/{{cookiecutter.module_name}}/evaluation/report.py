@@ -209,8 +209,9 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     table per class or label (the plot whose first column names them), if it has one."""
     test = read_json(_written(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
-    scores = ", ".join(f"{k.removeprefix('test_')} {v:.4f}" for k, v in test.items()
-                       if k != "test_examples")  # fmt: skip
+    scores = ", ".join(
+        f"{k.removeprefix('test_')} {v:.4f}" for k, v in test.items() if k != "test_examples"
+    )
     task = task_class(task_type)(names=[])
     per_name = [n for n, cols in task.plot_columns.items() if cols[0] == task.name_word]
     detail = markdown(_plots(project_dir, task)[per_name[0]], digits=".3f") if per_name else ""

@@ -54,13 +54,30 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         if unused:
             print(f"Note: data.text: the input is column {text!r}; not used: {', '.join(unused)}")
         texts = table[text].tolist()
-        return Source("text", kind, y, names, texts.__getitem__, **rows, feature_names=[text],
-                      split_from=split_from)  # fmt: skip
+        return Source(
+            "text",
+            kind,
+            y,
+            names,
+            texts.__getitem__,
+            **rows,
+            feature_names=[text],
+            split_from=split_from,
+        )
     features = table.drop(columns=[label])
     rule = "every column but data.label must be a number, in every row"
     x = as_numbers(features, f"{path}: line", 2, rule)
-    return Source("vector", kind, y, names, x.__getitem__, **rows, input_shape=x.shape[1:],
-                  feature_names=list(features.columns), split_from=split_from)  # fmt: skip
+    return Source(
+        "vector",
+        kind,
+        y,
+        names,
+        x.__getitem__,
+        **rows,
+        input_shape=x.shape[1:],
+        feature_names=list(features.columns),
+        split_from=split_from,
+    )
 
 
 def _column(

@@ -23,7 +23,13 @@ def read_digits(path: str, data: DataConfig, kind: str) -> Source:
     table["label"] = digits.target
     what = f"sklearn.datasets.load_digits (scikit-learn {sklearn.__version__}, bundled)"
     return Source(
-        "image", kind, y, names, pixels.__getitem__, lambda i: f"digits: row {i + 2}",
-        lambda i: str(i + 1), (8, 8, 1),
+        "image",
+        kind,
+        y,
+        names,
+        pixels.__getitem__,
+        lambda i: f"digits: row {i + 2}",
+        lambda i: str(i + 1),
+        (8, 8, 1),
         raw={"digits.csv": (table.to_csv(index=False).encode(), what)},
-    )  # fmt: skip
+    )

@@ -28,9 +28,15 @@ def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
             return decode_text(f.read(), paths[i])
 
     return Source(
-        "text", kind, labels, names, load, paths.__getitem__,
-        lambda i: locations.relative(paths[i], path), feature_names=["text"],
-    )  # fmt: skip
+        "text",
+        kind,
+        labels,
+        names,
+        load,
+        paths.__getitem__,
+        lambda i: locations.relative(paths[i], path),
+        feature_names=["text"],
+    )
 
 
 def decode_text(payload: bytes, where: str) -> str:

@@ -73,9 +73,16 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
-        what, kind, y, names, load, lambda i: f"tfds {name}: example {i}",
-        ids.__getitem__, tuple(shape), splits=given,
+        what,
+        kind,
+        y,
+        names,
+        load,
+        lambda i: f"tfds {name}: example {i}",
+        ids.__getitem__,
+        tuple(shape),
+        splits=given,
         feature_names=["text"] if what == "text" else [],
         split_from={s: f"tfds {name} {s}" for s in given or ()},
         raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
-    )  # fmt: skip
+    )

@@ -56,8 +56,9 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
             f"data.features: {data.features!r} in {path} has {sorted(widths)} values per record; "
             "every record needs the same number"
         )
-    return Source("vector", kind, y, names, inputs.__getitem__, where, ids.__getitem__,
-                  (widths.pop(),))  # fmt: skip
+    return Source(
+        "vector", kind, y, names, inputs.__getitem__, where, ids.__getitem__, (widths.pop(),)
+    )
 
 
 def _input(feature: Any, data: DataConfig, where: str) -> Any:

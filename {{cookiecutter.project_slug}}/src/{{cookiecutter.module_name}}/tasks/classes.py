@@ -86,9 +86,13 @@ class Classes(Task):
         """The confusion matrix of the test split, counts written in."""
         pairs = plots["confusion_matrix.csv"]
         shown = metrics.ConfusionMatrixDisplay.from_predictions(
-            pairs["actual"].astype(str), pairs["predicted"].astype(str), labels=self.names,
-            cmap="Blues", colorbar=False, xticks_rotation="vertical",
-        )  # fmt: skip
+            pairs["actual"].astype(str),
+            pairs["predicted"].astype(str),
+            labels=self.names,
+            cmap="Blues",
+            colorbar=False,
+            xticks_rotation="vertical",
+        )
         shown.ax_.set(title="Confusion matrix (test split)", xlabel="predicted", ylabel="actual")
         return shown.figure_, "03_confusion_matrix"
 

@@ -50,8 +50,11 @@ class Regression(Task):
 
     def standard_metrics(self) -> list[keras.metrics.Metric]:
         m = keras.metrics
-        return [m.MeanAbsoluteError(name="mae"), m.RootMeanSquaredError(name="rmse"),
-                m.R2Score(name="r2")]  # fmt: skip
+        return [
+            m.MeanAbsoluteError(name="mae"),
+            m.RootMeanSquaredError(name="rmse"),
+            m.R2Score(name="r2"),
+        ]
 
     def train_metric(self, y_true: Any, logits: Any) -> Any:
         y_true = keras.ops.reshape(keras.ops.cast(y_true, "float32"), (-1, 1))

@@ -70,8 +70,12 @@ def measure(
         )
 
     with strategy.scope():  # what the input measurement adds the batches into
-        sink = tf.Variable(0.0, synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.SUM, trainable=False)  # fmt: skip
+        sink = tf.Variable(
+            0.0,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+            trainable=False,
+        )
 
     def drain(x: Any, y: Any) -> None:
         sink.assign_add(
@@ -105,8 +109,9 @@ def measure(
     rates = {}
     for name, (way, label) in ways.items():
         fn, args = way()
-        rates[name] = plan.global_batch * _rate(fn, args, steps, cfg.steps_per_execution,
-                                                plan.per_epoch)  # fmt: skip
+        rates[name] = plan.global_batch * _rate(
+            fn, args, steps, cfg.steps_per_execution, plan.per_epoch
+        )
         print(f"{name:9} {label:42} {rates[name]:>12,.0f} examples/s", flush=True)
     return rates
 
@@ -144,12 +149,15 @@ def advice(
     cfg, tips = params.train, []
     if bottleneck == "input":
         if str(data.folder.resolve()).startswith("/content/drive"):
-            tips.append(f"the data is read through Drive ({data.folder}): keep the project on "
-                        f"the VM's disk, or copy it there with `{COMMAND} stage`")  # fmt: skip
+            tips.append(
+                f"the data is read through Drive ({data.folder}): keep the project on "
+                f"the VM's disk, or copy it there with `{COMMAND} stage`"
+            )
         if data.spec.kind == "image":
             size = "x".join(map(str, data.spec.input_shape[:2]))
-            tips.append(f"smaller images (data.image_size; they are {size}): decoding grows "
-                        "with the pixels")  # fmt: skip
+            tips.append(
+                f"smaller images (data.image_size; they are {size}): decoding grows with the pixels"
+            )
             if params.data.augment:
                 tips.append(f"fewer data.augment ops (now {params.data.augment})")
         tips.append("a runtime with more CPU cores (the input pipeline runs on the CPU)")
@@ -160,11 +168,15 @@ def advice(
             tips.append("a GPU runtime (Colab: Runtime > Change runtime type > T4 GPU)")
         if not cfg.xla:
             tips.append("train.xla: true")
-        tips.append("a smaller model or data.image_size" if data.spec.kind == "image"
-                    else "a smaller model")  # fmt: skip
+        tips.append(
+            "a smaller model or data.image_size" if data.spec.kind == "image" else "a smaller model"
+        )
     if rates["together"] < 0.8 * rates[bottleneck] and cfg.steps_per_execution < 50:
-        tips.insert(0, f"a larger train.steps_per_execution (now {cfg.steps_per_execution}): "
-                       "together is well below the slower part")  # fmt: skip
+        tips.insert(
+            0,
+            f"a larger train.steps_per_execution (now {cfg.steps_per_execution}): "
+            "together is well below the slower part",
+        )
     return tips[:3]
 
 
@@ -173,17 +185,25 @@ def record(
 ) -> None:
     """A run record of kind "speed" and TensorBoard scalars `speed/*` (its own folder under
     the run's, step = the number of earlier speed records of this run_name)."""
-    earlier = [r for r in list_runs(project_dir)
-               if r.get("kind") == "speed" and r.get("run_name") == params.run_name]  # fmt: skip
+    earlier = [
+        r
+        for r in list_runs(project_dir)
+        if r.get("kind") == "speed" and r.get("run_name") == params.run_name
+    ]
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
     writer = tf.summary.create_file_writer(str(logdir))
     with writer.as_default():
         for key in [k for k in figures if k.endswith("_examples_per_sec")]:
             tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
     writer.close()
-    metrics = {**figures, "examples_per_sec": figures["together_examples_per_sec"],
-               "global_batch": params.train.batch_size * info.replicas,
-               "replicas": info.replicas, "strategy": info.name, "device": info.device}  # fmt: skip
+    metrics = {
+        **figures,
+        "examples_per_sec": figures["together_examples_per_sec"],
+        "global_batch": params.train.batch_size * info.replicas,
+        "replicas": info.replicas,
+        "strategy": info.name,
+        "device": info.device,
+    }
     rec = build_record(
         project_dir,
         run_id=new_run_id(f"{params.run_name}-speed", started),
