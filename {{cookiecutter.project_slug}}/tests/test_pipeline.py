@@ -183,6 +183,11 @@ def test_pipeline(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     (package / "resnet.py").write_text('"""A model of my own."""\n')
     assert p.changed_stages() == {"train", "evaluate"}
     (package / "resnet.py").unlink()
+    checkpoints = package / ".ipynb_checkpoints"  # Jupyter's copy of model.py: no code
+    checkpoints.mkdir()
+    (checkpoints / "model-checkpoint.py").write_text("# an older copy\n")
+    assert p.changed_stages() == set()
+    shutil.rmtree(checkpoints)
     model = package / "model.py"
     original = model.read_text()
     model.write_text(original + "# a comment\n")
