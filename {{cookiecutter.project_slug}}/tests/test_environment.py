@@ -137,3 +137,17 @@ def test_progress_suits_where_the_output_goes(monkeypatch, capsys):
         bar.close()
         say("epoch 1/1  step 10/10")
     assert capsys.readouterr() == ("epoch 1/1  step 10/10\n", "")
+
+
+def test_a_package_installed_twice_is_the_copy_python_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two copies on sys.path (a user's `pip install --target`, Colab's own): the first wins."""
+    for folder, version in (("later", "2.0"), ("first", "1.0")):
+        info = tmp_path / folder / f"twice_pkg-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: twice_pkg\nVersion: {version}\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path / folder))
+    assert environment.installed_packages()["twice-pkg"] == "1.0"

@@ -59,12 +59,12 @@ def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, An
 
 
 def installed_packages() -> dict[str, str]:
-    """Every installed distribution and its version, sorted by name (like `pip freeze`)."""
-    found = {
-        dist.metadata["Name"].lower().replace("_", "-"): dist.version
-        for dist in importlib.metadata.distributions()
-        if dist.metadata["Name"]
-    }
+    """Every installed distribution and its version, sorted by name (like `pip freeze`); of one
+    installed twice, the copy Python imports: the first on sys.path."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():  # in sys.path's order
+        if dist.metadata["Name"]:
+            found.setdefault(dist.metadata["Name"].lower().replace("_", "-"), dist.version)
     return dict(sorted(found.items()))
 
 
