@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import MODULE, PROJECT, cli_env
 
 from {{ cookiecutter.module_name }}.config import ConfigError, Params, flat, load_params
@@ -116,6 +117,24 @@ def test_a_name_of_digits_keeps_them(tmp_path: Path) -> None:
     assert load_params(params_file).run_name == "0123"
     assert load_params(PARAMS, ["run_name=1.10", "sweep.name=007"]).run_name == "1.10"
     assert load_params(PARAMS, ["sweep.name=007"]).sweep.name == "007"
+    # A notebook's `-p run_name=0123` reaches params.yaml's rule as the text written.
+    from {{ cookiecutter.module_name }}.config import parse_assignment
+
+    assert parse_assignment("run_name=0123", "-p", "epochs=1") == ("run_name", "0123")
+    assert parse_assignment("branch=1.10", "-p", "epochs=1") == ("branch", "1.10")
+    assert parse_assignment("epochs=3", "-p", "epochs=1") == ("epochs", 3)
+    assert parse_assignment("fresh=True", "-p", "epochs=1") == ("fresh", True)
+
+
+def test_the_params_file_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sweep loads it for every trial: one YAML parse of the file, not two.
+    calls = []
+    compose = yaml.composer.Composer.compose_document
+    monkeypatch.setattr(
+        yaml.composer.Composer, "compose_document", lambda self: calls.append(1) or compose(self)
+    )
+    load_params(PARAMS)
+    assert len(calls) == 1
 
 
 def test_augmentations_with_their_own_arguments() -> None:
@@ -131,6 +150,9 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
         load_params(tmp_path / "nope.yaml")
     broken = tmp_path / "broken.yaml"
     broken.write_text("train: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(broken)
+    broken.write_text("seed: 1\x07\n")  # a control character: refused by YAML's reader
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_params(broken)
 

@@ -268,24 +268,18 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: params file not found (example: --params params.yaml)")
-    text = path.read_text(encoding="utf-8")
-    try:
-        numbers = _check_tree(yaml.compose(text))
-        raw = yaml.safe_load(text) or {}
+    try:  # one parse: the checks read the nodes, the values are built from the same nodes
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+        node = loader.get_single_node()
+        _check_tree(node)
+        raw = loader.construct_document(node) if node is not None else {}
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0]
         raise ConfigError(f"{path}: not valid YAML ({first})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
-    # A name keeps the digits it was given: `run_name: 0123` is not the octal number 83.
-    for key, written in numbers.items():
-        if _is_text(key):
-            _set_dotted(raw, key, written)
     for item in overrides or []:
-        key, value = parse_assignment(item, "--set", "train.epochs=5")
-        if _is_text(key) and isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = item.partition("=")[2].strip()
-        _set_dotted(raw, key, value)
+        _set_dotted(raw, *parse_assignment(item, "--set", "train.epochs=5"))
     try:
         params = _PARAMS.validate_python(raw)
     except ValidationError as exc:
@@ -294,16 +288,14 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
     return params
 
 
-def _check_tree(node: yaml.Node | None, prefix: str = "") -> dict[str, str]:
+def _check_tree(node: yaml.Node | None, prefix: str = "") -> None:
     """Stop at a key given twice in one section (YAML keeps the last value silently, DVC refuses
-    the file) with one line naming it and both lines; return the keys whose value YAML reads as
-    a number, with the text as written."""
-    numbers: dict[str, str] = {}
+    the file) with one line naming it and both lines; a text key keeps its number as written."""
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
             _check_tree(item, prefix)
     if not isinstance(node, yaml.MappingNode):
-        return numbers
+        return
     lines: dict[str, int] = {}
     for key_node, value_node in node.value:
         key, line = f"{prefix}{key_node.value}", key_node.start_mark.line + 1
@@ -314,22 +306,36 @@ def _check_tree(node: yaml.Node | None, prefix: str = "") -> dict[str, str]:
                 f"one (example: {key_node.value}: {value})"
             )
         lines[key] = line
-        if isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith((":int", ":float")):
-            numbers[key] = value_node.value
-        numbers.update(_check_tree(value_node, f"{key}."))
-    return numbers
+        _keep_written(key, value_node)
+        _check_tree(value_node, f"{key}.")
+
+
+def _keep_written(key: str, node: yaml.Node) -> None:
+    """A name keeps the digits it was given: `run_name: 0123` is not the octal number 83, nor
+    `1.10` the number 1.1. YAML's number in a text key stays the text written."""
+    number = isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float"))
+    if number and _is_text(key):
+        node.tag = "tag:yaml.org,2002:str"
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
-    """`KEY=VALUE` (`--set` here, `-p` for notebooks) -> (key, value of the YAML type)."""
+    """`KEY=VALUE` (`--set` here, `-p` for notebooks) -> (key, value of the YAML type); a text
+    key keeps the text written, as in the file. A notebook passes its `-p` values on as
+    `key=value` text or uses them as names (`branch`): there a number YAML would not write back
+    as given (0123, 1.10) stays the text written."""
     key, sep, text = item.partition("=")
-    key = key.strip()
+    key, text = key.strip(), text.strip()
     if not sep or not key:
         raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE (example: {flag} {example})")
-    try:
-        # YAML gives the same types on the command line as in the file: 5, 0.1, true, [0,1], null.
-        value = yaml.safe_load(text) if text.strip() else ""
+    try:  # YAML gives the same types on the command line as in the file: 5, 0.1, true, [0,1]
+        loader = yaml.SafeLoader(text)
+        node = loader.get_single_node()
+        _keep_written(key, node)
+        value = loader.construct_document(node) if node is not None else ""
     except yaml.YAMLError:
+        value = text
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if flag == "-p" and number and yaml_text(value) != text:
         value = text
     return key, value
 
