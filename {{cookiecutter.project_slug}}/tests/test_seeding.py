@@ -14,6 +14,7 @@ from conftest import TINY
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import seeding
+from {{ cookiecutter.module_name }}.training.run_record import list_runs
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -56,3 +57,17 @@ def test_two_runs_same_seed_same_weights(tiny_project: Path) -> None:
     other = _weights(tiny_project, "seed=6", "run_name=c")
     assert all(np.array_equal(x, y) for x, y in zip(first, again, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(first, other, strict=True))
+
+
+def test_deterministic_ops_stay_on_in_the_process_and_the_run_says_so(
+    tiny_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TensorFlow has no public call that turns op determinism off: a later run in the same
+    # process (a notebook's kernel) with `repro.deterministic: false` still runs deterministic
+    # ops, so its line and its record say so.
+    _weights(tiny_project, "repro.deterministic=true", "run_name=det-on")
+    capsys.readouterr()
+    _weights(tiny_project, "repro.deterministic=false", "run_name=det-off")
+    assert "deterministic ops on (an earlier run in this process" in capsys.readouterr().out
+    (record,) = [run for run in list_runs(tiny_project) if run["params"]["run_name"] == "det-off"]
+    assert record["params"]["repro"]["deterministic"] is True

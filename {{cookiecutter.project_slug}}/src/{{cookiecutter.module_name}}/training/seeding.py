@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+
+from ..config import Params
+
+# TensorFlow has a public call that turns op determinism on and none that turns it off: once a run
+# turned it on, it stays on in this process (a notebook's kernel) until the process ends.
+_OPS = {"deterministic": False}
 
 
 def seed_everything(seed: int, deterministic: bool) -> list[str]:
     """Seed Python, NumPy, TensorFlow/Keras (and torch if installed); return what was seeded.
     `deterministic` also turns on TensorFlow's op determinism: bit-identical results for the same
-    seed on the same hardware and software, at some speed cost (docs/reproducibility.md)."""
+    seed on the same hardware and software, at some speed cost (docs/reproducibility.md); it
+    stays on in this process (`as_run`)."""
     import keras  # here: a notebook's setup imports this module on runtimes without TensorFlow
     import tensorflow as tf
 
@@ -28,4 +36,19 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
             print(f"WARNING: could not seed torch: {exc}", flush=True)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
+        _OPS["deterministic"] = True
     return seeded
+
+
+def as_run(params: Params) -> tuple[Params, str]:
+    """`params` with `repro.deterministic` as this process runs it (on once an earlier run here
+    turned it on), and the words that say so: what the run's line and record show."""
+    if not _OPS["deterministic"]:
+        return params, "off"
+    if params.repro.deterministic:
+        return params, "on"
+    repro = dataclasses.replace(params.repro, deterministic=True)
+    return dataclasses.replace(params, repro=repro), (
+        "on (an earlier run in this process turned them on; TensorFlow cannot turn them off: "
+        "restart the process, a notebook's kernel, for a run without)"
+    )

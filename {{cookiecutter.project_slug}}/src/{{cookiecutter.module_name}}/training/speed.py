@@ -24,7 +24,7 @@ from ..data.feed import make_feed, on_replicas
 from ..data.pipeline import Prepared, eval_dataset, for_model
 from ..loop import make_chunk_function
 from .run_record import build_record, list_runs, new_run_id, write_run_record
-from .seeding import seed_everything
+from .seeding import as_run, seed_everything
 from .strategy import StrategyInfo, make_strategy
 from .trainer import build_parts, check_data, make_plan, open_data
 
@@ -35,6 +35,7 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
     prepared = check_data(params, project_dir)
     strategy, info = make_strategy(params.distribute)
     seed_everything(params.seed, params.repro.deterministic)
+    params, _ = as_run(params)  # its record says whether ops were deterministic, as they were
     started = utc_now()
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         # Text: token ids in the input path, as `train` has them.

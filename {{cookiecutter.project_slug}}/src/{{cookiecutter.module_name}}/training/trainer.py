@@ -53,7 +53,7 @@ from .lease import Lease
 from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
 from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
-from .seeding import seed_everything
+from .seeding import as_run, seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
 
 
@@ -141,7 +141,7 @@ def train(
     # that has not run any op yet.
     strategy, info = make_strategy(params.distribute)
     seeded = seed_everything(params.seed, params.repro.deterministic)
-    determinism = "on" if params.repro.deterministic else "off"
+    params, determinism = as_run(params)  # as it runs: its line and its record say the truth
     say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
