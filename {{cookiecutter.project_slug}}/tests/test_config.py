@@ -117,6 +117,8 @@ def test_a_name_of_digits_keeps_them(tmp_path: Path) -> None:
     assert load_params(params_file).run_name == "0123"
     assert load_params(PARAMS, ["run_name=1.10", "sweep.name=007"]).run_name == "1.10"
     assert load_params(PARAMS, ["sweep.name=007"]).sweep.name == "007"
+    # YAML 1.1 reads on, off, yes and no as true and false: a name keeps them too.
+    assert load_params(PARAMS, ["run_name=on"]).run_name == "on"
     # A notebook's `-p run_name=0123` reaches params.yaml's rule as the text written.
     from {{ cookiecutter.module_name }}.config import parse_assignment
 

@@ -311,10 +311,10 @@ def _check_tree(node: yaml.Node | None, prefix: str = "") -> None:
 
 
 def _keep_written(key: str, node: yaml.Node) -> None:
-    """A name keeps the digits it was given: `run_name: 0123` is not the octal number 83, nor
-    `1.10` the number 1.1. YAML's number in a text key stays the text written."""
-    number = isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float"))
-    if number and _is_text(key):
+    """A name keeps the text it was given: `run_name: 0123` is not the octal number 83, `1.10`
+    not 1.1, `on` not true. YAML's number or boolean in a text key stays the text written."""
+    typed = isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float", ":bool"))
+    if typed and _is_text(key):
         node.tag = "tag:yaml.org,2002:str"
 
 
