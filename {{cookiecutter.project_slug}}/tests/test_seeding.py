@@ -68,6 +68,6 @@ def test_deterministic_ops_stay_on_in_the_process_and_the_run_says_so(
     _weights(tiny_project, "repro.deterministic=true", "run_name=det-on")
     capsys.readouterr()
     _weights(tiny_project, "repro.deterministic=false", "run_name=det-off")
-    assert "deterministic ops on (an earlier run in this process" in capsys.readouterr().out
+    assert "deterministic ops on (turned on earlier in this process" in capsys.readouterr().out
     (record,) = [run for run in list_runs(tiny_project) if run["params"]["run_name"] == "det-off"]
     assert record["params"]["repro"]["deterministic"] is True

@@ -41,14 +41,14 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
 
 
 def as_run(params: Params) -> tuple[Params, str]:
-    """`params` with `repro.deterministic` as this process runs it (on once an earlier run here
-    turned it on), and the words that say so: what the run's line and record show."""
+    """`params` with `repro.deterministic` as this process runs it (on once `seed_everything`
+    turned it on here), and the words that say so: what the run's line and record show."""
     if not _OPS["deterministic"]:
         return params, "off"
     if params.repro.deterministic:
         return params, "on"
     repro = dataclasses.replace(params.repro, deterministic=True)
     return dataclasses.replace(params, repro=repro), (
-        "on (an earlier run in this process turned them on; TensorFlow cannot turn them off: "
-        "restart the process, a notebook's kernel, for a run without)"
+        "on (turned on earlier in this process, a notebook's kernel; TensorFlow cannot turn them "
+        "off: restart the kernel for a run without)"
     )
