@@ -32,7 +32,8 @@ BADGE = (  # + the notebook's file name + ")"
 BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\(.*$", re.MULTILINE)
 
 PARAMETERS = """\
-# Parameters: papermill replaces these values (`make notebooks`, `papermill -p NAME VALUE`).
+# Parameters: papermill replaces these values (`make notebooks`, `papermill -p NAME VALUE`; a
+# name of digits with `-r NAME VALUE`, as papermill's `-p run_name 0123` gives 123).
 # None takes the value in params.yaml; anything else overrides it for this run only.
 seed = None  # for every random number generator (params.yaml: seed)
 branch = "main"  # the branch Colab clones
