@@ -97,36 +97,17 @@ def searched(params: Params) -> dict[str, BaseDistribution]:
     return sweep_space(params)
 
 
-class _Quiet:
-    """The warning filters are the process's: `catch_warnings` in two threads at once lets
-    warnings through in one, or leaves them off for good. The first thread in sets them, the last
-    one out puts them back."""
-
-    lock = threading.Lock()
-    inside = 0
-    filters = contextlib.ExitStack()
-
-
 @contextlib.contextmanager
 def quiet_optuna() -> Iterator[None]:
     """No INFO lines, and none of the warnings about what is used here on purpose: the heartbeat,
     its retry and `fail_stale_trials` are marked experimental; `ask` with a heartbeat outside
     `optimize` (the loop beats itself); an epoch reported again after a resume (the first stays)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with _Quiet.lock:
-        if not _Quiet.inside:
-            _Quiet.filters.enter_context(warnings.catch_warnings())
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used")
-            warnings.filterwarnings("ignore", "The reported value is ignored")
-        _Quiet.inside += 1
-    try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", "The reported value is ignored")
         yield
-    finally:
-        with _Quiet.lock:
-            _Quiet.inside -= 1
-            if not _Quiet.inside:
-                _Quiet.filters.close()
 
 
 def study_folder(project_dir: Path, name: str) -> Path:
