@@ -108,7 +108,7 @@ def test_own_csv_stays_unscaled_with_training_stats(tmp_path: Path) -> None:
     assert entry["source"] == str(src) and doc["data_path"] == str(src)
 
     src.write_text("f1,species\nabc,cat\n")
-    with pytest.raises(ConfigError, match=r"mine.csv: line 2, column 'f1': not a number"):
+    with pytest.raises(ConfigError, match=r"mine.csv line 2, column 'f1': not a number"):
         run_prepare(project, *csv_args)
     src.write_text("f1,f2,species\n1,,cat\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'f2': a missing value"):
