@@ -62,6 +62,16 @@ def _images_in_data(project: Path) -> list[str]:
     return ["prepare", *sets(["data.source=images", "data.path=data"])]
 
 
+def _saved_index(project: Path) -> list[str]:
+    """A CSV written with pandas's `df.to_csv(path)`: the index is a first column with no name."""
+    _csv([])(project)
+    path = project / "data/external/mine.csv"
+    lines = path.read_text().splitlines()
+    rows = [f"{i},{line}" for i, line in enumerate(lines[1:])]
+    path.write_text("\n".join([f",{lines[0]}", *rows]))
+    return ["prepare", *sets(["data.source=csv", "data.path=data/external/mine.csv"])]
+
+
 def _no_labels(project: Path) -> list[str]:
     """Multi-label rows that all have an empty label cell: no label to learn."""
     (project / "data/external").mkdir(parents=True)
@@ -119,6 +129,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-missing-class": (_csv(["7,8,"]), "external/mine.csv line 22, column 'label': a missing"),
     "csv-after-blank-lines": (_csv(["", "", "7,,a"]), "mine.csv line 24, column 'x2'"),
     "csv-after-a-quoted-line-break": (_csv(['7,8,"a\nb"', "7,,a"]), "mine.csv line 24, column"),
+    "csv-saved-index": (_saved_index, "mine.csv: column 1 has no name in the header"),
     "csv-short-row": (_csv(["7,a"]), "mine.csv"),
     "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv line 22, column 'x2': not a number"),
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),

@@ -40,6 +40,13 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
             table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
     except CSV_ERRORS as exc:
         raise unreadable(path, exc) from None
+    nameless = next((i for i, c in enumerate(table.columns) if c == f"Unnamed: {i}"), None)
+    if nameless is not None:  # pandas's name for an empty header cell: `df.to_csv`'s index
+        raise ConfigError(
+            f"{path}: column {nameless + 1} has no name in the header (an index pandas saved? it "
+            "would be trained on as a feature); save the data without it "
+            "(example: df.to_csv(path, index=False))"
+        )
 
     def where(row: int) -> str:
         return f"{path} line {line_of(path, row)}"
