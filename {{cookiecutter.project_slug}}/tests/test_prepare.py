@@ -156,6 +156,16 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     names = sorted(p.relative_to(folder).as_posix() for p in folder.glob("[!.]*/[!.]*.*"))
     assert ids(project) == names  # each example's file, relative to data.path
 
+    # Jupyter's checkpoint of a staged image opened in Colab (a hidden folder in data/raw) is no
+    # data: not the user's file in prepare's way, not in the manifest (.dvcignore leaves it out).
+    checkpoint = project / "data/raw/pets/cat/.ipynb_checkpoints/1-checkpoint.png"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"not an image")
+    run_prepare(project, *args)
+    assert manifest.check(project) == 11 + 4  # the images, 3 shards and spec.json
+    assert ".ipynb_checkpoints" not in (project / manifest.MANIFEST).read_text()
+    checkpoint.unlink()
+
     # A truncated image stops prepare with its path; the previous shards stay as they were.
     before = {p.name: sha(p) for p in processed(project).iterdir()}
     bad = folder / "dog" / "3.png"

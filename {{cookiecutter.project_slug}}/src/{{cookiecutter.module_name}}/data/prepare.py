@@ -132,7 +132,7 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
     staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in load_index(dest)}
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
-        if path.is_file() and not path.name.startswith(".") and rel not in recorded | staged:
+        if path.is_file() and not locations.hidden(rel) and rel not in recorded | staged:
             raise ConfigError(
                 f"{rel}: prepare would write here, but it did not write this file (it is yours); "
                 "move your data out of data/raw to data/external/ and point data.path at it "
