@@ -62,6 +62,16 @@ def _images_in_data(project: Path) -> list[str]:
     return ["prepare", *sets(["data.source=images", "data.path=data"])]
 
 
+def _saved_index(project: Path) -> list[str]:
+    """A CSV written with pandas's `df.to_csv(path)`: the index is a first column with no name."""
+    _csv([])(project)
+    path = project / "data/external/mine.csv"
+    lines = path.read_text().splitlines()
+    rows = [f"{i},{line}" for i, line in enumerate(lines[1:])]
+    path.write_text("\n".join([f",{lines[0]}", *rows]))
+    return ["prepare", *sets(["data.source=csv", "data.path=data/external/mine.csv"])]
+
+
 def _no_labels(project: Path) -> list[str]:
     """Multi-label rows that all have an empty label cell: no label to learn."""
     (project / "data/external").mkdir(parents=True)
@@ -113,9 +123,15 @@ CASES: dict[str, tuple[Setup, str]] = {
     "yaml-malformed": (_edit_params("seed: 42", "seed: [42"), "params.yaml"),
     "empty-class-folder": (_images({"cat": 10, "dog": 0}), "dog"),
     "class-with-one-example": (_images({"cat": 10, "dog": 1}), "dog"),
-    "csv-missing-value": (_csv(["7,,a"]), "mine.csv"),
+    # A CSV's row is named by its line, as an editor numbers them (the header's is 1), in the
+    # user's file (not prepare's copy in data/raw); blank lines and a quoted cell's breaks count.
+    "csv-missing-value": (_csv(["7,,a"]), "external/mine.csv line 22, column 'x2': a missing"),
+    "csv-missing-class": (_csv(["7,8,"]), "external/mine.csv line 22, column 'label': a missing"),
+    "csv-after-blank-lines": (_csv(["", "", "7,,a"]), "mine.csv line 24, column 'x2'"),
+    "csv-after-a-quoted-line-break": (_csv(['7,8,"a\nb"', "7,,a"]), "mine.csv line 24, column"),
+    "csv-saved-index": (_saved_index, "mine.csv: column 1 has no name in the header"),
     "csv-short-row": (_csv(["7,a"]), "mine.csv"),
-    "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv"),
+    "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv line 22, column 'x2': not a number"),
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
     "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),

@@ -65,6 +65,17 @@ def test_other_mismatches(project: Path, change, words: str) -> None:
         manifest.check(project)
 
 
+def test_a_hidden_folders_files_are_no_data(project: Path) -> None:
+    """Jupyter's checkpoint of a file opened in Colab's editor (data/raw/.ipynb_checkpoints/),
+    which .dvcignore leaves out too: neither a mismatch nor listed."""
+    hidden = project / "data/raw/.ipynb_checkpoints/x-checkpoint.csv"
+    hidden.parent.mkdir()
+    hidden.write_text("a,label\n1,0\n")
+    assert manifest.check(project) == 2
+    manifest.write(project, {"data/raw": {}, "data/processed": {}}, {"seed": 1})
+    assert manifest.check(project) == 2
+
+
 def test_no_manifest(tmp_path: Path) -> None:
     assert manifest.load(tmp_path) is None
     with pytest.raises(manifest.ManifestMismatch, match="prepare"):

@@ -108,7 +108,7 @@ def test_own_csv_stays_unscaled_with_training_stats(tmp_path: Path) -> None:
     assert entry["source"] == str(src) and doc["data_path"] == str(src)
 
     src.write_text("f1,species\nabc,cat\n")
-    with pytest.raises(ConfigError, match=r"mine.csv: line 2, column 'f1': not a number"):
+    with pytest.raises(ConfigError, match=r"mine.csv line 2, column 'f1': not a number"):
         run_prepare(project, *csv_args)
     src.write_text("f1,f2,species\n1,,cat\n")
     with pytest.raises(ConfigError, match=r"line 2, column 'f2': a missing value"):
@@ -155,6 +155,16 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     assert np.allclose(x[y == 0], 30, atol=3) and np.allclose(x[y == 1], 220, atol=3)
     names = sorted(p.relative_to(folder).as_posix() for p in folder.glob("[!.]*/[!.]*.*"))
     assert ids(project) == names  # each example's file, relative to data.path
+
+    # Jupyter's checkpoint of a staged image opened in Colab (a hidden folder in data/raw) is no
+    # data: not the user's file in prepare's way, not in the manifest (.dvcignore leaves it out).
+    checkpoint = project / "data/raw/pets/cat/.ipynb_checkpoints/1-checkpoint.png"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"not an image")
+    run_prepare(project, *args)
+    assert manifest.check(project) == 11 + 4  # the images, 3 shards and spec.json
+    assert ".ipynb_checkpoints" not in (project / manifest.MANIFEST).read_text()
+    checkpoint.unlink()
 
     # A truncated image stops prepare with its path; the previous shards stay as they were.
     before = {p.name: sha(p) for p in processed(project).iterdir()}

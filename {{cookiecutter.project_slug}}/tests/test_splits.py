@@ -277,7 +277,10 @@ ERRORS = {
         "predict",
     ),
     "unlabelled-test-csv": (lambda: _files("x1,x2"), "predict"),
-    "unknown-split-name": (lambda: _column(["train", "holdout"]), "'holdout'"),
+    "unknown-split-name": (
+        lambda: _column(["train", "holdout"]),
+        "data.csv line 3, column 'split' (data.split_column): 'holdout'",
+    ),
     "no-split-column": (lambda: _column(["train"], column="fold"), "data.split_column"),
     "split-layout-on-digits": (lambda: ["prepare", "--set", "data.split=folders"], "data.split"),
     "class-weight-unknown-class": (

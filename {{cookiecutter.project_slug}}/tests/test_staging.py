@@ -95,6 +95,19 @@ def test_resumes_after_interruption(
     assert not list((tmp_path / "dest").glob(".*.partial"))
 
 
+def test_hidden_names_are_not_staged(tmp_path: Path) -> None:
+    """A hidden file or anything in a hidden folder (Jupyter's checkpoints, macOS's `._`
+    copies) is no data: `prepare`'s readers leave them out too."""
+    make_source(tmp_path / "src")
+    for name in ("._one.txt", "a/.ipynb_checkpoints/one-checkpoint.txt", ".cache/b/two.txt"):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_text("not data")
+    dest = tmp_path / "dest"
+    assert staging.stage(tmp_path / "src", dest, progress=False).copied == 3
+    found = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
+    assert found == [staging.INDEX, "a", "a/b", "a/b/two.txt", "a/one.txt", "big.bin"]
+
+
 def test_refuses_when_disk_too_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_source(tmp_path / "src")
     usage = namedtuple("usage", "total used free")

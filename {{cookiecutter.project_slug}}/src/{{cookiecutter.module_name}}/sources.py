@@ -114,7 +114,7 @@ def class_files(
     paths: list[str] = []
     classes: list[str] = []
     # A hidden folder (Jupyter's .ipynb_checkpoints) is no class, as walk_files skips it.
-    folders = [d for d in entries if not d.startswith(".")]
+    folders = [d for d in entries if not locations.hidden(d)]
     for name in sorted(d for d in folders if locations.isdir(locations.join(path, d))):
         found = [
             p

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import IO
 
 from fsspec.core import url_to_fs
@@ -68,9 +69,16 @@ def list_dir(path: str) -> list[str]:
     return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(inner, detail=False))
 
 
+def hidden(relative: str | os.PathLike[str]) -> bool:
+    """True for a path (relative to the folder looked in) with a part that starts with a dot: a
+    hidden file (.gitkeep, .DS_Store, macOS's `._` copies, staging's bookkeeping) or anything in a
+    hidden folder (Jupyter's .ipynb_checkpoints). No data and no code: the one rule for all."""
+    return any(part.startswith(".") for part in PurePath(relative).parts)
+
+
 def walk_files(path: str) -> Iterator[str]:
-    """Every file under `path` (or `path` itself if it is a file), in a stable order; names that
-    start with a dot (.gitkeep, .DS_Store, staging bookkeeping) are left out."""
+    """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
+    `hidden` ones."""
     fs, inner = url_to_fs(path)
     if not fs.isdir(inner):
         yield path
@@ -78,7 +86,7 @@ def walk_files(path: str) -> Iterator[str]:
     root = inner.rstrip("/")
     for found in sorted(fs.find(inner)):
         relative = found[len(root) :].strip("/")
-        if not any(part.startswith(".") for part in relative.split("/")):
+        if not hidden(relative):
             yield f"{str(path).split('://')[0]}://{found}" if is_url(path) else found
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import COMMAND
+from ..core import locations
 from ..core.files import atomic_write, file_digests
 
 MANIFEST = "data/manifest.json"
@@ -27,7 +28,8 @@ class ManifestMismatch(Exception):
 
 
 def _files_under(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    found = folder.rglob("*")
+    return sorted(p for p in found if p.is_file() and not locations.hidden(p.relative_to(folder)))
 
 
 def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, Any]) -> dict:

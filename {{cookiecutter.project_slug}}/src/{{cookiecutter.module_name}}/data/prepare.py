@@ -65,13 +65,19 @@ def _load_source(
         written = {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
         return found, written, origin_of(cfg, "")
     path, sources = _stage(cfg.path, project_dir, recorded)
-    if cfg.split in ("folders", "files"):
-        found = read_layout(reader, path, cfg, kind)
-    else:
-        found = reader(path, cfg, kind)
-    if not locations.is_url(path):  # name the user's file in errors, not its staged copy
-        staged = {str(project_dir / rel): original for rel, original in sources.items()}
-        found.where = lambda i, where=found.where: staged.get(where(i), where(i))
+    theirs = cfg.path if locations.is_url(cfg.path) else str((project_dir / cfg.path).expanduser())
+
+    def shown(text: str) -> str:  # errors name the user's file, not its staged copy
+        return text.replace(path, theirs)
+
+    try:
+        if cfg.split in ("folders", "files"):
+            found = read_layout(reader, path, cfg, kind)
+        else:
+            found = reader(path, cfg, kind)
+    except ConfigError as exc:
+        raise ConfigError(shown(str(exc))) from None
+    found.where = lambda i, where=found.where: shown(where(i))
     return found, sources, origin_of(cfg, path)
 
 
@@ -126,7 +132,7 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
     staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in load_index(dest)}
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
-        if path.is_file() and not path.name.startswith(".") and rel not in recorded | staged:
+        if path.is_file() and not locations.hidden(rel) and rel not in recorded | staged:
             raise ConfigError(
                 f"{rel}: prepare would write here, but it did not write this file (it is yours); "
                 "move your data out of data/raw to data/external/ and point data.path at it "

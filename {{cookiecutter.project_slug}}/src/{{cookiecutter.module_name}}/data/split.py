@@ -60,7 +60,7 @@ def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
 
 def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
     """{split: (its folder, its name as shown)} of `train/`, `validation/`, `test/` in `path`."""
-    entries = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
+    entries = sorted(e for e in locations.list_dir(path) if not locations.hidden(e))
     folders = [e for e in entries if locations.isdir(locations.join(path, e))]
     if not any(split_named(f) == "train" for f in folders):
         raise ConfigError(
@@ -82,7 +82,7 @@ def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
                 "split; keep one"
             )
         target = locations.join(path, folder)
-        if not any(not PurePosixPath(f).name.startswith(".") for f in locations.walk_files(target)):
+        if next(locations.walk_files(target), None) is None:
             raise ConfigError(
                 f"data.path: {folder}/ in {data.path} is an empty split folder; add its examples, "
                 f"or remove it (a missing {split} split is carved out of train)"
@@ -99,7 +99,7 @@ def _stem(name: str) -> str:
 def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[str, str]]:
     """{split: (its file or glob pattern, as shown)} of `train*`, `validation*`, `test*` files in
     the folder `path`; other files (sample_submission.csv, README.md) are not read."""
-    names = sorted(e for e in locations.list_dir(path) if not e.startswith("."))
+    names = sorted(e for e in locations.list_dir(path) if not locations.hidden(e))
     groups: dict[str, list[str]] = {}
     for name in names:
         split = split_named(_stem(name))

@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import locations
 from ..core.files import atomic_write, file_sha256
 from ..core.progress import progress_bar
 
@@ -56,10 +57,9 @@ def _source_files(src: Path) -> list[tuple[Path, str]]:
 
 
 def _visible(src: Path) -> list[Path]:
-    """What is under `src`, but no name that starts with a dot nor anything in such a folder
-    (.ipynb_checkpoints, macOS's `._` copies): what `prepare`'s readers leave out too."""
-    found = sorted(src.rglob("*"))
-    return [p for p in found if not any(s.startswith(".") for s in p.relative_to(src).parts)]
+    """What is under `src` but the hidden names (`locations.hidden`), which `prepare`'s readers
+    leave out too."""
+    return [p for p in sorted(src.rglob("*")) if not locations.hidden(p.relative_to(src))]
 
 
 def _partial_name(dest: Path, st: os.stat_result) -> Path:

@@ -19,7 +19,7 @@ from ..config import ConfigError
 from ..core import locations
 from ..core.files import atomic_write
 from ..data.images import model_input
-from ..readers.csv_rows import CSV_ERRORS, as_numbers, unreadable
+from ..readers.csv_rows import CSV_ERRORS, as_numbers, line_of, unreadable
 from ..readers.text_files import decode_text
 from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
@@ -95,6 +95,10 @@ def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[li
     """(row numbers, inputs) in chunks of CHUNK rows: the text column, or the training feature
     columns as float32."""
     rows: list[str] = []
+
+    def where(row: int) -> str:
+        return f"{source} line {line_of(str(source), row)}"
+
     try:
         for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
             missing = [name for name in columns if name not in table.columns]
@@ -115,7 +119,7 @@ def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[li
                 yield rows, tf.constant(table[columns[0]].tolist())
                 continue
             features = f"the training features: {', '.join(columns)}"
-            yield rows, as_numbers(table[columns], f"{source}: row", int(rows[0]), features)
+            yield rows, as_numbers(table[columns], where, features)
     except pd.errors.EmptyDataError:  # not even a header
         pass
     except CSV_ERRORS as exc:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -9,7 +13,7 @@ from ..config import ConfigError, DataConfig
 from ..core import locations
 from ..sources import MissingLabels, Source, source
 from ..spec import SPLIT_NAMES, split_named
-from ..tasks.base import encode
+from ..tasks.base import TargetError, encode
 
 CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError)
 
@@ -36,16 +40,29 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
             table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
     except CSV_ERRORS as exc:
         raise unreadable(path, exc) from None
+    nameless = next((i for i, c in enumerate(table.columns) if c == f"Unnamed: {i}"), None)
+    if nameless is not None:  # pandas's name for an empty header cell: `df.to_csv`'s index
+        raise ConfigError(
+            f"{path}: column {nameless + 1} has no name in the header (an index pandas saved? it "
+            "would be trained on as a feature); save the data without it "
+            "(example: df.to_csv(path, index=False))"
+        )
+
+    def where(row: int) -> str:
+        return f"{path} line {line_of(path, row)}"
+
     label = _column(table, data.label, "data.label", path, "target", MissingLabels)
     splits, split_from = None, {}
     if data.split == "column":  # the split column says each row's split; it is no feature
         column = _column(table, data.split_column, "data.split_column", path, "fold")
-        splits, split_from = given_splits(table.pop(column).tolist(), f"column {column!r}")
+        splits, split_from = given_splits(table.pop(column).tolist(), column, where)
     try:  # the task's kind reads the labels (a missing one may be none: multilabel)
         y, names = encode(kind, table[label].tolist(), label)
+    except TargetError as exc:
+        raise ConfigError(f"{where(exc.row)}, column {label!r}: {exc.what}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    rows = dict(where=lambda i: f"{path}: line {i + 2}", ids=lambda i: str(i + 1), splits=splits)
+    rows = dict(where=where, ids=lambda i: str(i + 1), splits=splits)
     if data.text:
         text = _column(table, data.text, "data.text", path, "review")
         if text == label:
@@ -66,7 +83,7 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         )
     features = table.drop(columns=[label])
     rule = "every column but data.label must be a number, in every row"
-    x = as_numbers(features, f"{path}: line", 2, rule)
+    x = as_numbers(features, where, rule)
     return Source(
         "vector",
         kind,
@@ -92,10 +109,28 @@ def _column(
     return name
 
 
-def as_numbers(table: pd.DataFrame, where: str, first: int, rule: str) -> np.ndarray:
+def line_of(path: str, row: int) -> int:
+    """The line of the CSV `path` where data row `row` (from 0, as pandas counts them: blank
+    lines left out) starts, as an editor numbers lines (the header's is 1; a quoted cell's line
+    breaks count). Read again only for an error message."""
+    with locations.open_binary(path) as f:
+        reader = csv.reader(io.TextIOWrapper(f, "utf-8-sig", errors="replace", newline=""))
+        start, records = 1, -2  # the header is record -1
+        try:
+            for record in reader:
+                records += bool(record)
+                if record and records == row:
+                    return start
+                start = reader.line_num + 1
+        except csv.Error:  # a cell over the csv module's size limit: count as if one line each
+            pass
+    return row + 2
+
+
+def as_numbers(table: pd.DataFrame, where: Callable[[int], str], rule: str) -> np.ndarray:
     """Every cell of `table` as float32, or one line naming the first that is empty, not a
-    number, or infinite as float32 (`inf`, `1e39`: the model would learn NaN): `where`, its
-    row's number (`first`: the first row's), its column, and `rule`."""
+    number, or infinite as float32 (`inf`, `1e39`: the model would learn NaN): `where` its
+    row is (from the row's index label), its column, and `rule`."""
     with np.errstate(over="ignore"):
         numbers = table.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float32)
     bad = ~np.isfinite(numbers)
@@ -108,20 +143,24 @@ def as_numbers(table: pd.DataFrame, where: str, first: int, rule: str) -> np.nda
             what = f"not a number ({cell!r})"
         else:
             what = f"not a finite number ({cell!r}: infinite, or too large for float32)"
-        raise ConfigError(f"{where} {first + row}, column {table.columns[col]!r}: {what} ({rule})")
+        at = where(int(table.index[row]))
+        raise ConfigError(f"{at}, column {table.columns[col]!r}: {what} ({rule})")
     return numbers
 
 
-def given_splits(values: list[str], where: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def given_splits(
+    values: list[str], column: str, where: Callable[[int], str]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Each example's split from its split name (a `data.split_column` cell: `train`, `val`,
-    `test`, ...): (indices per split, where each came from). One line for a name that is none."""
+    `test`, ...): (indices per split, where each came from). One line for a name that is none,
+    saying `where` its row is."""
     chosen = np.array([split_named(str(v)) for v in values], dtype=object)
     bad = next((i for i, name in enumerate(chosen) if name is None), None)
     if bad is not None:
         known = ", ".join(n for aliases in SPLIT_NAMES.values() for n in aliases)
         raise ConfigError(
-            f"data.split_column: {values[bad]!r} in {where} (row {bad + 2}) is not a split name "
-            f"(one of {known}) (example: train)"
+            f"{where(bad)}, column {column!r} (data.split_column): {values[bad]!r} is not a "
+            f"split name (one of {known}) (example: train)"
         )
     splits = {s: np.flatnonzero(chosen == s) for s in SPLIT_NAMES if (chosen == s).any()}
-    return splits, {s: f"{where} = {s}" for s in splits}
+    return splits, {s: f"column {column!r} = {s}" for s in splits}

@@ -37,6 +37,15 @@ EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before tak
 _TEST_METRICS: dict[tuple[type, str], tuple[list[keras.metrics.Metric], Any]] = {}
 
 
+class TargetError(ConfigError):
+    """A raw label value a task refuses: value `row` (from 0) of those given, and `what` is
+    wrong with it; a reader that knows where the value came from says so (a CSV: its line)."""
+
+    def __init__(self, column: str, row: int, what: str) -> None:
+        super().__init__(f"{column}: row {row + 1}: {what}")
+        self.row, self.what = row, what
+
+
 @dataclass
 class Evaluation:
     """What `evaluate` writes: `metrics` (every test number: the model card; evaluate.json keeps
@@ -123,9 +132,11 @@ class Task:
             targets = out.to_numpy(np.float32)
         bad = np.flatnonzero(~np.isfinite(targets))
         if len(bad):
-            raise ConfigError(
-                f"{column}: row {bad[0] + 1}: expected a number for a {self.kind} target, got "
-                f"{values[bad[0]]!r} (finite in float32; example: 42.5, or another task.type)"
+            raise TargetError(
+                column,
+                int(bad[0]),
+                f"expected a number for a {self.kind} target, got {values[bad[0]]!r} (finite in "
+                "float32; example: 42.5, or another task.type)",
             )
         return targets
 

@@ -16,7 +16,7 @@ from sklearn import metrics
 
 from ..config import ConfigError
 from ..spec import natural_order
-from .base import Evaluation, Task, per_name_table
+from .base import Evaluation, TargetError, Task, per_name_table
 
 
 class Classes(Task):
@@ -36,8 +36,8 @@ class Classes(Task):
     def names_of(cls, values: Sequence[Any], column: str) -> list[str]:
         """The distinct classes, in natural order; an empty cell is refused."""
         if "" in values:
-            row = list(values).index("") + 1
-            raise ConfigError(f"{column}: row {row}: a missing value (every example needs a class)")
+            row = list(values).index("")
+            raise TargetError(column, row, "a missing value (every example needs a class)")
         return sorted({str(v) for v in values}, key=natural_order)
 
     def encode_targets(self, values: Sequence[Any], column: str = "data.label") -> np.ndarray:

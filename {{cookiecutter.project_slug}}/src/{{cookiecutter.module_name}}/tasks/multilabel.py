@@ -19,7 +19,7 @@ from sklearn.preprocessing import MultiLabelBinarizer
 
 from ..config import ConfigError
 from ..registry import register
-from .base import EPSILON, Evaluation, MacroAUC, Task, per_name_table
+from .base import EPSILON, Evaluation, MacroAUC, TargetError, Task, per_name_table
 from .classes import listed, probabilities
 
 LABEL_SEPARATOR = "|"  # a CSV cell: "cat|dog"
@@ -103,9 +103,11 @@ class Multilabel(Task):
         for row, labels in enumerate(rows):
             unknown = [label for label in labels if label not in self.names]
             if unknown:
-                raise ConfigError(
-                    f"{column}: row {row + 1}: unknown label {unknown[0]!r} (labels joined by "
-                    f"'{LABEL_SEPARATOR}', example: {'|'.join(self.names[:2])!r})"
+                raise TargetError(
+                    column,
+                    row,
+                    f"unknown label {unknown[0]!r} (labels joined by '{LABEL_SEPARATOR}', "
+                    f"example: {'|'.join(self.names[:2])!r})",
                 )
         return MultiLabelBinarizer(classes=self.names).fit_transform(rows).astype(np.float32)
 

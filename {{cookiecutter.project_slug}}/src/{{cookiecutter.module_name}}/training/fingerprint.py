@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Params, flat
+from ..core import locations
 from ..core.files import file_sha256
 
 RUN_ONLY = frozenset(
@@ -113,7 +114,7 @@ def folder_hash(folder: Path, prefix: str = "data/processed/") -> str:
         for path, relative in found
         if "__pycache__" not in relative.parts
         and path.suffix != ".pyc"
-        and not any(part.startswith(".") for part in relative.parts)
+        and not locations.hidden(relative)
     )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
