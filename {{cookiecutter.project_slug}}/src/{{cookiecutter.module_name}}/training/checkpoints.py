@@ -111,7 +111,7 @@ class CheckpointStore:
         except Exception as exc:
             if not is_storage_fault(exc):
                 raise
-            cause = _first_line(exc)
+            cause = first_line(exc)
         with contextlib.suppress(OSError):
             self.clean_partial()
         say(
@@ -266,7 +266,7 @@ def is_storage_fault(exc: BaseException) -> bool:
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """`ErrorType: cause` in one short line. TensorFlow's message names the file, then
     `; <cause>`: the cause is the part after the last `; `, on the first line that has one (a
     traced op's message starts with "Graph execution error:" and where the op was defined)."""
@@ -335,7 +335,7 @@ def write_results(
         if not is_storage_fault(exc):
             raise
         raise ResultsWriteError(
-            f"{target}: the final results could not be written ({_first_line(exc)}; "
+            f"{target}: the final results could not be written ({first_line(exc)}; "
             f"{_free_mib(target.parent):,.1f} MiB free); the checkpoints hold the trained run: "
             "free some space and run the same train command again to write them"
         ) from None
