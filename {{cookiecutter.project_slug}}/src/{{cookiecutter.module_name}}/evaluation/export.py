@@ -28,7 +28,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
-from ..core.files import atomic_write, file_sha256, temp_file
+from ..core.files import atomic_write, file_sha256, save_json, temp_file
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
@@ -291,7 +291,7 @@ def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
     """Add (or replace) `output`'s entry in export.json."""
     exports = load_exports(results)
     exports[_shown(output, results)] = entry
-    return atomic_write(results / EXPORTS, json.dumps(exports, indent=2) + "\n")
+    return save_json(exports, results / EXPORTS)
 
 
 def load_exports(results: Path) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.files import free_bytes, save_json, temp_file
 from ..core.progress import say
 from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
@@ -328,9 +328,9 @@ def write_results(
             keras_tmp.unlink(missing_ok=True)
         if sidecar is not None:
             target = model_file.with_name(Path(SIDECAR_FILE).name)
-            atomic_write(target, json.dumps(sidecar, indent=2) + "\n")
+            save_json(sidecar, target)
         target = metrics_file
-        atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")
+        save_json(metrics, metrics_file)
     except Exception as exc:
         if not is_storage_fault(exc):
             raise
