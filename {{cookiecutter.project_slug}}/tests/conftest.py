@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -139,6 +140,25 @@ def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     return project
+
+
+@pytest.fixture
+def small_storage(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
+    """A 6 MiB tmpfs (True), or a plain folder where mounting is refused (False)."""
+    root = tmp_path / "storage"
+    root.mkdir()
+    mounted = (
+        shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(root)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        yield root, mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(root)], check=False)
 
 
 def cli_env(storage: Path, **extra: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ classification, the same class on at least 95% of the test examples.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import keras
@@ -23,13 +24,15 @@ import tensorflow as tf
 from conftest import PROJECT, save_for_users
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
+from {{ cookiecutter.module_name }}.evaluation import export
 from {{ cookiecutter.module_name }}.evaluation.export import (
     EXPORTS,
     LiteRTUnsupported,
     export_litert,
+    export_saved_model,
 )
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.tasks.base import task_class
@@ -162,6 +165,50 @@ def test_an_op_litert_lacks_is_refused_in_one_line(tmp_path: Path, capsys) -> No
     assert err.count("\n") == 1 and err.startswith("error: export --format litert: LiteRT's")
 
 
+def test_export_replaces_only_what_it_wrote(tmp_path: Path, monkeypatch) -> None:
+    """Export's own files (as export.json records them) are replaced run after run; the same
+    files copied elsewhere are the user's: refused, kept byte for byte. A check that fails
+    leaves the last export in place."""
+    spec = DataSpec(kind="image", input_shape=(8, 8, 1), task="classification", names=["a", "b"])
+    inputs = keras.Input((8, 8, 1), name="inputs")
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(inputs))
+    project = tmp_path / "project"
+    models = project / "results" / "models"
+    task = task_class("classification")(names=spec.names)
+    save_for_users(keras.Model(inputs, logits), task, spec, models)
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    params = load_params(project / "params.yaml")
+    for _ in range(2):  # the default paths, run after run
+        export_litert(params, project)
+        export_saved_model(project, models / "saved_model")
+    mine = tmp_path / "mine"
+    shutil.copytree(models / "saved_model", mine / "saved_model")
+    shutil.copy(models / "model.tflite", mine / "model.tflite")
+    kept = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"^--output \S+saved_model: exists and export did not"):
+        export_saved_model(project, mine / "saved_model")
+    with pytest.raises(ConfigError, match=r"^--output \S+model.tflite: exists and export did not"):
+        export_litert(params, project, mine / "model.tflite")
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == kept
+
+    def crash(*args: object) -> None:
+        raise RuntimeError("the check stopped")
+
+    last = (models / "model.tflite").read_bytes()
+    monkeypatch.setattr(export, "check_litert", crash)
+    with pytest.raises(RuntimeError):
+        export_litert(params, project, quantize="int8")
+    assert (models / "model.tflite").read_bytes() == last
+    assert sorted(p.name for p in models.iterdir()) == [
+        "model.json",
+        "model.keras",
+        "model.tflite",
+        "saved_model",
+    ]
+    monkeypatch.undo()
+    assert export_litert(params, project, quantize="int8")["quantize"] == "int8"
+
+
 def test_the_command_line(trained, capsys) -> None:
     project, _ = trained("classification")
     at = ["--params", str(project / "params.yaml"), *(a for o in IMAGES for a in ("--set", o))]
@@ -179,7 +226,7 @@ def test_the_command_line(trained, capsys) -> None:
     }
     (project / "mine.tflite").write_text("not a model")
     refused[("export", "--format", "litert", "--output", str(project / "mine.tflite"))] = (
-        "exists and is not a LiteRT model; not overwriting it"
+        "exists and export did not write it (or it changed since); not overwriting it"
     )
     for argv, message in refused.items():
         assert main([*argv, *at]) == 2
@@ -233,3 +280,8 @@ def test_a_text_model_exports_its_network_on_token_ids(tmp_path: Path) -> None:
     expected = np.asarray(model(tf.constant(new)))
     got = _interpreter_outputs(models / "model.tflite", ids)
     np.testing.assert_allclose(got, expected, atol=1e-5)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "vocabulary.txt").write_text("my words\n")
+    with pytest.raises(ConfigError, match="vocabulary.txt beside it exists and export did not"):
+        export_litert(load_params(project / "params.yaml"), project, tmp_path / "mine" / "m.tflite")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["vocabulary.txt"]

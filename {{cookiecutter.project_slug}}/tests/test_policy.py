@@ -13,8 +13,12 @@ from conftest import TINY, tensorboard_values
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.storage import results_root
+from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
+from {{ cookiecutter.module_name }}.evaluation.report import evaluation_summary, load_history, plot_training_curves
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import checkpoint_due, mode_for
+from {{ cookiecutter.module_name }}.training.run_record import list_runs, runs_table
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -150,3 +154,28 @@ def test_a_run_whose_loss_goes_nan_stops_at_that_epoch_and_says_why(
     assert "(example: --set train.learning_rate=1e+29)" in out
     again = train(params, tiny_project)
     assert again.step == PER_EPOCH and "already complete" in capsys.readouterr().out
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant}: not JSON (jq and JavaScript refuse it)")
+
+
+def test_a_diverged_run_writes_standard_json_and_every_reader_copes(tiny_project: Path) -> None:
+    """The NaN of a diverged run is null in train.json, evaluate.json and the run record; the
+    model card, the runs table and the notebooks' views read them."""
+    overrides = [*TINY, "train.epochs=1", "train.learning_rate=1e30", "train.optimizer=sgd"]
+    params = load_params(tiny_project / "params.yaml", overrides)
+    prepare(params, tiny_project)
+    assert train(params, tiny_project).metrics["stopped_early"] == 1
+    evaluate(params, tiny_project)
+    results = results_root(tiny_project)
+    (record,) = results.glob("runs/*/manifest.json")
+    for path in (results / "metrics/train.json", results / "metrics/evaluate.json", record):
+        json.loads(path.read_text(), parse_constant=_refuse)
+    train_json = json.loads((results / "metrics/train.json").read_text())
+    assert train_json["val_loss"] is None and train_json["history"][0]["val_loss"] is None
+    assert "val_loss nan" in (results / "reports/model_card.md").read_text()
+    header, _, row = (line.split("|") for line in runs_table(list_runs(tiny_project)).splitlines())
+    assert dict(zip(map(str.strip, header), map(str.strip, row), strict=True))["val_loss"] == "-"
+    plot_training_curves(load_history(tiny_project))
+    assert evaluation_summary(tiny_project, "classification").startswith("Test split")

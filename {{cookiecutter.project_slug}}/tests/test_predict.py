@@ -151,7 +151,7 @@ def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.asarray(served.serve(x))[:, 0], expected[:, 0], rtol=1e-5)
     other = tmp_path / "mine"
     other.mkdir()
-    with pytest.raises(ConfigError, match="exists and is not a SavedModel"):
+    with pytest.raises(ConfigError, match="mine: exists and export did not write it"):
         export_saved_model(project, other)
 
 

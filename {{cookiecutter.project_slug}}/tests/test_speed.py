@@ -4,6 +4,8 @@ In-process (the logical CPUs of conftest.py): no TensorFlow start of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 from pathlib import Path
@@ -82,3 +84,29 @@ def test_speed_names_the_bottleneck_and_records_it(
     storage = Path(os.environ["PROJECT_STORAGE_DIR"])
     assert not (storage / "checkpoints").exists()
     assert not (tiny_project / "results/models/model.keras").exists()
+
+
+def test_a_full_results_disk_is_one_line_and_the_verdict_stays_last(
+    tiny_project: Path, small_storage: tuple[Path, bool], monkeypatch, capsys
+) -> None:
+    """Results on a full disk: the figures and the verdict as ever, one line for the record."""
+    write, name, *overrides = CASES["csv"]
+    write(tiny_project / name)
+    overrides += [f"data.path={tiny_project / name}", "train.batch_size=4"]
+    params = ["--params", str(tiny_project / "params.yaml")]
+    assert main(["prepare", *params, *sets(overrides)]) == 0
+    storage, mounted = small_storage
+    if mounted:  # every block taken
+        with contextlib.suppress(OSError), open(storage / "fill", "wb") as fill:
+            while True:
+                fill.write(b"\0" * 65536)
+    else:
+        full = OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr("os.replace", lambda *a: (_ for _ in ()).throw(full))
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(storage / "results"))
+    capsys.readouterr()
+    assert main(["speed", "--steps", "3", *params, *sets(overrides)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert LAST.fullmatch(lines[-1]) and lines[-2].startswith("try: "), lines
+    (said,) = [line for line in lines if "speed record" in line]
+    assert said.startswith("WARNING: speed record not written (") and "No space left" in said

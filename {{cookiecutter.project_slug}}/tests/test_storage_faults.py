@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,25 +39,6 @@ BIG = [
     "run_name=full",
 ]
 FAILED = re.compile(r"WARNING: checkpoint at step (\d+) not saved \((.+)\); ([\d.,]+) MiB free in ")
-
-
-@pytest.fixture
-def small_storage(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
-    """A 6 MiB tmpfs (True), or a plain folder where mounting is refused (False)."""
-    root = tmp_path / "storage"
-    root.mkdir()
-    mounted = (
-        shutil.which("mount") is not None
-        and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(root)], capture_output=True
-        ).returncode
-        == 0
-    )
-    try:
-        yield root, mounted
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(root)], check=False)
 
 
 def _simulate_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:

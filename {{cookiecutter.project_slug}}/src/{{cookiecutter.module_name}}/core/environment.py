@@ -9,7 +9,6 @@ up at once).
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import platform
 import subprocess
@@ -21,7 +20,7 @@ from typing import Any
 import psutil
 import yaml
 
-from .files import atomic_write, file_sha256
+from .files import file_sha256, save_json
 from .hardware import tpu_signals
 from .storage import on_colab, results_root
 
@@ -221,11 +220,6 @@ def summary(env: dict[str, Any]) -> str:
     lines += [("", f"{path}: {md5}") for path, md5 in env["data"]["dvc"].items()]
     lines.append(("Packages", f"{len(env['packages'])} installed (every one in the saved file)"))
     return "\n".join(f"{name:<12}{value}" for name, value in lines)
-
-
-def save_json(data: Any, path: Path) -> Path:
-    """Write JSON atomically (temp file + rename): a crash never leaves half a file."""
-    return atomic_write(Path(path), json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:

@@ -7,10 +7,13 @@ the data goes to a temporary file beside the target (same disk) and `os.replace`
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import secrets
 import shutil
 from pathlib import Path
+from typing import Any
 
 CHUNK = 1 << 20
 
@@ -36,6 +39,24 @@ def atomic_write(target: Path, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def save_json(data: Any, path: Path) -> Path:
+    """Write `data` as standard JSON (jq and JavaScript read it), atomically: JSON has no NaN, so
+    a number that is not finite (a diverged run's loss) is written as null."""
+    text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
+    return atomic_write(Path(path), text + "\n")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each float that is not finite (NaN, infinity) made None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def free_bytes(folder: Path) -> int | None:

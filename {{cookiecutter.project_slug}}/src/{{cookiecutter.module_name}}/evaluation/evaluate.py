@@ -10,7 +10,6 @@ metric, `test_loss` unweighted).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Params
-from ..core.files import atomic_write
+from ..core.files import atomic_write, save_json
 from ..core.storage import TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.pipeline import eval_dataset, example_ids, load_prepared
@@ -42,7 +41,7 @@ def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[
     module docstring); the training curve's columns are every per-epoch number `train` recorded
     plus each kind's training metric."""
     compared = task.compared(evaluation.metrics, "test")
-    written = [atomic_write(results / TEST_METRICS, json.dumps(compared, indent=2) + "\n")]
+    written = [save_json(compared, results / TEST_METRICS)]
     tables = dict(evaluation.plots)
     for kind in kinds():
         for name, header in kind.plot_columns.items():

@@ -28,7 +28,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
-from ..core.files import atomic_write, file_sha256
+from ..core.files import atomic_write, file_sha256, save_json, temp_file
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
@@ -40,7 +40,6 @@ SAVED_MODEL_DIR = "models/saved_model"
 EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 VOCABULARY = "vocabulary.txt"  # text models: beside the .tflite
 QUANTIZE = ("float16", "int8")
-_TFLITE_MAGIC = b"TFL3"  # bytes 4-8 of every .tflite flatbuffer
 
 
 class LiteRTUnsupported(ConfigError):
@@ -51,26 +50,25 @@ def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
     """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`; returns its
     entry in export.json (also written)."""
     results = results_root(project_dir)
+    _check_replaceable(results, destination, "results/models/saved_model-2")
     model, info = load_for_users(results / "models")
-    if destination.exists() and not (destination / "saved_model.pb").is_file():
-        raise ConfigError(
-            f"{destination}: exists and is not a SavedModel; not overwriting it "
-            "(example: --output results/models/saved_model)"
-        )
-    partial = destination.with_name(destination.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # our own leftover from an interrupted export
     options: dict[str, Any] = {}
     if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
         options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
-    model.export(str(partial), format="tf_saved_model", verbose=False, **options)
-    if destination.exists():
-        shutil.rmtree(destination)  # a SavedModel this command wrote before
-    os.replace(partial, destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
+    try:
+        model.export(str(partial / "new"), format="tf_saved_model", verbose=False, **options)
+        if destination.exists():
+            shutil.rmtree(destination)  # the SavedModel this command wrote before
+        os.replace(partial / "new", destination)
+    finally:
+        shutil.rmtree(partial)  # ours: empty, or what an export that stopped half-way left
     entry = {
         "format": "saved_model",
         "bytes": sum(p.stat().st_size for p in destination.rglob("*") if p.is_file()),
         "model_sha256": file_sha256(results / MODEL_FILE),
+        "fingerprint": _fingerprint(destination),
         "inputs": "as model.keras (endpoint `serve`)",
     }
     record_export(results, destination, entry)
@@ -251,28 +249,40 @@ def export_litert(
     returns its entry in export.json (also written)."""
     results = results_root(project_dir)
     output = Path(output) if output else results / LITERT_FILE
-    _check_litert_output(output)
+    example = "results/models/model-int8.tflite"
+    if output.suffix != ".tflite":
+        raise ConfigError(
+            f"--output {output}: a LiteRT model is a .tflite file (example: --output {example})"
+        )
+    _check_replaceable(results, output, example)
     model, info = load_for_users(results / "models")
     found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
     vectorizer = next(found, None)  # a text model's
     network = on_token_ids(model, vectorizer) if vectorizer is not None else model
-    atomic_write(output, to_litert(network, quantize))
-    vocabulary = None
-    if vectorizer is not None:  # one token per line: line i (from 0) is id i ('' and [UNK] first)
-        tokens = "".join(f"{token}\n" for token in vectorizer.get_vocabulary())
-        vocabulary = atomic_write(output.parent / VOCABULARY, tokens)
-    entry = {
-        "format": "litert",
-        "task": info["task"],
-        "quantize": quantize or "none",
-        "bytes": output.stat().st_size,
-        "sha256": file_sha256(output),
-        "model_sha256": file_sha256(results / MODEL_FILE),
-        "inputs": _inputs(network, vectorizer),
-        "vocabulary": _shown(vocabulary, results) if vocabulary else None,
-        "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
-        **check_litert(params, project_dir, model, vectorizer, network, output),
-    }
+    vocabulary = output.parent / VOCABULARY if vectorizer is not None else None
+    if vocabulary:
+        _check_replaceable(results, vocabulary, example, beside=output)
+    # Checked before it takes the place of the last export: a failed check leaves that one there.
+    checked = Path(temp_file(output))
+    try:
+        checked.write_bytes(to_litert(network, quantize))
+        entry = {
+            "format": "litert",
+            "task": info["task"],
+            "quantize": quantize or "none",
+            "bytes": checked.stat().st_size,
+            "sha256": file_sha256(checked),
+            "model_sha256": file_sha256(results / MODEL_FILE),
+            "inputs": _inputs(network, vectorizer),
+            "vocabulary": _shown(vocabulary, results) if vocabulary else None,
+            "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
+            **check_litert(params, project_dir, model, vectorizer, network, checked),
+        }
+        os.replace(checked, output)
+    finally:
+        checked.unlink(missing_ok=True)
+    if vocabulary:  # one token per line: line i (from 0) is id i ('' and [UNK] first)
+        atomic_write(vocabulary, "".join(f"{token}\n" for token in vectorizer.get_vocabulary()))
     record_export(results, output, entry)
     return entry
 
@@ -281,7 +291,7 @@ def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
     """Add (or replace) `output`'s entry in export.json."""
     exports = load_exports(results)
     exports[_shown(output, results)] = entry
-    return atomic_write(results / EXPORTS, json.dumps(exports, indent=2) + "\n")
+    return save_json(exports, results / EXPORTS)
 
 
 def load_exports(results: Path) -> dict[str, dict[str, Any]]:
@@ -328,12 +338,27 @@ def _shown(path: Path, results: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _check_litert_output(output: Path) -> None:
-    """--output: a `.tflite` file; an existing file is replaced only when it is one."""
-    example = "(example: --output results/models/model-int8.tflite)"
-    if output.suffix != ".tflite":
-        raise ConfigError(f"--output {output}: a LiteRT model is a .tflite file {example}")
-    if output.is_dir() or (output.exists() and output.read_bytes()[4:8] != _TFLITE_MAGIC):
+def _fingerprint(saved_model: Path) -> str:
+    """TensorFlow's own identity of a SavedModel: hashes of its graph, signatures and weights."""
+    return tf.saved_model.experimental.read_fingerprint(str(saved_model)).singleprint()
+
+
+def _check_replaceable(results: Path, path: Path, example: str, beside: Path | None = None) -> None:
+    """Export replaces only what it wrote: what is at `path` must be what export.json records
+    there, unchanged (a `.tflite`'s sha256, a SavedModel's fingerprint; a vocabulary it lists);
+    anything else is the user's: refused, naming --output (`beside`: the --output `path` is by)."""
+    if not path.exists():
+        return
+    exports, shown = load_exports(results), _shown(path, results)
+    entry = exports.get(shown, {})
+    if (path / "fingerprint.pb").is_file():
+        ours = entry.get("fingerprint") == _fingerprint(path)
+    else:
+        listed = shown in {e.get("vocabulary") for e in exports.values()}
+        ours = path.is_file() and (listed or entry.get("sha256") == file_sha256(path))
+    if not ours:
+        found = f"{path.name} beside it exists" if beside else "exists"
         raise ConfigError(
-            f"--output {output}: exists and is not a LiteRT model; not overwriting it {example}"
+            f"--output {beside or path}: {found} and export did not write it (or it changed "
+            f"since); not overwriting it (example: --output {example})"
         )

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +214,10 @@ def training_section(
         ],
         ["resumes", resumed],
         ["class weights", ", ".join(f"{n} {w:.4g}" for n, w in weights) or "none (unweighted)"],
-        ["validation", ", ".join(f"{k} {v:.4g}" for k, v in train.items() if k.startswith("val_"))],
+        [
+            "validation",
+            ", ".join(f"{k} {number_text(v)}" for k, v in train.items() if k.startswith("val_")),
+        ],
     ]
     changes = param_changes(run.get("params", {}), params)
     changed = table(changes, ["key", "run", "params.yaml"]) if changes else "None."
@@ -278,12 +282,13 @@ def litert_table(checked: list[tuple[str, str, dict[str, Any]]], keras_size: str
     first = checked[0][2]
     names = [m for m in task_class(first["task"]).headline if m in first["keras"]]
     header = ["model", "weights", "size", *names, "largest difference", "same prediction"]
-    keras = [f"{first['keras'][m]:.4g}" for m in names]
+    keras = [number_text(first["keras"][m]) for m in names]
     rows = [[_shown(MODEL_FILE), "float32", keras_size, *keras, "", ""]]
     for shown, size, entry in checked:
         weights = {"none": "float32", "int8": "int8 (dynamic range)"}.get(entry["quantize"])
-        metrics = [f"{entry['litert'][m]:.4g}" for m in names]
-        diff, same = f"{entry['max_abs_diff']:.1e}", f"{entry['same_prediction']:.1%}"
+        metrics = [number_text(entry["litert"][m]) for m in names]
+        diff = number_text(entry["max_abs_diff"], ".1e")
+        same = number_text(entry["same_prediction"], ".1%")
         rows.append([shown, weights or entry["quantize"], size, *metrics, diff, same])
     return (
         f"On the {first['examples']} test examples ({first['interpreter']} runs the `.tflite` "
@@ -320,6 +325,11 @@ def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str
 def _shown(name: str) -> str:
     """A file under the results root as the project shows it (an absolute path as it is)."""
     return f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
+
+
+def number_text(value: float | None, spec: str = ".4g") -> str:
+    """A number of the JSON files as shown: null (JSON has no NaN; a diverged run's) as nan."""
+    return format(math.nan if value is None else value, spec)
 
 
 def _size(path: Path) -> str:

@@ -25,7 +25,7 @@ from ..spec import SPLITS, load_spec
 from ..tasks.base import Task, make_task, task_class
 from ..training.preflight import class_balance_finding
 from .evaluate import PLOTS, TEST_PREDICTIONS
-from .model_card import read_json
+from .model_card import number_text, read_json
 from .model_card import table as markdown
 
 FIGURES = "figures"  # under the results root, beside metrics/ and plots/
@@ -173,7 +173,7 @@ def plot_training_curves(history: list[dict[str, float]]) -> Any:
     """Loss and the task's training metric per epoch, training and validation side by side."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
-    table = pd.DataFrame(history).set_index("epoch")
+    table = pd.DataFrame(history).set_index("epoch").astype(float)  # null (NaN) too
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for ax, metric in zip(axes, ("loss", main_metric(history)), strict=True):
         shown = table[[metric, f"val_{metric}"]].rename(
@@ -210,7 +210,9 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     test = read_json(_written(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
     scores = ", ".join(
-        f"{k.removeprefix('test_')} {v:.4f}" for k, v in test.items() if k != "test_examples"
+        f"{k.removeprefix('test_')} {number_text(v, '.4f')}"
+        for k, v in test.items()
+        if k != "test_examples"
     )
     task = task_class(task_type)(names=[])
     per_name = [n for n, cols in task.plot_columns.items() if cols[0] == task.name_word]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.files import atomic_write, free_bytes, temp_file
+from ..core.files import free_bytes, save_json, temp_file
 from ..core.progress import say
 from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
@@ -111,7 +111,7 @@ class CheckpointStore:
         except Exception as exc:
             if not is_storage_fault(exc):
                 raise
-            cause = _first_line(exc)
+            cause = first_line(exc)
         with contextlib.suppress(OSError):
             self.clean_partial()
         say(
@@ -266,7 +266,7 @@ def is_storage_fault(exc: BaseException) -> bool:
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """`ErrorType: cause` in one short line. TensorFlow's message names the file, then
     `; <cause>`: the cause is the part after the last `; `, on the first line that has one (a
     traced op's message starts with "Graph execution error:" and where the op was defined)."""
@@ -328,14 +328,14 @@ def write_results(
             keras_tmp.unlink(missing_ok=True)
         if sidecar is not None:
             target = model_file.with_name(Path(SIDECAR_FILE).name)
-            atomic_write(target, json.dumps(sidecar, indent=2) + "\n")
+            save_json(sidecar, target)
         target = metrics_file
-        atomic_write(metrics_file, json.dumps(metrics, indent=2) + "\n")
+        save_json(metrics, metrics_file)
     except Exception as exc:
         if not is_storage_fault(exc):
             raise
         raise ResultsWriteError(
-            f"{target}: the final results could not be written ({_first_line(exc)}; "
+            f"{target}: the final results could not be written ({first_line(exc)}; "
             f"{_free_mib(target.parent):,.1f} MiB free); the checkpoints hold the trained run: "
             "free some space and run the same train command again to write them"
         ) from None

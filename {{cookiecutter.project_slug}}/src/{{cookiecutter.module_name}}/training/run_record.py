@@ -19,8 +19,8 @@ import pandas as pd
 import yaml
 
 from ..config import COMMAND
-from ..core.environment import collect_environment, save_json, utc_now
-from ..core.files import atomic_write, file_sha256
+from ..core.environment import collect_environment, utc_now
+from ..core.files import atomic_write, file_sha256, save_json
 from ..core.storage import TRAIN_METRICS, results_root
 from .checkpoints import ResultsWriteError
 from .tracking import Tracker

@@ -23,6 +23,7 @@ from ..core.storage import results_root
 from ..data.feed import make_feed, on_replicas
 from ..data.pipeline import Prepared, eval_dataset, for_model
 from ..loop import make_chunk_function
+from .checkpoints import first_line, is_storage_fault
 from .run_record import build_record, list_runs, new_run_id, write_run_record
 from .seeding import as_run, seed_everything
 from .strategy import StrategyInfo, make_strategy
@@ -44,7 +45,18 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
     bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
     figures = {f"{k}_examples_per_sec": round(v, 1) for k, v in rates.items()}
     if info.is_chief:
-        record(params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command)
+        try:
+            record(
+                params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command
+            )
+        except Exception as exc:  # a full or dropped disk: the figures are on screen all the same
+            if not is_storage_fault(exc):
+                raise
+            print(
+                f"WARNING: speed record not written ({first_line(exc)}); free some space and "
+                "run speed again to record these figures",
+                flush=True,
+            )
     print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}", flush=True)
     print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
     return {"bottleneck": bottleneck, **figures}
