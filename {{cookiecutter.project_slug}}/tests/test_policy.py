@@ -15,7 +15,11 @@ from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.storage import results_root
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
-from {{ cookiecutter.module_name }}.evaluation.report import evaluation_summary, load_history, plot_training_curves
+from {{ cookiecutter.module_name }}.evaluation.report import (
+    evaluation_summary,
+    load_history,
+    plot_training_curves,
+)
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import checkpoint_due, mode_for
 from {{ cookiecutter.module_name }}.training.run_record import list_runs, runs_table
