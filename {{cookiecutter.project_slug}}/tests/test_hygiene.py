@@ -197,3 +197,20 @@ def test_a_checkout_copy_has_what_a_clone_has_and_none_of_the_users_outputs(tmp_
     assert copied(copy_checkout(tmp_path / "clone", used)) == sorted(code)
     shutil.rmtree(used / ".git")  # not a git work tree: every file but what running makes
     assert copied(copy_checkout(tmp_path / "folder", used)) == sorted([*code, "train.log"])
+
+
+def test_what_a_local_run_keeps_in_the_storage_root_stays_out_of_git(tmp_path):
+    """Off Colab the storage root is the project folder: its checkpoints, caches and a sweep's
+    study (journal and lease) are one machine's state, never for `git add -A`."""
+    shutil.copy(PROJECT / ".gitignore", tmp_path / ".gitignore")
+    git(tmp_path, "init", "-q")
+    state = [
+        "checkpoints/baseline/meta.json",
+        "cache/tfds/mnist/x",
+        "sweeps/lr-dropout/journal.log",
+        "sweeps/lr-dropout/lease.json",
+    ]
+    run = subprocess.run(
+        ["git", "check-ignore", *state], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert run.stdout.split() == state, run.stderr
