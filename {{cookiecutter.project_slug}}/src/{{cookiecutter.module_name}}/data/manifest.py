@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import COMMAND
 from ..core import locations
-from ..core.files import atomic_write, file_digests
+from ..core.files import atomic_write, file_digests, save_json
 
 MANIFEST = "data/manifest.json"
 KEPT = "manifests"  # <storage>/manifests/<data hash>.json
@@ -51,7 +51,7 @@ def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
                 }
             )
     doc = {"version": 1, **info, "outs": sorted(outs), "files": files}
-    atomic_write(project_dir / MANIFEST, (json.dumps(doc, indent=2) + "\n").encode())
+    save_json(doc, project_dir / MANIFEST)
     return doc
 
 

@@ -8,7 +8,6 @@ files it lists are ever deleted. What it writes: docs/data.md ("What `prepare` w
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +18,7 @@ import tensorflow as tf
 
 from ..config import COMMAND, ConfigError, Params
 from ..core import locations
-from ..core.files import atomic_write
+from ..core.files import atomic_write, save_json
 from ..core.storage import storage_root
 from ..readers.digits import read_digits
 from ..registry import bound, check, lookup
@@ -106,7 +105,7 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
     if locations.is_url(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
         listing = [{"path": p, "size": locations.size(p)} for p in locations.walk_files(path)]
-        atomic_write(raw_dir / "source.json", (json.dumps(listing, indent=2) + "\n").encode())
+        save_json(listing, raw_dir / "source.json")
         return path, {f"{RAW}/source.json": f"listing of {path}"}
     local = Path(path)
     target_dir = raw_dir if local.is_file() else raw_dir / local.name
