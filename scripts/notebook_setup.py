@@ -32,12 +32,13 @@ BADGE = (  # + the notebook's file name + ")"
 BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\(.*$", re.MULTILINE)
 
 PARAMETERS = """\
-# Parameters: papermill replaces these values (`make notebooks`, `papermill -p NAME VALUE`; a
-# name of digits with `-r NAME VALUE`, as papermill's `-p run_name 0123` gives 123).
+# Parameters: papermill replaces these values. The package's `notebooks -p NAME=VALUE` reads each
+# VALUE as the type after its name (`-p run_name=0123` stays text); papermill's own `-p NAME VALUE`
+# guesses (its `-p run_name 0123` gives 123: a name of digits needs `-r NAME VALUE` there).
 # None takes the value in params.yaml; anything else overrides it for this run only.
-seed = None  # for every random number generator (params.yaml: seed)
-branch = "main"  # the branch Colab clones
-allow_reinstall = False  # True: install the lock's versions over a Colab runtime that differs
+seed: int = None  # for every random number generator (params.yaml: seed)
+branch: str = "main"  # the branch Colab clones
+allow_reinstall: bool = False  # True: install the lock's versions over a Colab runtime that differs
 """
 COMMON_NAMES = ("seed", "branch", "allow_reinstall")
 
@@ -131,7 +132,7 @@ def parameters_source(own: str) -> str:
         for line in own.splitlines()
         if line.strip()
         and not line.startswith("# ")
-        and line.split("=")[0].strip() not in COMMON_NAMES
+        and re.split("[:=]", line)[0].strip() not in COMMON_NAMES
     ]
     return PARAMETERS + "".join(f"{line}\n" for line in kept)
 

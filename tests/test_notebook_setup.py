@@ -34,7 +34,7 @@ def test_a_new_notebook_gets_the_badge_parameters_and_setup(tmp_path: Path) -> N
     rendered = json.loads(notebook_setup.render(path))
     sources = ["".join(c["source"]) for c in rendered["cells"]]
     assert notebook_setup.BADGE + "04_export.ipynb)" in sources[0] and sources[0].endswith("Text.")
-    assert sources[1].startswith(notebook_setup.PARAMETERS) and "seed = None" in sources[1]
+    assert sources[1].startswith(notebook_setup.PARAMETERS) and "seed: int = None" in sources[1]
     assert sources[1].endswith("quantize = None  # int8 / float16") and "seed = 1" not in sources[1]
     assert sources[2] == notebook_setup.SETUP_TEXT and sources[3] == notebook_setup.SETUP_CODE
     assert sources[4] == "print(params.seed)"

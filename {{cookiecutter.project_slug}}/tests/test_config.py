@@ -119,13 +119,6 @@ def test_a_name_of_digits_keeps_them(tmp_path: Path) -> None:
     assert load_params(PARAMS, ["sweep.name=007"]).sweep.name == "007"
     # YAML 1.1 reads on, off, yes and no as true and false: a name keeps them too.
     assert load_params(PARAMS, ["run_name=on"]).run_name == "on"
-    # A notebook's `-p run_name=0123` reaches params.yaml's rule as the text written.
-    from {{ cookiecutter.module_name }}.config import parse_assignment
-
-    assert parse_assignment("run_name=0123", "-p", "epochs=1") == ("run_name", "0123")
-    assert parse_assignment("branch=1.10", "-p", "epochs=1") == ("branch", "1.10")
-    assert parse_assignment("epochs=3", "-p", "epochs=1") == ("epochs", 3)
-    assert parse_assignment("fresh=True", "-p", "epochs=1") == ("fresh", True)
 
 
 def test_the_params_file_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ from {{ cookiecutter.module_name }}.colab.notebooks import (
     run_notebooks,
     stop_unless_swept,
     stop_unless_trained,
+    typed_parameters,
 )
 from {{ cookiecutter.module_name }}.colab.restore import (
     keep_model,
@@ -79,8 +80,11 @@ def test_notebook_is_valid_clean_and_parameterised(path):
     assert len(tagged) == 1, "one cell tagged `parameters` (papermill)"
     # papermill reads every assignment of the parameters cell (a comment with "=" would hide one)
     lines = tagged[0].source.splitlines()
-    assigned = {line.split("=")[0].strip() for line in lines if " = " in line}
-    assert set(papermill.inspect_notebook(str(path))) == assigned
+    assigned = {re.split("[:=]", line)[0].strip() for line in lines if " = " in line}
+    declared = papermill.inspect_notebook(str(path))
+    assert set(declared) == assigned
+    # Each declares its type: `-p NAME=VALUE` reads VALUE as that type (typed_parameters).
+    assert {p["inferred_type_name"] for p in declared.values()} <= {"str", "int", "float", "bool"}
     assert {"seed", "branch", "allow_reinstall"} <= assigned
     assert COLAB + path.name in nb.cells[0].source, "Open in Colab badge"
     # The code lives in the package: cells call it, they define nothing.
@@ -172,7 +176,42 @@ def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monke
 
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
     with pytest.raises(NotebookError, match=r"^-p epoch: no notebook has this parameter"):
-        run_notebooks(PROJECT, {"epoch": 1})
+        run_notebooks(PROJECT, ["epoch=1"])
+
+
+def test_each_parameter_takes_the_type_its_parameters_cell_declares():
+    # `-p NAME=VALUE` as the cells declare NAME (`epochs: int = None`): a name keeps the text
+    # written (YAML would make 0123 the number 83, `on` true), a bool takes true or false.
+    declared = {}
+    for path in NOTEBOOKS:
+        declared.update(papermill.inspect_notebook(str(path)))
+    given = [
+        "run_name=0123",
+        "sweep_name=on",
+        "branch=1.10",
+        "sweep_storage=007",
+        "fresh=true",
+        "take_over=False",
+        "epochs=2",
+        "time_budget_minutes=1.5",
+    ]
+    assert typed_parameters(given, declared) == {
+        "run_name": "0123",
+        "sweep_name": "on",
+        "branch": "1.10",
+        "sweep_storage": "007",
+        "fresh": True,
+        "take_over": False,
+        "epochs": 2,
+        "time_budget_minutes": 1.5,
+    }
+    for bad, expect in (("epochs=two", "an integer"), ("fresh=yes", "true or false")):
+        with pytest.raises(NotebookError) as refused:
+            typed_parameters([bad], declared)
+        name, value = bad.split("=")
+        assert str(refused.value).startswith(f"-p {bad}: {name} takes {expect} (example: -p ")
+    with pytest.raises(ValueError, match=r"^-p 'epochs': expected KEY=VALUE \(example: "):
+        typed_parameters(["epochs"], declared)
 
 
 def test_state_kept_on_storage_both_ways_without_overwriting(tmp_path):

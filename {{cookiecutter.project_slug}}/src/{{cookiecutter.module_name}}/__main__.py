@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .colab.githooks import install
 from .colab.runtime_check import TPU_STOP, on_colab_tpu
-from .config import COMMAND, ConfigError, Params, load_params, parse_assignment
+from .config import COMMAND, ConfigError, Params, load_params
 from .core.environment import log_environment
 from .core.storage import results_root
 from .data.manifest import ManifestMismatch
@@ -166,8 +166,7 @@ def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     from .colab import notebooks  # when the command runs
 
     try:
-        parameters = dict(parse_assignment(item, "-p", "epochs=1") for item in args.parameter)
-        notebooks.run_notebooks(args.project, parameters, args.only, args.timeout)
+        notebooks.run_notebooks(args.project, args.parameter, args.only, args.timeout)
     except (notebooks.NotebookError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

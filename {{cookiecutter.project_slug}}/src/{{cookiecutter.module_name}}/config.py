@@ -320,9 +320,7 @@ def _keep_written(key: str, node: yaml.Node) -> None:
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
     """`KEY=VALUE` (`--set` here, `-p` for notebooks) -> (key, value of the YAML type); a text
-    key keeps the text written, as in the file. A notebook passes its `-p` values on as
-    `key=value` text or uses them as names (`branch`): there a number YAML would not write back
-    as given (0123, 1.10) stays the text written."""
+    key keeps the text written, as in the file."""
     key, sep, text = item.partition("=")
     key, text = key.strip(), text.strip()
     if not sep or not key:
@@ -333,9 +331,6 @@ def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
         _keep_written(key, node)
         value = loader.construct_document(node) if node is not None else ""
     except yaml.YAMLError:
-        value = text
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if flag == "-p" and number and yaml_text(value) != text:
         value = text
     return key, value
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..config import flat, load_params
+from ..config import flat, load_params, parse_assignment
 from ..core.environment import log_environment
 from ..core.storage import on_colab, results_root, storage_root
 from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
@@ -28,6 +28,14 @@ from .runtime_check import NotebookStop
 
 REPORTS = Path("results") / "reports"
 PATTERN = "[0-9][0-9]_*.ipynb"
+# How `-p NAME=VALUE` reads VALUE for the type the parameters cell declares (`epochs: int = None`),
+# with words and an example for its error; `str` keeps the text written (0123, on, 1.10).
+PARAMETER_TYPES = {
+    "str": (str, "text", "baseline"),
+    "int": (int, "an integer", "2"),
+    "float": (float, "a number", "0.5"),
+    "bool": (lambda text: {"true": True, "false": False}[text.lower()], "true or false", "true"),
+}
 
 
 class NotebookError(RuntimeError):
@@ -203,13 +211,13 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
 
 def run_notebooks(
     project_dir: Path,
-    parameters: dict[str, Any] | None = None,
+    parameters: list[str] | None = None,
     only: list[str] | None = None,
     timeout_s: int = 1800,
 ) -> list[Path]:
     """Execute the numbered notebooks (`only`: those with these prefixes, e.g. ["01", "02"]) in
-    order; return the HTML reports written. Each gets the `parameters` its parameters cell
-    declares; a name no notebook declares is an error (a typo would otherwise be ignored)."""
+    order; return the HTML reports written. Each gets those of the `parameters` (`NAME=VALUE`,
+    as `-p` takes them) that its parameters cell declares."""
     # Only this command needs them (about 2 s to import): not every notebook's setup.
     import papermill
     from nbconvert import HTMLExporter
@@ -222,15 +230,9 @@ def run_notebooks(
         notebooks = [nb for nb in notebooks if nb.name.startswith(tuple(only))]
     if not notebooks:
         raise NotebookError(f"no notebooks matching {PATTERN} in {project_dir / 'notebooks'}")
-    parameters = parameters or {}
-    declared = {nb: set(papermill.inspect_notebook(str(nb))) for nb in notebooks}
-    known = set().union(*declared.values())
-    unknown = sorted(set(parameters) - known)
-    if unknown:
-        raise NotebookError(
-            f"-p {unknown[0]}: no notebook has this parameter (they have: "
-            f"{', '.join(sorted(known))}; example: -p epochs=1)"
-        )
+    declared = {nb: papermill.inspect_notebook(str(nb)) for nb in notebooks}
+    every = {name: found for names in declared.values() for name, found in names.items()}
+    parameters = typed_parameters(parameters or [], every)
     out_dir = project_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
@@ -263,3 +265,29 @@ def run_notebooks(
             )
         print(f"  {time.monotonic() - started:.0f} s -> {report.relative_to(project_dir)}")
     return reports
+
+
+def typed_parameters(items: list[str], declared: dict[str, Any]) -> dict[str, Any]:
+    """`NAME=VALUE` items (`-p`) as {name: value}, VALUE read as the type that `declared`
+    (papermill's `inspect_notebook`) gives NAME, else as YAML reads it. A name no notebook declares
+    (a typo would be ignored) or a value its type refuses is a one-line NotebookError."""
+    typed = {}
+    for item in items:
+        name, value = parse_assignment(item, "-p", "epochs=1")
+        if name not in declared:
+            raise NotebookError(
+                f"-p {name}: no notebook has this parameter (they have: "
+                f"{', '.join(sorted(declared))}; example: -p epochs=1)"
+            )
+        kind = declared[name]["inferred_type_name"]
+        if kind in PARAMETER_TYPES:
+            text = item.partition("=")[2].strip()
+            read, words, example = PARAMETER_TYPES[kind]
+            try:
+                value = read(text)
+            except (KeyError, ValueError):
+                raise NotebookError(
+                    f"-p {name}={text}: {name} takes {words} (example: -p {name}={example})"
+                ) from None
+        typed[name] = value
+    return typed
