@@ -260,3 +260,9 @@ def test_class_names_of_digits_keep_them(tmp_path: Path) -> None:
     assert load_params(params_file).train.class_weight == expected
     overrides = ["train.class_weight={01: 2.0, 010: 1}"]
     assert load_params(PARAMS, overrides).train.class_weight == {"01": 2.0, "010": 1.0}
+    # A sweep over class weights: each choice is a value of train.class_weight.
+    from {{ cookiecutter.module_name }}.config import sweep_space
+
+    space = "sweep.space={train.class_weight: {choices: [none, {01: 2.0}]}}"
+    (_, choice) = sweep_space(load_params(PARAMS, [space]))["train.class_weight"].choices
+    assert yaml.safe_load(choice) == {"01": 2.0}

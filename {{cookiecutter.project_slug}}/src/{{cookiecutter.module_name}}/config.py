@@ -313,10 +313,17 @@ def _check_tree(node: yaml.Node | None, prefix: str = "") -> None:
 def _keep_written(key: str, node: yaml.Node) -> None:
     """A name keeps the text it was given: `run_name: 0123` is not the octal number 83, `1.10`
     not 1.1, `on` not true. YAML's number or boolean in a text key stays the text written; so
-    do the keys of a mapping key's value (class names: `train.class_weight: {01: 2.0}`)."""
+    do the keys of a mapping key's value (class names: `train.class_weight: {01: 2.0}`), and a
+    `sweep.space` choice as the value of its key."""
     names = [node] if _is_text(key) else []
     if isinstance(node, yaml.MappingNode) and _is_mapping(key):
         names += [key_node for key_node, _ in node.value]
+    if key == "sweep.space" and isinstance(node, yaml.MappingNode):
+        for searched, spec in node.value:
+            for field, choices in spec.value if isinstance(spec, yaml.MappingNode) else []:
+                if field.value == "choices" and isinstance(choices, yaml.SequenceNode):
+                    for choice in choices.value:
+                        _keep_written(searched.value, choice)
     for name in names:
         if isinstance(name, yaml.ScalarNode) and name.tag.endswith((":int", ":float", ":bool")):
             name.tag = "tag:yaml.org,2002:str"
