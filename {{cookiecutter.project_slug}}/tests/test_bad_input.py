@@ -131,6 +131,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-after-a-quoted-line-break": (_csv(['7,8,"a\nb"', "7,,a"]), "mine.csv line 24, column"),
     "csv-saved-index": (_saved_index, "mine.csv: column 1 has no name in the header"),
     "csv-short-row": (_csv(["7,a"]), "mine.csv"),
+    "csv-row-longer-than-header": (_csv(["7,8,a,9"]), "mine.csv line 22: 4 fields, the header"),
     "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv line 22, column 'x2': not a number"),
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),

@@ -241,3 +241,21 @@ def test_list_of_floats_and_a_typo_in_a_nested_section_of_the_file(tmp_path: Pat
     assert train.epochs == 3
     with pytest.raises(ValueError):
         dataclasses.replace(train, epochs=0)
+
+
+def test_class_names_of_digits_keep_them(tmp_path: Path) -> None:
+    # Class folders 01, 02: a key of train.class_weight is a class name, kept as written (YAML
+    # reads 01 as the number 1, 1.10 as 1.1 and on as true), in the file and from --set.
+    params_file = tmp_path / "params.yaml"
+    weights = "class_weight: {01: 2.0, 1.10: 3, on: 0.5}"
+    params_file.write_text(PARAMS.read_text().replace("class_weight: none", weights, 1))
+    expected = {"01": 2.0, "1.10": 3.0, "on": 0.5}
+    assert load_params(params_file).train.class_weight == expected
+    overrides = ["train.class_weight={01: 2.0, 010: 1}"]
+    assert load_params(PARAMS, overrides).train.class_weight == {"01": 2.0, "010": 1.0}
+    # A sweep over class weights: each choice is a value of train.class_weight.
+    from {{ cookiecutter.module_name }}.config import sweep_space
+
+    space = "sweep.space={train.class_weight: {choices: [none, {01: 2.0}]}}"
+    (_, choice) = sweep_space(load_params(PARAMS, [space]))["train.class_weight"].choices
+    assert yaml.safe_load(choice) == {"01": 2.0}

@@ -129,7 +129,13 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
         source.write_text(empty)
         with pytest.raises(ConfigError, match=r"new.csv: no rows to predict"):
             predict(source, tmp_path / "out.csv", models)
-    source.write_text("height,weight\n1,2\n3,4,5,6\n")
+    # A header short of its rows: pandas would take the first column as the index, every name
+    # then one column off; in the first row or a later one.
+    for text, line in (("height,weight\n0,180,80\n", 2), ("height,weight\n1,2\n3,4,5,6\n", 3)):
+        source.write_text(text)
+        with pytest.raises(ConfigError, match=rf"new.csv line {line}: \d fields, the header has 2"):
+            predict(source, tmp_path / "out.csv", models)
+    source.write_text('height,weight\n1,"2\n')
     with pytest.raises(ConfigError, match=r"new.csv: not a readable CSV \(Error tokenizing"):
         predict(source, tmp_path / "out.csv", models)
     source.write_text("height,weight\n1,2\n")

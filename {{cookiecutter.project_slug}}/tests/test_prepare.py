@@ -125,6 +125,24 @@ def test_own_csv_stays_unscaled_with_training_stats(tmp_path: Path) -> None:
         run_prepare(project, "data.source=csv", f"data.path={inside}", "data.label=species")
 
 
+def test_a_csv_header_short_of_its_rows_is_refused(tmp_path: Path) -> None:
+    # pandas would take the first column as the index: every name one column off, silently.
+    src, project = tmp_path / "mine.csv", tmp_path / "project"
+    csv_args = ("data.source=csv", f"data.path={src}", "data.label=species")
+    rows = [f"{i},{i % 3},{'cat' if i % 2 else 'dog'}" for i in range(20)]
+    src.write_text("\n".join(["f2,species", *rows]) + "\n")
+    with pytest.raises(ConfigError, match=r"mine.csv line 2: 3 fields, the header has 2; each"):
+        run_prepare(project, *csv_args)
+    src.write_text("\n".join(["f1,f2,species", *rows, "", "7,1,cat,9"]) + "\n")
+    with pytest.raises(ConfigError, match=r"mine.csv line 23: 4 fields, the header has 3; each"):
+        run_prepare(project, *csv_args)
+    # A trailing comma (the header's, or every line's) names no column and holds no value.
+    for header, end in (("f1,f2,species,", ""), ("f1,f2,species,", ",")):
+        src.write_text("\n".join([header, *(row + end for row in rows)]) + "\n")
+        run_prepare(project, *csv_args)
+        assert load_spec(processed(project)).feature_names == ["f1", "f2"]
+
+
 def _pets(folder: Path, per_class: int = 6) -> None:
     from PIL import Image
 

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from optuna.distributions import (
@@ -312,10 +312,21 @@ def _check_tree(node: yaml.Node | None, prefix: str = "") -> None:
 
 def _keep_written(key: str, node: yaml.Node) -> None:
     """A name keeps the text it was given: `run_name: 0123` is not the octal number 83, `1.10`
-    not 1.1, `on` not true. YAML's number or boolean in a text key stays the text written."""
-    typed = isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float", ":bool"))
-    if typed and _is_text(key):
-        node.tag = "tag:yaml.org,2002:str"
+    not 1.1, `on` not true. YAML's number or boolean in a text key stays the text written; so
+    do the keys of a mapping key's value (class names: `train.class_weight: {01: 2.0}`), and a
+    `sweep.space` choice as the value of its key."""
+    names = [node] if _is_text(key) else []
+    if isinstance(node, yaml.MappingNode) and _is_mapping(key):
+        names += [key_node for key_node, _ in node.value]
+    if key == "sweep.space" and isinstance(node, yaml.MappingNode):
+        for searched, spec in node.value:
+            for field, choices in spec.value if isinstance(spec, yaml.MappingNode) else []:
+                if field.value == "choices" and isinstance(choices, yaml.SequenceNode):
+                    for choice in choices.value:
+                        _keep_written(searched.value, choice)
+    for name in names:
+        if isinstance(name, yaml.ScalarNode) and name.tag.endswith((":int", ":float", ":bool")):
+            name.tag = "tag:yaml.org,2002:str"
 
 
 def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
@@ -523,6 +534,14 @@ def _is_text(key: str) -> bool:
     """True for a dotted key that takes text (`run_name`, `data.label`)."""
     info = _field_of(key)
     return info is not None and info.annotation is str
+
+
+def _is_mapping(key: str) -> bool:
+    """True for a dotted key that takes a mapping (`train.class_weight`, `model.args`): every
+    mapping of the schema is keyed by text."""
+    info = _field_of(key)
+    types = (info.annotation, *get_args(info.annotation)) if info is not None else ()
+    return any(get_origin(t) is dict for t in types)
 
 
 def _field_of(key: str) -> Any:

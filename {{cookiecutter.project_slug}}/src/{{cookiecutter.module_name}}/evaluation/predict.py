@@ -19,7 +19,7 @@ from ..config import ConfigError
 from ..core import locations
 from ..core.files import atomic_write
 from ..data.images import model_input
-from ..readers.csv_rows import CSV_ERRORS, as_numbers, line_of, unreadable
+from ..readers.csv_rows import CSV_ERRORS, as_numbers, fields_fit, line_of, unreadable
 from ..readers.text_files import decode_text
 from ..sources import IMAGE_SUFFIXES
 from ..tasks.base import Task, task_class
@@ -101,6 +101,7 @@ def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[li
 
     try:
         for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
+            fields_fit(table)
             missing = [name for name in columns if name not in table.columns]
             if missing and text:
                 raise ConfigError(

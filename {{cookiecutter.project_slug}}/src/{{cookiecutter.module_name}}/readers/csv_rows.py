@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,10 @@ CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeErro
 
 
 def unreadable(path: object, exc: Exception) -> ConfigError:
-    """One line for a CSV that pandas cannot read (one of CSV_ERRORS): its path, pandas's line."""
+    """One line for a CSV that pandas cannot read (one of CSV_ERRORS): the first row with more
+    fields than the header, else its path and pandas's line."""
+    if isinstance(exc, pd.errors.ParserError) and (longer := _longer_row(str(path))):
+        return longer
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ConfigError(f"{path}: not a readable CSV ({first})")
 
@@ -37,9 +41,12 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         )
     try:
         with locations.open_binary(path) as f:
-            table = pd.read_csv(f, dtype=str, keep_default_na=False, skip_blank_lines=True)
+            table = fields_fit(pd.read_csv(f, dtype=str, keep_default_na=False))
     except CSV_ERRORS as exc:
         raise unreadable(path, exc) from None
+    last = table.columns[-1] if len(table.columns) else None
+    if last == f"Unnamed: {len(table.columns) - 1}" and not table[last].any():
+        table = table.drop(columns=last)  # a trailing comma's: no name, no value
     nameless = next((i for i, c in enumerate(table.columns) if c == f"Unnamed: {i}"), None)
     if nameless is not None:  # pandas's name for an empty header cell: `df.to_csv`'s index
         raise ConfigError(
@@ -109,22 +116,46 @@ def _column(
     return name
 
 
-def line_of(path: str, row: int) -> int:
-    """The line of the CSV `path` where data row `row` (from 0, as pandas counts them: blank
-    lines left out) starts, as an editor numbers lines (the header's is 1; a quoted cell's line
-    breaks count). Read again only for an error message."""
+def fields_fit(table: pd.DataFrame) -> pd.DataFrame:
+    """`table`, or a ParserError for `unreadable` where pandas took the first field of each row
+    as the index: rows longer than the header, every name then one column off."""
+    if not isinstance(table.index, pd.RangeIndex):
+        raise pd.errors.ParserError("a row has more fields than the header")
+    return table
+
+
+def _records(path: str) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of each record of the CSV `path` but blank lines, the line as an editor
+    numbers lines (the header's is 1; a quoted cell's line breaks count). Read again only for
+    an error message; stops at a cell over the csv module's size limit."""
     with locations.open_binary(path) as f:
         reader = csv.reader(io.TextIOWrapper(f, "utf-8-sig", errors="replace", newline=""))
-        start, records = 1, -2  # the header is record -1
+        start = 1
         try:
             for record in reader:
-                records += bool(record)
-                if record and records == row:
-                    return start
+                if record:
+                    yield start, record
                 start = reader.line_num + 1
-        except csv.Error:  # a cell over the csv module's size limit: count as if one line each
-            pass
-    return row + 2
+        except csv.Error:
+            return
+
+
+def line_of(path: str, row: int) -> int:
+    """The line of the CSV `path` where data row `row` (from 0, as pandas counts them) starts."""
+    return next(itertools.islice(_records(path), row + 1, None), (row + 2,))[0]
+
+
+def _longer_row(path: str) -> ConfigError | None:
+    """One line for the first row of `path` with more fields than its header has names."""
+    records = _records(path)
+    header = next(records, (1, []))[1]
+    for line, fields in records:
+        if len(fields) > len(header):
+            return ConfigError(
+                f"{path} line {line}: {len(fields)} fields, the header has {len(header)}; each "
+                "field needs its name in the header (example: header a,b,label, rows 1,2,3)"
+            )
+    return None
 
 
 def as_numbers(table: pd.DataFrame, where: Callable[[int], str], rule: str) -> np.ndarray:
