@@ -322,7 +322,11 @@ def test_an_export_stopped_at_each_step_is_replaced_by_the_next(
     mine = models / ".model.tflite-export-abcd1234"  # export's name, not its content: kept
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
+    left = models / ".saved_model-export-abcd1234/new"  # a SavedModel cut short: removed
+    (left / "variables").mkdir(parents=True)
+    (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
     export_litert(params, project)
+    export_saved_model(project, models / "saved_model")
     assert _hidden(models) == [mine.name]
     (project / "mine.tflite").write_bytes((models / "model.tflite").read_bytes() + b"mine")
     with pytest.raises(ConfigError, match="mine.tflite: exists and export did not write it"):

@@ -298,11 +298,11 @@ def _staging(output: Path) -> Iterator[Path]:
 
 def _left_by_export(folder: Path) -> bool:
     """Plainly a staging folder of ours: only `new` and `old`, each a file (a `.tflite`) or a
-    SavedModel's parts."""
-    return folder.is_dir() and all(
-        p.name in ("new", "old") and (p.is_file() or {q.name for q in p.iterdir()} <= SAVED_MODEL)
-        for p in folder.iterdir()
-    )
+    SavedModel's parts (TensorFlow writes some through a `<part>.tmp<uuid>` file)."""
+    if not folder.is_dir() or not {p.name for p in folder.iterdir()} <= {"new", "old"}:
+        return False
+    parts = [q.name for p in folder.iterdir() if p.is_dir() for q in p.iterdir()]
+    return all(re.sub(r"\.tmp[0-9a-f]{32}$", "", name) in SAVED_MODEL for name in parts)
 
 
 def _move_into_place(results: Path, new: Path, output: Path, pending: dict[str, Any]) -> None:
