@@ -38,7 +38,9 @@ from {{ cookiecutter.module_name }}.evaluation.export import (
     LiteRTUnsupported,
     export_litert,
     export_saved_model,
+    load_exports,
 )
+from {{ cookiecutter.module_name }}.evaluation.model_card import exports_table
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.tasks.base import task_class
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
@@ -317,6 +319,10 @@ def test_an_export_stopped_at_each_step_is_replaced_by_the_next(
             calls.clear()
             with pytest.raises(RuntimeError, match="stopped"):
                 run()
+            shown = f"models/{'model.tflite' if kind == 'litert' else 'saved_model'}`"
+            recorded = load_exports(project / "results")
+            listed = shown in exports_table(project / "results", recorded)
+            assert listed != any("replaces" in e for e in recorded.values()), (kind, step)
             run()  # past stop_at: not stopped
             assert _hidden(models) == [], kind
     mine = models / ".model.tflite-export-abcd1234"  # export's name, not its content: kept
