@@ -14,17 +14,22 @@ classification, the same class on at least 95% of the test examples.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, save_for_users
+from conftest import MODULE, PROJECT, cli_env, save_for_users
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
 from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
 from {{ cookiecutter.module_name }}.evaluation import export
@@ -33,7 +38,9 @@ from {{ cookiecutter.module_name }}.evaluation.export import (
     LiteRTUnsupported,
     export_litert,
     export_saved_model,
+    load_exports,
 )
+from {{ cookiecutter.module_name }}.evaluation.model_card import exports_table
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.tasks.base import task_class
 from {{ cookiecutter.module_name }}.training.saved_model import load_for_users
@@ -165,19 +172,23 @@ def test_an_op_litert_lacks_is_refused_in_one_line(tmp_path: Path, capsys) -> No
     assert err.count("\n") == 1 and err.startswith("error: export --format litert: LiteRT's")
 
 
+def _small_project(project: Path) -> tuple[Path, object]:
+    """A project with a saved one-layer image model (no data prepared): quick to export."""
+    spec = DataSpec(kind="image", input_shape=(8, 8, 1), task="classification", names=["a", "b"])
+    inputs = keras.Input((8, 8, 1), name="inputs")
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(inputs))
+    task = task_class("classification")(names=spec.names)
+    save_for_users(keras.Model(inputs, logits), task, spec, project / "results" / "models")
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    return project, load_params(project / "params.yaml")
+
+
 def test_export_replaces_only_what_it_wrote(tmp_path: Path, monkeypatch) -> None:
     """Export's own files (as export.json records them) are replaced run after run; the same
     files copied elsewhere are the user's: refused, kept byte for byte. A check that fails
     leaves the last export in place."""
-    spec = DataSpec(kind="image", input_shape=(8, 8, 1), task="classification", names=["a", "b"])
-    inputs = keras.Input((8, 8, 1), name="inputs")
-    logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(inputs))
-    project = tmp_path / "project"
+    project, params = _small_project(tmp_path / "project")
     models = project / "results" / "models"
-    task = task_class("classification")(names=spec.names)
-    save_for_users(keras.Model(inputs, logits), task, spec, models)
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
-    params = load_params(project / "params.yaml")
     for _ in range(2):  # the default paths, run after run
         export_litert(params, project)
         export_saved_model(project, models / "saved_model")
@@ -207,6 +218,125 @@ def test_export_replaces_only_what_it_wrote(tmp_path: Path, monkeypatch) -> None
     ]
     monkeypatch.undo()
     assert export_litert(params, project, quantize="int8")["quantize"] == "int8"
+
+
+# A child process that exports over the last export and SIGKILLs itself at POINT: "staged" (the
+# new SavedModel written beside the output), "checking" (the new .tflite being checked) or "moved"
+# (the new output just moved into place, before export.json records it).
+KILLED_AT = f"""
+import os, signal, sys
+from pathlib import Path
+import keras
+from {MODULE}.config import load_params
+from {MODULE}.evaluation import export
+project, kind, point = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+output = project / "results" / "models" / ("model.tflite" if kind == "litert" else "saved_model")
+replace, write = os.replace, keras.Model.export
+def die(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
+def replace_then_die(src, dst):
+    replace(src, dst)
+    if point == "moved" and Path(dst) == output:
+        die()
+def write_then_die(model, path, *args, **kwargs):
+    write(model, path, *args, **kwargs)
+    if point == "staged" and Path(path).parent.parent == output.parent:
+        die()
+os.replace, keras.Model.export = replace_then_die, write_then_die
+if point == "checking":
+    export.check_litert = die
+if kind == "litert":
+    export.export_litert(load_params(project / "params.yaml"), project)
+else:
+    export.export_saved_model(project, output)
+"""
+
+
+def test_an_export_killed_at_any_point_is_replaced_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL at the dangerous points (in 4 processes at once): the next export accepts what
+    the killed one left, replaces it and leaves no hidden folder or file beside it."""
+    first, params = _small_project(tmp_path / "first")
+    export_litert(params, first)
+    export_saved_model(first, first / "results" / "models" / "saved_model")
+    points = [
+        ("saved_model", "staged"),
+        ("saved_model", "moved"),
+        ("litert", "checking"),
+        ("litert", "moved"),
+    ]
+    children = []
+    for kind, point in points:
+        project = shutil.copytree(first, tmp_path / f"{kind}-{point}")
+        _small_project(project)  # a new model.keras: a new export to replace the last
+        argv = [sys.executable, "-c", KILLED_AT, str(project), kind, point]
+        children.append(subprocess.Popen(argv, env=cli_env(tmp_path / "storage")))
+    for (kind, point), child in zip(points, children, strict=True):
+        assert child.wait(timeout=300) == -signal.SIGKILL, (kind, point)
+        project = tmp_path / f"{kind}-{point}"
+        models = project / "results" / "models"
+        assert _hidden(models), (kind, point)  # what the kill left: the staging folder
+        if kind == "litert":
+            entry = export_litert(params, project)
+            assert entry["sha256"] == file_sha256(models / "model.tflite")
+        else:
+            export_saved_model(project, models / "saved_model")
+            assert tf.saved_model.load(str(models / "saved_model")).serve
+        assert _hidden(models) == [], (kind, point)
+
+
+def _hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def test_an_export_stopped_at_each_step_is_replaced_by_the_next(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """An export stopped after each of its renames (the output's, export.json's): the next one
+    to the same output goes through; a file or folder the user put there is still kept."""
+    project, params = _small_project(tmp_path / "project")
+    models = project / "results" / "models"
+    exports = {
+        "litert": lambda: export_litert(params, project),
+        "saved_model": lambda: export_saved_model(project, models / "saved_model"),
+    }
+    replace, calls, stop_at = os.replace, [], [0]  # stop_at: the call that raises (0: none)
+
+    def counted(src: object, dst: object) -> None:
+        replace(src, dst)
+        calls.append(dst)
+        if len(calls) == stop_at[0]:
+            raise RuntimeError("stopped")
+
+    monkeypatch.setattr(os, "replace", counted)
+    for kind, run in exports.items():
+        run()
+        stop_at[0] = 0
+        calls.clear()
+        run()  # over its own export: every rename such an export makes
+        for step in range(1, len(calls) + 1):
+            stop_at[0] = step
+            _small_project(project)  # new weights: an export that differs from the last
+            calls.clear()
+            with pytest.raises(RuntimeError, match="stopped"):
+                run()
+            shown = f"models/{'model.tflite' if kind == 'litert' else 'saved_model'}`"
+            recorded = load_exports(project / "results")
+            listed = shown in exports_table(project / "results", recorded)
+            assert listed != any("replaces" in e for e in recorded.values()), (kind, step)
+            run()  # past stop_at: not stopped
+            assert _hidden(models) == [], kind
+    mine = models / ".model.tflite-export-abcd1234"  # export's name, not its content: kept
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    left = models / ".saved_model-export-abcd1234/new"  # a SavedModel cut short: removed
+    (left / "variables").mkdir(parents=True)
+    (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
+    export_litert(params, project)
+    export_saved_model(project, models / "saved_model")
+    assert _hidden(models) == [mine.name]
+    (project / "mine.tflite").write_bytes((models / "model.tflite").read_bytes() + b"mine")
+    with pytest.raises(ConfigError, match="mine.tflite: exists and export did not write it"):
+        export_litert(params, project, project / "mine.tflite")
 
 
 def test_the_command_line(trained, capsys) -> None:

@@ -11,6 +11,7 @@ beside the Keras model; what it found goes to `results/metrics/export.json` and 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -28,7 +29,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
-from ..core.files import atomic_write, file_sha256, save_json, temp_file
+from ..core.files import atomic_write, file_sha256, save_json
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
@@ -40,6 +41,7 @@ SAVED_MODEL_DIR = "models/saved_model"
 EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 VOCABULARY = "vocabulary.txt"  # text models: beside the .tflite
 QUANTIZE = ("float16", "int8")
+SAVED_MODEL = {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"}
 
 
 class LiteRTUnsupported(ConfigError):
@@ -50,27 +52,21 @@ def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
     """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`; returns its
     entry in export.json (also written)."""
     results = results_root(project_dir)
-    _check_replaceable(results, destination, "results/models/saved_model-2")
+    replaces = _check_replaceable(results, destination, "results/models/saved_model-2")
     model, info = load_for_users(results / "models")
     options: dict[str, Any] = {}
     if info["input_kind"] == "text":  # a batch of strings: `serve(tf.constant(["a text"]))`
         options["input_signature"] = [tf.TensorSpec([None], tf.string, name="text")]
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
-    try:
-        model.export(str(partial / "new"), format="tf_saved_model", verbose=False, **options)
-        if destination.exists():
-            shutil.rmtree(destination)  # the SavedModel this command wrote before
-        os.replace(partial / "new", destination)
-    finally:
-        shutil.rmtree(partial)  # ours: empty, or what an export that stopped half-way left
-    entry = {
-        "format": "saved_model",
-        "bytes": sum(p.stat().st_size for p in destination.rglob("*") if p.is_file()),
-        "model_sha256": file_sha256(results / MODEL_FILE),
-        "fingerprint": _fingerprint(destination),
-        "inputs": "as model.keras (endpoint `serve`)",
-    }
+    with _staging(destination) as new:
+        model.export(str(new), format="tf_saved_model", verbose=False, **options)
+        entry = {
+            "format": "saved_model",
+            "bytes": sum(p.stat().st_size for p in new.rglob("*") if p.is_file()),
+            "model_sha256": file_sha256(results / MODEL_FILE),
+            "fingerprint": _fingerprint(new),
+            "inputs": "as model.keras (endpoint `serve`)",
+        }
+        _move_into_place(results, new, destination, {**entry, "replaces": replaces})
     record_export(results, destination, entry)
     return entry
 
@@ -254,7 +250,7 @@ def export_litert(
         raise ConfigError(
             f"--output {output}: a LiteRT model is a .tflite file (example: --output {example})"
         )
-    _check_replaceable(results, output, example)
+    replaces = _check_replaceable(results, output, example)
     model, info = load_for_users(results / "models")
     found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
     vectorizer = next(found, None)  # a text model's
@@ -263,8 +259,7 @@ def export_litert(
     if vocabulary:
         _check_replaceable(results, vocabulary, example, beside=output)
     # Checked before it takes the place of the last export: a failed check leaves that one there.
-    checked = Path(temp_file(output))
-    try:
+    with _staging(output) as checked:
         checked.write_bytes(to_litert(network, quantize))
         entry = {
             "format": "litert",
@@ -278,13 +273,46 @@ def export_litert(
             "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
             **check_litert(params, project_dir, model, vectorizer, network, checked),
         }
-        os.replace(checked, output)
-    finally:
-        checked.unlink(missing_ok=True)
+        _move_into_place(results, checked, output, {**entry, "replaces": replaces})
     if vocabulary:  # one token per line: line i (from 0) is id i ('' and [UNK] first)
         atomic_write(vocabulary, "".join(f"{token}\n" for token in vectorizer.get_vocabulary()))
     record_export(results, output, entry)
     return entry
+
+
+@contextlib.contextmanager
+def _staging(output: Path) -> Iterator[Path]:
+    """Where an export is made: `new` in a hidden folder beside `output` (the same disk: it moves
+    in by a rename), removed at the end. Such folders a killed export left there go first."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{output.name}-export-"
+    for folder in output.parent.glob(glob.escape(prefix) + "?" * 8):  # mkdtemp's 8 characters
+        if _left_by_export(folder):
+            shutil.rmtree(folder)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=output.parent))
+    try:
+        yield folder / "new"
+    finally:
+        shutil.rmtree(folder)
+
+
+def _left_by_export(folder: Path) -> bool:
+    """Plainly a staging folder of ours: only `new` and `old`, each a file (a `.tflite`) or a
+    SavedModel's parts (TensorFlow writes some through a `<part>.tmp<uuid>` file)."""
+    if not folder.is_dir() or not {p.name for p in folder.iterdir()} <= {"new", "old"}:
+        return False
+    parts = [q.name for p in folder.iterdir() if p.is_dir() for q in p.iterdir()]
+    return all(re.sub(r"\.tmp[0-9a-f]{32}$", "", name) in SAVED_MODEL for name in parts)
+
+
+def _move_into_place(results: Path, new: Path, output: Path, pending: dict[str, Any]) -> None:
+    """`new` (staged beside `output`) becomes `output`. export.json names the incoming export
+    and, as `replaces`, the one there until the move is done: a kill at any point leaves what
+    the next export accepts. A SavedModel there is renamed away whole, never half-deleted."""
+    record_export(results, output, pending)
+    if output.is_dir():
+        os.replace(output, new.with_name("old"))  # removed with the staging folder
+    os.replace(new, output)
 
 
 def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
@@ -343,22 +371,27 @@ def _fingerprint(saved_model: Path) -> str:
     return tf.saved_model.experimental.read_fingerprint(str(saved_model)).singleprint()
 
 
-def _check_replaceable(results: Path, path: Path, example: str, beside: Path | None = None) -> None:
+def _check_replaceable(
+    results: Path, path: Path, example: str, beside: Path | None = None
+) -> str | None:
     """Export replaces only what it wrote: what is at `path` must be what export.json records
-    there, unchanged (a `.tflite`'s sha256, a SavedModel's fingerprint; a vocabulary it lists);
-    anything else is the user's: refused, naming --output (`beside`: the --output `path` is by)."""
+    there, unchanged (a `.tflite`'s sha256, a SavedModel's fingerprint, or the `replaces` of an
+    export a kill stopped; a vocabulary it lists); anything else is the user's: refused, naming
+    --output (`beside`: the --output `path` is by). Returns the sha256 or fingerprint found."""
     if not path.exists():
-        return
+        return None
     exports, shown = load_exports(results), _shown(path, results)
     entry = exports.get(shown, {})
     if (path / "fingerprint.pb").is_file():
-        ours = entry.get("fingerprint") == _fingerprint(path)
+        current = _fingerprint(path)
     else:
-        listed = shown in {e.get("vocabulary") for e in exports.values()}
-        ours = path.is_file() and (listed or entry.get("sha256") == file_sha256(path))
-    if not ours:
+        current = file_sha256(path) if path.is_file() else None
+    listed = shown in {e.get("vocabulary") for e in exports.values()}
+    recorded = {entry.get("fingerprint"), entry.get("sha256"), entry.get("replaces")}
+    if current is None or not (listed or current in recorded):
         found = f"{path.name} beside it exists" if beside else "exists"
         raise ConfigError(
             f"--output {beside or path}: {found} and export did not write it (or it changed "
             f"since); not overwriting it (example: --output {example})"
         )
+    return current

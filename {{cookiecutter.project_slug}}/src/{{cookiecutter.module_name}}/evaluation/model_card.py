@@ -261,7 +261,8 @@ def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
     ]
     checked = []
     for name, entry in exports.items():
-        if not (results / name).exists():  # an absolute name stays as it is
+        # An absolute name stays as it is; `replaces`: an export a kill stopped (export again).
+        if not (results / name).exists() or "replaces" in entry:
             continue
         what = _export_text(entry)
         if entry.get("model_sha256") != current:
