@@ -162,6 +162,7 @@ TEST_FILES = {
     "test_end_to_end.py",
     "test_environment.py",
     "test_export.py",
+    "test_files.py",
     "test_fine_tune.py",
     "test_fingerprint.py",
     "test_hygiene.py",

@@ -1,30 +1,54 @@
 """Writes that survive a crash, and file digests: the one place every writer and checker uses.
 
 A crash (or a Colab disconnect) mid-write leaves either the old file or the new one, never half:
-the data goes to a temporary file beside the target (same disk) and `os.replace` swaps it in.
+the data goes to a temporary file beside the target (same disk) and `os.replace` swaps it in. A
+kill between the two leaves that temporary file: a later write into the folder removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 CHUNK = 1 << 20
+# A temporary file untouched this long is a killed write's: a live one is written in seconds (two
+# sweep workers may write one trials.csv at the same moment). Folders are swept as seldom.
+STALE_SECONDS = 600
+LEFTOVER = re.compile(r"\..+-[0-9a-f]{16}\.tmp(\.\w+)?")  # temp_file's names, and nothing else
+_swept: dict[Path, float] = {}  # folder -> when this process last removed leftovers there
 
 
-def temp_file(target: Path) -> str:
+def temp_file(target: Path, suffix: str = "") -> str:
     """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
-    plain open() would give (mkstemp's is 0600; reading the umask would set it process-wide)."""
+    plain open() would give (mkstemp's is 0600; reading the umask would set it process-wide);
+    `suffix` ends its name (Keras saves only to a `.keras` file). Stale leftovers go first."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}-{secrets.token_hex(8)}.tmp"
+    _remove_leftovers(target.parent.absolute())
+    tmp = target.parent / f".{target.name}-{secrets.token_hex(8)}.tmp{suffix}"
     tmp.touch(exist_ok=False)  # a new file, never one that is there
     return str(tmp)
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Remove the temporary files that killed writes left in `folder`, at most once per
+    STALE_SECONDS: one listing, not one per file, when a folder of many files is written."""
+    now = time.time()
+    if now - _swept.get(folder, 0.0) < STALE_SECONDS:
+        return
+    _swept[folder] = now
+    for entry in os.scandir(folder):
+        with contextlib.suppress(OSError):  # gone already (another process swept it): fine
+            if LEFTOVER.fullmatch(entry.name) and entry.stat().st_mtime < now - STALE_SECONDS:
+                os.unlink(entry.path)
 
 
 def atomic_write(target: Path, data: bytes | str) -> Path:

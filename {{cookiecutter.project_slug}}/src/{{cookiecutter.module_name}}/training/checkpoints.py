@@ -318,9 +318,7 @@ def write_results(
     storage fault raises ResultsWriteError naming the file and the cause."""
     target = model_file
     try:
-        keras_tmp = Path(temp_file(model_file))
-        keras_tmp.unlink()
-        keras_tmp = keras_tmp.with_name(keras_tmp.name + ".keras")  # Keras insists on the suffix
+        keras_tmp = Path(temp_file(model_file, suffix=".keras"))
         try:
             model.save(keras_tmp)
             os.replace(keras_tmp, model_file)
