@@ -3,15 +3,19 @@ exit, no traceback, nothing half-written. Each case runs the command line in thi
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 from conftest import TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.files import atomic_write
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -172,13 +176,56 @@ def test_bad_input_is_one_line_naming_it(
 ) -> None:
     setup, names = CASES[case]
     monkeypatch.chdir(tiny_project)
-    args = setup(tiny_project)
-    before = _snapshot(tiny_project)
+    _is_one_line_naming(setup(tiny_project), names, tiny_project, capsys)
+
+
+class _FullDisk(str):
+    """Data whose write fails as on a full disk: the OSError names no file."""
+
+    def encode(self, *args: object) -> bytes:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _full_disk_in_a_write(target: Path, data: object) -> Path:
+    return atomic_write(target, _FullDisk())
+
+
+def _full_disk_in_tensorflow(*args: object) -> None:
+    raise tf.errors.ResourceExhaustedError(None, None, "p/t-0.tfrecord; No space left on device")
+
+
+def _no_read_permission(src: Path, *args: object) -> None:
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(src))
+
+
+# Where prepare meets a full disk or a file it may not read (root reads any file, and a full disk
+# needs a mount: the error is raised where the real one would be).
+FAULTS = {
+    "data.prepare.atomic_write": (_full_disk_in_a_write, "raw/digits.csv: No space left on device"),
+    "data.prepare.write_shards": (_full_disk_in_tensorflow, "t-0.tfrecord: No space left on"),
+    "data.staging._copy": (_no_read_permission, "external/mine.csv: Permission denied"),
+}
+
+
+@pytest.mark.parametrize("where", list(FAULTS))
+def test_a_full_disk_or_an_unreadable_file_is_one_line_naming_it(
+    where: str, tiny_project: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    fault, names = FAULTS[where]
+    monkeypatch.chdir(tiny_project)
+    args = _csv([])(tiny_project) if "staging" in where else ["prepare"]
+    monkeypatch.setattr(f"{{ cookiecutter.module_name }}.{where}", fault)
+    _is_one_line_naming(args, names, tiny_project, capsys)
+
+
+def _is_one_line_naming(args: list[str], names: str, project: Path, capsys) -> None:
+    """The command fails with one `error:` line that holds `names`, and half-writes nothing."""
+    before = _snapshot(project)
     capsys.readouterr()
-    code = main([*args, "--params", str(tiny_project / "params.yaml")])
+    code = main([*args, "--params", str(project / "params.yaml")])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.strip() and "%|" not in line]
     assert code != 0, err
     assert len(errors) == 1 and errors[0].startswith("error: "), err  # beside progress bars
     assert names in errors[0] and "Traceback" not in err, errors[0]
-    assert _snapshot(tiny_project) == before  # nothing half-written
+    assert _snapshot(project) == before  # nothing half-written
