@@ -58,6 +58,13 @@ def _csv(rows: list[str]) -> Setup:
     return setup
 
 
+def _not_an_image(project: Path) -> list[str]:
+    """A file named .png that is no image, among the images."""
+    args = _images({"cat": 3, "dog": 3})(project)
+    (project / "data/external/pets/dog/notes.png").write_text("my notes")
+    return args
+
+
 def _images_in_data(project: Path) -> list[str]:
     """Class folders right in data/, beside the data/raw and data/processed prepare writes."""
     _images({"cat": 3, "dog": 3})(project)
@@ -140,6 +147,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
     "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),
+    # Which file, why, and no advice to delete it.
+    "not-an-image": (
+        _not_an_image,
+        "notes.png: not a readable image (cannot identify image file); fix it or leave it out",
+    ),
     "multilabel-without-labels": (_no_labels, "found 0 () in mine.csv"),
     "data-path-holds-prepares-output": (_images_in_data, "data.path: data holds data/raw"),
     "missing-data-path": (
