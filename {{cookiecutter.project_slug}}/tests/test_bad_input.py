@@ -118,6 +118,17 @@ def _text_files(project: Path) -> list[str]:
     return ["prepare", *sets(["data.source=text", "data.path=data/external/reviews"])]
 
 
+def _model_of_other_data(project: Path) -> list[str]:
+    """A model trained on a CSV's vectors, then the digits prepared in their place."""
+    prepare_csv = [*_csv([])(project), "--params", str(project / "params.yaml")]
+    assert main(prepare_csv) == 0
+    run = [*TINY, "train.epochs=1", "train.batch_size=4", "distribute.strategy=default"]
+    csv = ["data.source=csv", "data.path=data/external/mine.csv"]
+    train(load_params(project / "params.yaml", [*run, *csv]), project)
+    assert main(["prepare", "--params", str(project / "params.yaml")]) == 0
+    return ["evaluate"]
+
+
 def _other_model(project: Path) -> list[str]:
     """A checkpoint folder of the run written by a model with other layers."""
     run = [*TINY, "train.epochs=1", "run_name=other", "distribute.strategy=default"]
@@ -160,6 +171,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "train-unprepared-source": (lambda p: ["train", "--set", "data.source=csv"], "data.source"),
     "checkpoint-of-another-model": (_other_model, "checkpoint"),
+    "model-of-other-data": (_model_of_other_data, "models/model.keras: trained on vectors 2"),
     "text-column-missing": (_texts(["data.text=body"]), "data.text"),
     "text-column-is-the-label": (_texts(["data.text=label"]), "data.text"),
     "text-source-on-a-csv": (_texts(["data.source=text"]), "data.path"),
