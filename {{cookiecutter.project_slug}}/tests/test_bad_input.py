@@ -3,15 +3,19 @@ exit, no traceback, nothing half-written. Each case runs the command line in thi
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 from conftest import TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.files import atomic_write
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -52,6 +56,13 @@ def _csv(rows: list[str]) -> Setup:
         return ["prepare", *sets(["data.source=csv", "data.path=data/external/mine.csv"])]
 
     return setup
+
+
+def _not_an_image(project: Path) -> list[str]:
+    """A file named .png that is no image, among the images."""
+    args = _images({"cat": 3, "dog": 3})(project)
+    (project / "data/external/pets/dog/notes.png").write_text("my notes")
+    return args
 
 
 def _images_in_data(project: Path) -> list[str]:
@@ -107,6 +118,17 @@ def _text_files(project: Path) -> list[str]:
     return ["prepare", *sets(["data.source=text", "data.path=data/external/reviews"])]
 
 
+def _model_of_other_data(project: Path) -> list[str]:
+    """A model trained on a CSV's vectors, then the digits prepared in their place."""
+    prepare_csv = [*_csv([])(project), "--params", str(project / "params.yaml")]
+    assert main(prepare_csv) == 0
+    run = [*TINY, "train.epochs=1", "train.batch_size=4", "distribute.strategy=default"]
+    csv = ["data.source=csv", "data.path=data/external/mine.csv"]
+    train(load_params(project / "params.yaml", [*run, *csv]), project)
+    assert main(["prepare", "--params", str(project / "params.yaml")]) == 0
+    return ["evaluate"]
+
+
 def _other_model(project: Path) -> list[str]:
     """A checkpoint folder of the run written by a model with other layers."""
     run = [*TINY, "train.epochs=1", "run_name=other", "distribute.strategy=default"]
@@ -136,6 +158,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
     "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),
+    # Which file, why, and no advice to delete it.
+    "not-an-image": (
+        _not_an_image,
+        "notes.png: not a readable image (cannot identify image file); fix it or leave it out",
+    ),
     "multilabel-without-labels": (_no_labels, "found 0 () in mine.csv"),
     "data-path-holds-prepares-output": (_images_in_data, "data.path: data holds data/raw"),
     "missing-data-path": (
@@ -144,6 +171,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "train-unprepared-source": (lambda p: ["train", "--set", "data.source=csv"], "data.source"),
     "checkpoint-of-another-model": (_other_model, "checkpoint"),
+    "model-of-other-data": (_model_of_other_data, "models/model.keras: trained on vectors 2"),
     "text-column-missing": (_texts(["data.text=body"]), "data.text"),
     "text-column-is-the-label": (_texts(["data.text=label"]), "data.text"),
     "text-source-on-a-csv": (_texts(["data.source=text"]), "data.path"),
@@ -172,13 +200,56 @@ def test_bad_input_is_one_line_naming_it(
 ) -> None:
     setup, names = CASES[case]
     monkeypatch.chdir(tiny_project)
-    args = setup(tiny_project)
-    before = _snapshot(tiny_project)
+    _is_one_line_naming(setup(tiny_project), names, tiny_project, capsys)
+
+
+class _FullDisk(str):
+    """Data whose write fails as on a full disk: the OSError names no file."""
+
+    def encode(self, *args: object) -> bytes:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _full_disk_in_a_write(target: Path, data: object) -> Path:
+    return atomic_write(target, _FullDisk())
+
+
+def _full_disk_in_tensorflow(*args: object) -> None:
+    raise tf.errors.ResourceExhaustedError(None, None, "p/t-0.tfrecord; No space left on device")
+
+
+def _no_read_permission(src: Path, *args: object) -> None:
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(src))
+
+
+# Where prepare meets a full disk or a file it may not read (root reads any file, and a full disk
+# needs a mount: the error is raised where the real one would be).
+FAULTS = {
+    "data.prepare.atomic_write": (_full_disk_in_a_write, "raw/digits.csv: No space left on device"),
+    "data.prepare.write_shards": (_full_disk_in_tensorflow, "t-0.tfrecord: No space left on"),
+    "data.staging._copy": (_no_read_permission, "external/mine.csv: Permission denied"),
+}
+
+
+@pytest.mark.parametrize("where", list(FAULTS))
+def test_a_full_disk_or_an_unreadable_file_is_one_line_naming_it(
+    where: str, tiny_project: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    fault, names = FAULTS[where]
+    monkeypatch.chdir(tiny_project)
+    args = _csv([])(tiny_project) if "staging" in where else ["prepare"]
+    monkeypatch.setattr(f"{{ cookiecutter.module_name }}.{where}", fault)
+    _is_one_line_naming(args, names, tiny_project, capsys)
+
+
+def _is_one_line_naming(args: list[str], names: str, project: Path, capsys) -> None:
+    """The command fails with one `error:` line that holds `names`, and half-writes nothing."""
+    before = _snapshot(project)
     capsys.readouterr()
-    code = main([*args, "--params", str(tiny_project / "params.yaml")])
+    code = main([*args, "--params", str(project / "params.yaml")])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.strip() and "%|" not in line]
     assert code != 0, err
     assert len(errors) == 1 and errors[0].startswith("error: "), err  # beside progress bars
     assert names in errors[0] and "Traceback" not in err, errors[0]
-    assert _snapshot(tiny_project) == before  # nothing half-written
+    assert _snapshot(project) == before  # nothing half-written

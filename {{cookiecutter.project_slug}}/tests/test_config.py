@@ -152,6 +152,24 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
         load_params(broken)
 
 
+def test_a_yaml_mistake_is_named_by_its_line_and_cause(tmp_path: Path) -> None:
+    """A tab in the indentation, a list left open: the line where YAML stopped (after an open list:
+    the next one, and the list's own), and what it found."""
+    text = PARAMS.read_text()
+    line = text.splitlines().index("  epochs: 20") + 1
+    broken = tmp_path / "params.yaml"
+    broken.write_text(text.replace("  epochs: 20", "\tepochs: 20"))
+    said = rf"^{broken} line {line}: not valid YAML \(found character '\\t' that cannot start"
+    with pytest.raises(ConfigError, match=said):
+        load_params(broken)
+    broken.write_text(text.replace("  epochs: 20", "  epochs: [20"))
+    said = (
+        rf"^{broken} line {line + 1}: not valid YAML \(expected ',' .* sequence from line {line}\)"
+    )
+    with pytest.raises(ConfigError, match=said):
+        load_params(broken)
+
+
 def test_cli_config_error_is_one_line_exit_2(tmp_path: Path) -> None:
     """No traceback, exit code 2, the key and an example (and no TensorFlow import needed)."""
     proc = subprocess.run(

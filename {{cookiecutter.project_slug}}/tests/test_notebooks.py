@@ -177,6 +177,10 @@ def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monke
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
     with pytest.raises(NotebookError, match=r"^-p epoch: no notebook has this parameter"):
         run_notebooks(PROJECT, ["epoch=1"])
+    with pytest.raises(
+        NotebookError, match=r"^--only 09: no notebook starts with it \(they are: 01_"
+    ):
+        run_notebooks(PROJECT, only=["09"])
 
 
 def test_each_parameter_takes_the_type_its_parameters_cell_declares():

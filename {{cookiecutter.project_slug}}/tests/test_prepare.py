@@ -564,3 +564,46 @@ def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
         run_prepare(project, "data.source=csv", "data.path=data/external/keep.txt")
     after = sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file())
     assert after == before and (project / "data/raw/keep.txt").read_bytes() == b"the user's own"
+
+
+def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path: Path) -> None:
+    """A data.path that prepare refused (one class) or that is empty was staged into data/raw
+    (a retry copies nothing again); the next prepare that succeeds removes those copies: data/raw
+    (a DVC output) then holds what the manifest lists, and a user's own file there stays."""
+    project = tmp_path / "project"
+    (project / "data/raw/mine").mkdir(parents=True)
+    (project / "data/raw/mine/notes.txt").write_text("mine")
+    one_class = tmp_path / "one.csv"
+    one_class.write_text("x,label\n" + "".join(f"{i},cat\n" for i in range(20)))
+    (tmp_path / "empty/none").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="at least 2 class"):
+        run_prepare(project, "data.source=csv", f"data.path={one_class}")
+    with pytest.raises(ConfigError, match="has no images"):
+        run_prepare(project, "data.source=images", f"data.path={tmp_path / 'empty'}")
+    run_prepare(project)
+    files = [p.relative_to(project).as_posix() for p in project.glob("data/raw/**/*")]
+    raw = sorted(p for p in files if (project / p).is_file() and not locations.hidden(p))
+    assert raw == ["data/raw/digits.csv", "data/raw/mine/notes.txt"]  # as DVC sees data/raw
+
+
+def test_a_prepare_stopped_after_its_data_raw_record_runs_again(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A bundled or downloaded source's record goes to data/raw before the shards are written: a
+    prepare stopped there (a full disk, Ctrl-C) left it, and the next one takes those same bytes
+    as its own; a file of other bytes there is still the user's and refused."""
+
+    def stopped(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    project = tmp_path / "project"
+    with monkeypatch.context() as patch:
+        patch.setattr("{{ cookiecutter.module_name }}.data.prepare.write_processed", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            run_prepare(project)
+    run_prepare(project)
+    assert manifest.check(project) == 5
+    (project / manifest.MANIFEST).unlink()
+    (project / "data/raw/digits.csv").write_text("mine")
+    with pytest.raises(ConfigError, match=r"^data/raw/digits.csv: prepare would write here"):
+        run_prepare(project)

@@ -28,6 +28,12 @@ from .training.strategy import StrategyError
 # A setting or the data (exit code 2), the hardware or the storage (1): docs/training-faults.md.
 USER_ERRORS = (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError)
 RUN_ERRORS = (StrategyError, ResultsWriteError)
+# A disk or a file's permissions, met by any command: how to go on. TensorFlow's errors for them
+# are no OSErrors, but say the same words.
+STORAGE_FIXES = {
+    "No space left on device": "free some space (`df -h` shows each disk's free space)",
+    "Permission denied": "make it yours to read and write (example: chmod u+rw FILE)",
+}
 Command = Callable[[argparse.Namespace, Params], int]
 
 
@@ -323,6 +329,25 @@ def main(argv: list[str] | None = None) -> int:
         fix = TPU_STOP if on_colab_tpu() else "run `pip install -r requirements.txt`."
         print(f"error: {exc.name} is not installed: {fix}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        said = storage_fault(exc)
+        if said is None:
+            raise
+        print(f"error: {said}, then run the same command again", file=sys.stderr)
+        return 1
+
+
+def storage_fault(exc: Exception) -> str | None:
+    """`FILE: cause; how to go on` for a full disk or a refused permission, else None."""
+    if isinstance(exc, OSError):
+        lines = [f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)]
+    else:  # TensorFlow's errors say `FILE; cause` on one of their lines
+        lines = [line.strip().replace("; ", ": ") for line in str(exc).splitlines()]
+    for line in lines:
+        for words, fix in STORAGE_FIXES.items():
+            if line.endswith(words):
+                return f"{line}; {fix}"
+    return None
 
 
 if __name__ == "__main__":

@@ -273,9 +273,13 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
         node = loader.get_single_node()
         _check_tree(node)
         raw = loader.construct_document(node) if node is not None else {}
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML ({first})") from None
+    except yaml.YAMLError as exc:  # where YAML stopped, and what it was reading (an open list)
+        mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context", None)
+        where = f"{path} line {mark.line + 1}" if mark else str(path)
+        why = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if context and exc.context_mark:
+            why += f"; {context} from line {exc.context_mark.line + 1}"
+        raise ConfigError(f"{where}: not valid YAML ({why})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     for item in overrides or []:

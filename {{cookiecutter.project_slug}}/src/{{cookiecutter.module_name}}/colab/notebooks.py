@@ -226,10 +226,15 @@ def run_notebooks(
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     project_dir = Path(project_dir).resolve()
     notebooks = sorted((project_dir / "notebooks").glob(PATTERN))
-    if only:
-        notebooks = [nb for nb in notebooks if nb.name.startswith(tuple(only))]
     if not notebooks:
         raise NotebookError(f"no notebooks matching {PATTERN} in {project_dir / 'notebooks'}")
+    chosen = [nb for nb in notebooks if not only or nb.name.startswith(tuple(only))]
+    if not chosen:
+        raise NotebookError(
+            f"--only {' '.join(only or [])}: no notebook starts with it (they are: "
+            f"{', '.join(nb.name for nb in notebooks)}; example: --only 01 02)"
+        )
+    notebooks = chosen
     declared = {nb: papermill.inspect_notebook(str(nb)) for nb in notebooks}
     every = {name: found for names in declared.values() for name, found in names.items()}
     parameters = typed_parameters(parameters or [], every)

@@ -59,8 +59,10 @@ def atomic_write(target: Path, data: bytes | str) -> Path:
         with open(tmp, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not exc.filename:  # a failed write names no file
+            exc.filename = str(target)
         raise
     return target
 

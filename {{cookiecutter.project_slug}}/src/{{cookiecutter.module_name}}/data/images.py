@@ -8,6 +8,7 @@ pixels").
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,10 @@ def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, w
         buf = io.BytesIO()
         image.save(buf, format=fmt.upper(), quality=JPEG_QUALITY)  # PNG takes no quality
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise ConfigError(f"{where}: not a readable image ({exc}); fix or remove it") from None
+        cause = re.sub(r" <[^>]* at 0x[0-9a-f]+>", "", str(exc))  # PIL names its buffer, not a file
+        raise ConfigError(
+            f"{where}: not a readable image ({cause}); fix it or leave it out"
+        ) from None
     return buf.getvalue()
 
 

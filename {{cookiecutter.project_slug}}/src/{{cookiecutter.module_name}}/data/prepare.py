@@ -57,8 +57,10 @@ def _load_source(
     raw_dir.mkdir(parents=True, exist_ok=True)
     if not reader.reads_path:  # bundled or downloaded: the reader says what data/raw records
         found = reader("", cfg, kind)
-        for name in found.raw:
-            refuse_unrecorded(project_dir, raw_dir / name, recorded)
+        for name, (payload, _) in found.raw.items():
+            path = raw_dir / name  # the same bytes: left by a prepare stopped after writing it
+            if not (path.is_file() and path.read_bytes() == payload):
+                refuse_unrecorded(project_dir, path, recorded)
         for name, (payload, _) in found.raw.items():
             atomic_write(raw_dir / name, payload)
         written = {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
@@ -126,17 +128,25 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
     an earlier `prepare` did not write it: it is the user's, and prepare would overwrite or mix
     into it."""
     files = [target] if target.is_file() else list(target.rglob("*")) if target.is_dir() else []
-    # Staging's index in the destination lists what it copied (also in a run that then failed).
-    dest = target if target.is_dir() else target.parent
-    staged = {(dest / rel).relative_to(project_dir).as_posix() for rel in load_index(dest)}
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
-        if path.is_file() and not locations.hidden(rel) and rel not in recorded | staged:
+        if path.is_file() and not locations.hidden(rel) and rel not in recorded:
             raise ConfigError(
                 f"{rel}: prepare would write here, but it did not write this file (it is yours); "
                 "move your data out of data/raw to data/external/ and point data.path at it "
                 "(example: --set data.path=data/external/my.csv)"
             )
+
+
+def staged_files(project_dir: Path) -> set[str]:
+    """The files staging copied into data/raw, as its indexes list them: also those of a prepare
+    that failed after staging (kept there, so that a retry copies nothing again)."""
+    raw = project_dir / RAW
+    return {
+        (index.parent / rel).relative_to(project_dir).as_posix()
+        for index in [raw / INDEX, *raw.glob(f"*/{INDEX}")]
+        for rel in load_index(index.parent)
+    }
 
 
 def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
@@ -318,7 +328,9 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
     check(params)  # names and the components' own arguments, before anything is written
-    recorded = set((manifest.load(project_dir) or {}).get("written", []))  # by an earlier prepare
+    # What an earlier prepare wrote, or staged before it failed: the only files it may replace.
+    recorded = staged_files(project_dir)
+    recorded |= set((manifest.load(project_dir) or {}).get("written", []))
     source, raw_sources, origin = _load_source(params, project_dir, recorded)
     idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED

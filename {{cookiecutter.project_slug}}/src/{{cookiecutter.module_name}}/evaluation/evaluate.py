@@ -63,7 +63,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     results = results_root(project_dir)
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
-    model, _ = load_for_users(results / "models")
+    model, _ = load_for_users(results / "models", data.spec)
     # Images go in training-size batches: a conv net's activations, not the inputs, set the
     # memory.
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size

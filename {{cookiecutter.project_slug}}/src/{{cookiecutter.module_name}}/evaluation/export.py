@@ -33,6 +33,7 @@ from ..core.files import atomic_write, file_sha256, save_json
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
+from ..spec import SPEC, load_spec
 from ..tasks.base import make_task, task_class
 from ..training.saved_model import load_for_users
 
@@ -251,7 +252,9 @@ def export_litert(
             f"--output {output}: a LiteRT model is a .tflite file (example: --output {example})"
         )
     replaces = _check_replaceable(results, output, example)
-    model, info = load_for_users(results / "models")
+    prepared = project_dir / PROCESSED  # the parity check runs on its test split
+    spec = load_spec(prepared) if (prepared / SPEC).is_file() else None
+    model, info = load_for_users(results / "models", spec)
     found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
     vectorizer = next(found, None)  # a text model's
     network = on_token_ids(model, vectorizer) if vectorizer is not None else model

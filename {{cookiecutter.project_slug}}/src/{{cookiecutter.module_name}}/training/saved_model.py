@@ -45,15 +45,29 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
     }
 
 
-def load_for_users(models_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """The saved model and its sidecar. Every registered module is imported first, so that
+def load_for_users(models_dir: Path, spec: DataSpec | None = None) -> tuple[Any, dict[str, Any]]:
+    """The saved model and its sidecar; with the prepared data's `spec`, checked to be trained
+    on such data (its inputs and names). Every registered module is imported first, so that
     Keras knows their custom layers (a backbone's preprocessing, yours)."""
     target, sidecar = (models_dir / Path(name).name for name in (MODEL_FILE, SIDECAR_FILE))
     for path in (target, sidecar):
         if not path.is_file():
             raise ConfigError(f"{path}: no saved model; train first (example: {COMMAND} train)")
     info = json.loads(sidecar.read_text())
+    trained_on = (info["input_kind"], list(info["input_shape"]), list(info["names"]))
+    if spec is not None and trained_on != (spec.kind, list(spec.input_shape), list(spec.names)):
+        raise ConfigError(
+            f"{target}: trained on {_inputs(*trained_on)}, but the prepared data holds "
+            f"{_inputs(spec.kind, spec.input_shape, spec.names)}; train on it first "
+            f"(example: {COMMAND} train)"
+        )
     import_all()
     if info.get("tokenizer") == "keras_hub":
         keras_hub()
     return keras.models.load_model(target, compile=False), info
+
+
+def _inputs(kind: str, shape: Any, names: list[str]) -> str:
+    """`images 8x8x1 (0, 1, 2, ...)`: what a model takes and names, or what data holds."""
+    more = ", ..." if len(names) > 3 else ""
+    return f"{kind}s {'x'.join(map(str, shape))} ({', '.join(names[:3])}{more})"
