@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import inspect
 import json
-{%- if cookiecutter.tracking == "wandb" %}
+{%- if cookiecutter.tracking == "mlflow" %}
+import socket
+{%- elif cookiecutter.tracking == "wandb" %}
 import sys
 import types
 {%- endif %}
@@ -107,6 +109,21 @@ def test_mlflow_tracking_uri_wins_over_the_local_store(tmp_path, monkeypatch):
     experiment = client.get_experiment_by_name("{{ cookiecutter.project_slug }}")
     assert len(client.search_runs([experiment.experiment_id])) == 1
     assert not (tmp_path / "project" / "results" / "mlruns").exists()
+
+
+@pytest.mark.slow
+def test_an_mlflow_server_that_does_not_answer_is_skipped_at_once(tmp_path, monkeypatch, capsys):
+    """Not after minutes of MLflow's retries; TensorBoard still logs, and the URI (it may hold a
+    password) is not printed."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{port}")
+    log_a_run(tmp_path)
+    said = "".join(capsys.readouterr())
+    assert "mlflow tracking is off for this run: MLFLOW_TRACKING_URI does not answer" in said
+    assert "secret" not in said and "Retrying" not in said
+    assert (tmp_path / "results" / "tensorboard" / "r1").is_dir()
 {%- elif cookiecutter.tracking == "wandb" %}
 
 

@@ -25,6 +25,10 @@ import os
 {%- endif %}
 from pathlib import Path
 from typing import Any
+{%- if cookiecutter.tracking == "mlflow" %}
+
+import requests
+{%- endif %}
 
 from ..config import flat
 from ..core.storage import results_root
@@ -88,6 +92,17 @@ class TensorBoardBackend:
 {%- if cookiecutter.tracking == "mlflow" %}
 
 
+def answers(uri: str) -> None:
+    """Raise when the tracking server does not answer at all. One try: MLflow retries a request
+    for minutes (to wait out a server's rate limit), which a server that is down turns into
+    minutes of warnings after every run. The URI is not shown: it may hold a password."""
+    try:
+        requests.head(uri, timeout=10)  # any answer will do, even 401 or 404
+    except requests.RequestException as exc:
+        why = type(exc).__name__
+        raise ConnectionError(f"MLFLOW_TRACKING_URI does not answer ({why})") from None
+
+
 class MlflowBackend:
     """An MLflow run per training run: `MLFLOW_TRACKING_URI`, else `results/mlruns/`."""
 
@@ -100,6 +115,8 @@ class MlflowBackend:
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         experiment_id = None
         if uri:
+            if uri.startswith(("http://", "https://")):
+                answers(uri)
             mlflow.set_tracking_uri(uri)
             experiment_id = mlflow.set_experiment(EXPERIMENT).experiment_id
         else:
