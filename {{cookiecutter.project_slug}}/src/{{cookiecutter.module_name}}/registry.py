@@ -141,11 +141,17 @@ def _example(key: str, arg: str, declared: dict[str, inspect.Parameter]) -> str:
 
 
 def _setting(key: str, arg: str, value: Any) -> str:
-    """How a user sets `arg` at `key`: `--set model.args.width=8`; an augmentation's in its
-    entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`."""
+    """How a user sets `arg` at `key`, as one shell word: `--set model.args.width=8`; an
+    augmentation's in its entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`;
+    a searched one as a choice: `--set "sweep.space={model.args.width: {choices: [8]}}"`."""
     if key.startswith("data.augment."):
-        return f'--set "data.augment={yaml_text([{key.split(".")[2]: {arg: value}}])}"'
-    return f"--set {key}.{arg}={yaml_text(value)}"
+        setting = f"data.augment={yaml_text([{key.split('.')[2]: {arg: value}}])}"
+    elif key.startswith("sweep.space."):
+        searched = f"{key.removeprefix('sweep.space.')}.{arg}"
+        setting = f"sweep.space={yaml_text({searched: {'choices': [value]}})}"
+    else:
+        setting = f"{key}.{arg}={yaml_text(value)}"
+    return f'--set "{setting}"' if " " in setting else f"--set {setting}"
 
 
 def check(params: Params) -> None:
