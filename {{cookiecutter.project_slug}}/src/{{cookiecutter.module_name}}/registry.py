@@ -48,6 +48,9 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
                 f"{_qualified(obj)}; give yours another name (example: "
                 f"@register({kind!r}, 'my_{name}'))"
             )
+        if kind == "source":  # what sources.source(name) sets, at its defaults
+            obj.reads_path = getattr(obj, "reads_path", True)
+            obj.patterns = getattr(obj, "patterns", False)
         _ENTRIES[kind][name] = obj
         return obj
 
