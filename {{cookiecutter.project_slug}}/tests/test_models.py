@@ -116,6 +116,7 @@ def units(inputs, spec, cfg, units: list[int] = [8, 4]):  # noqa: ANN001, ANN201
         ["model.args.units=wide"],
         ["sweep.space={model.args.units: {low: 8, high: 64}}"],
         ["sweep.space={model.args.height: {choices: [8]}}"],
+        ["model.architecture=mlp", "model.args.units=[8]"],  # another model's, left in params
     ],
 )
 def test_the_example_of_an_argument_error_is_a_valid_setting(overrides) -> None:

@@ -136,10 +136,13 @@ def _typed(key: str, parameter: inspect.Parameter, value: Any) -> Any:
 
 
 def _example(key: str, arg: str, declared: dict[str, inspect.Parameter]) -> str:
-    """A valid setting of one of the declared arguments, or how to declare `arg`."""
+    """A valid setting of one of the declared arguments, or none (another component's arguments
+    left in params.yaml), or how to declare `arg`."""
     for parameter in declared.values():
         if parameter.default is not parameter.empty:
             return _setting(key, parameter.name, parameter.default)
+    if key in ARGUMENTS:
+        return f"--set {key}={yaml_text({})}"
     return f"declare it after the fixed arguments: `{arg}: int = 1`"
 
 
