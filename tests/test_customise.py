@@ -39,9 +39,10 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
         calls.append(args[3:])
     calls.sort(key=lambda call: call[0] == "prepare")  # the trains on the bundled digits first
     rows = [{"x": [i % 7, (i * 3) % 5], "label": "odd" if i % 2 else "even"} for i in range(60)]
-    (project / "data" / "external" / "rows.jsonl").write_text(
-        "".join(json.dumps(row) + "\n" for row in rows)
-    )
+    lines = "".join(json.dumps(row) + "\n" for row in rows)
+    (project / "data" / "external" / "rows.jsonl").write_text(lines)
+    (project / "tests" / "inputs").mkdir()
+    (project / "tests" / "inputs" / "jsonl.jsonl").write_text(lines)  # the sample the page asks for
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"codes = [main(args) for args in {calls!r}]\n"
@@ -54,6 +55,12 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
     assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
     assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
+    # `make test` takes each of them, as the README says: the loop's tests of every component.
+    names = " or ".join(sorted(Path(path).stem for path, _, _ in found))
+    loop = subprocess.run([str(project_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", names,
+                           "tests/test_components.py", "tests/test_end_to_end.py"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert loop.returncode == 0 and re.search(r"^4 passed", loop.stdout, re.M), loop.stdout[-6000:]
 
 
 def test_the_module_map_lists_the_package(default_project: Path) -> None:

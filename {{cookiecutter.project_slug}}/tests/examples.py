@@ -144,8 +144,9 @@ class Inputs:
                 "text": self.text_folder()}  # fmt: skip
 
     def for_source(self, name: str) -> list[list[str]]:
-        """What `data.source: name` is tried on: its own example input; a source of yours, each
-        input here (with `data.source` set to it) until one reads."""
+        """What `data.source: name` is tried on: its own example input; a source of yours, its
+        sample `tests/inputs/<name>.*` if you committed one, then each input here (with
+        `data.source` set to it) until one reads."""
         own = {
             "digits": [["data.source=digits"]],
             "csv": [self.table("classes")],
@@ -156,9 +157,12 @@ class Inputs:
         }
         if name in own:
             return own[name]
+        samples = sorted((Path(__file__).parent / "inputs").glob(f"{name}.*"))
         inputs = [*(self.table(t) for t in TARGETS), self.image_folder(), self.text_folder(),
                   self.tfrecord_file()]  # fmt: skip
-        return [[*sets, f"data.source={name}"] for sets in inputs]
+        return [[f"data.path={path}", f"data.source={name}"] for path in samples] + [
+            [*sets, f"data.source={name}"] for sets in inputs
+        ]
 
 
 @contextlib.contextmanager

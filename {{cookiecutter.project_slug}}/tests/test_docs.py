@@ -56,6 +56,12 @@ def test_every_make_target_and_command_shown_exists(page):
         assert command in dvc_commands, f"{page.name}: `dvc {command}` is not a DVC command"
 
 
+def test_the_command_line_table_lists_every_command():
+    page = (PROJECT / "docs" / "training.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([a-z]+)", page, flags=re.M))
+    assert subcommands(build_parser()) - listed == set()
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_relative_link_and_anchor_resolves(page):
     text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)

@@ -166,6 +166,16 @@ def test_diff_and_merge_drivers_are_nbdime_and_the_filter_is_nbstripout(repo):
     assert (repo / ".gitattributes").read_bytes() == (PROJECT / ".gitattributes").read_bytes()
 
 
+def test_a_folder_remote_is_outside_the_checkout():
+    """`dvc push` to a folder remote never writes into the repository, where the next
+    `git add -A` would commit the data (DVC reads a relative url from the .dvc folder)."""
+    from dvc.config import Config
+
+    for name, remote in Config(dvc_dir=str(PROJECT / ".dvc"))["remote"].items():
+        if "://" not in remote["url"]:
+            assert not Path(remote["url"]).resolve().is_relative_to(PROJECT), (name, remote)
+
+
 def test_pre_commit_strips_the_same_keys_as_the_git_filter():
     config = yaml.safe_load((PROJECT / ".pre-commit-config.yaml").read_text())
     hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}

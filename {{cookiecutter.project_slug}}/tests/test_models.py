@@ -4,6 +4,7 @@ arguments (model.args), fine-tuning helpers."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 import keras
 import numpy as np
@@ -101,6 +102,31 @@ def test_unknown_or_ill_typed_arguments_are_one_line_errors(overrides, message) 
     with pytest.raises(ConfigError) as info:
         check(params)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@register("architecture", "test_units")
+def units(inputs, spec, cfg, units: list[int] = [8, 4]):  # noqa: ANN001, ANN201, B006
+    return keras.layers.Dense(units[-1], name="own")(keras.layers.Flatten()(inputs))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.args.height=3"],
+        ["model.args.units=wide"],
+        ["sweep.space={model.args.units: {low: 8, high: 64}}"],
+        ["sweep.space={model.args.height: {choices: [8]}}"],
+        ["model.architecture=mlp", "model.args.units=[8]"],  # another model's, left in params
+    ],
+)
+def test_the_example_of_an_argument_error_is_a_valid_setting(overrides) -> None:
+    """Pasted into a shell as shown: one `--set` word, and the command takes it."""
+    chosen = "model.architecture=test_units"
+    with pytest.raises(ConfigError) as info:
+        check(load_params(PROJECT / "params.yaml", [chosen, *overrides]))
+    example = shlex.split(str(info.value).rsplit("(example: ", 1)[1].removesuffix(")"))
+    assert example[0] == "--set" and len(example) == 2, str(info.value)
+    check(load_params(PROJECT / "params.yaml", [chosen, example[1]]))
 
 
 def test_a_sweep_searches_an_architecture_argument() -> None:

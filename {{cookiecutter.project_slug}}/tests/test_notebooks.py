@@ -131,9 +131,14 @@ def test_notebook_parameters_take_params_yaml_unless_set():
 def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monkeypatch, tpu):
     """01 in a kernel that looks like Colab's (GitHub a local repository, Drive a stand-in that
     notes its mount). A TPU runtime: the setup clones, then stops in one line before Drive and any
-    %pip. A GPU runtime (this interpreter's packages are not Colab's): Drive is mounted, then the
-    runtime check stops in one line, still before %pip."""
+    %pip. A GPU runtime whose TensorFlow moved on (the snapshot's pin, not this interpreter's:
+    that one may be the lock's own): Drive is mounted, then the runtime check stops in one line,
+    still before %pip."""
     origin, source = tmp_path / "origin.git", copy_project(tmp_path / "source")
+    if not tpu:
+        snapshot = source / "requirements" / "colab-constraints.txt"
+        moved = re.sub(r"^tensorflow==\S+", "tensorflow==9.9.9", snapshot.read_text(), flags=re.M)
+        snapshot.write_text(moved)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
     for command in (["add", "-A"], ["commit", "-qm", "init", "-n"], ["branch", "-M", "main"]):
         subprocess.run([*git, *command], cwd=source, check=True, capture_output=True)
@@ -169,6 +174,7 @@ def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monke
         assert error.traceback == [TPU_STOP] and not mounted.exists()
     else:
         assert error.traceback[0].startswith("This Colab runtime is not the one requirements.txt")
+        assert "(lock: 9.9.9)" in error.traceback[0]
         assert mounted.exists() and list((tmp_path / "drive").glob("colab-pip-freeze-gpu-*.txt"))
     assert (checkout / ".git").is_dir() and not (checkout / "results").exists()
     assert all(c.execution_count is None for c in cells[cells.index(setup) + 1 :])

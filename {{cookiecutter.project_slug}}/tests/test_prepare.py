@@ -74,6 +74,24 @@ def test_digits_are_8x8x1_images_in_seeded_shards(tmp_path: Path) -> None:
     assert sha(processed(tmp_path) / "train-00000.tfrecord") != before["train-00000.tfrecord"]
 
 
+def test_a_source_registered_as_the_others_are_reads_its_path(tmp_path: Path, monkeypatch) -> None:
+    """`@register("source", name)`, as docs/customise.md registers every component, not only
+    `@source(name)`: prepare reads `data.path` with it."""
+    from {{ cookiecutter.module_name }}.registry import _ENTRIES, register
+    from {{ cookiecutter.module_name }}.sources import Source, encode
+
+    def read_rows(path, data, kind):  # noqa: ANN001, ANN202
+        y, names = encode(kind, ["a", "b"] * 10, data.label)
+        x = np.arange(40, dtype=np.float32).reshape(20, 2)
+        return Source("vector", kind, y, names, x.__getitem__, str)
+
+    monkeypatch.setitem(_ENTRIES["source"], "rows", None)  # gone again after this test
+    register("source", "rows")(read_rows)
+    (tmp_path / "rows.txt").write_text("rows\n")
+    info = run_prepare(tmp_path, "data.source=rows", f"data.path={tmp_path / 'rows.txt'}")
+    assert sum(info["counts"].values()) == 20
+
+
 def test_split_is_seeded_and_stratified() -> None:
     y = np.repeat(np.arange(3), 20)
     a = split_indices(y, 0.25, 0.25, seed=1)

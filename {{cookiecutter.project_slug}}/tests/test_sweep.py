@@ -299,7 +299,8 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     assert (project / "results/models/model.keras").is_file()
     record = sorted((project / "results/runs").glob("*/manifest.json"))[-1]  # train.json's run
     assert json.loads(record.read_text())["facts"]["run_name"] == "lr-dropout-0"
-    for cmd in (["commit", "--force", "train"], ["status", "train", "--json"]):
+    (record,) = re.findall(r"`dvc (commit [^`]+)`", out)  # as printed: no terminal to confirm
+    for cmd in (record.split(), ["status", "train", "--json"]):
         done = subprocess.run(
             [sys.executable, "-m", "dvc", *cmd],
             cwd=project,

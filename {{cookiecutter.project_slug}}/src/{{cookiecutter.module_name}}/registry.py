@@ -48,6 +48,9 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
                 f"{_qualified(obj)}; give yours another name (example: "
                 f"@register({kind!r}, 'my_{name}'))"
             )
+        if kind == "source":  # what sources.source(name) sets, at its defaults
+            obj.reads_path = getattr(obj, "reads_path", True)
+            obj.patterns = getattr(obj, "patterns", False)
         _ENTRIES[kind][name] = obj
         return obj
 
@@ -133,19 +136,28 @@ def _typed(key: str, parameter: inspect.Parameter, value: Any) -> Any:
 
 
 def _example(key: str, arg: str, declared: dict[str, inspect.Parameter]) -> str:
-    """A valid setting of one of the declared arguments, or how to declare `arg`."""
+    """A valid setting of one of the declared arguments, or none (another component's arguments
+    left in params.yaml), or how to declare `arg`."""
     for parameter in declared.values():
         if parameter.default is not parameter.empty:
             return _setting(key, parameter.name, parameter.default)
+    if key in ARGUMENTS:
+        return f"--set {key}={yaml_text({})}"
     return f"declare it after the fixed arguments: `{arg}: int = 1`"
 
 
 def _setting(key: str, arg: str, value: Any) -> str:
-    """How a user sets `arg` at `key`: `--set model.args.width=8`; an augmentation's in its
-    entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`."""
+    """How a user sets `arg` at `key`, as one shell word: `--set model.args.width=8`; an
+    augmentation's in its entry of the list: `--set "data.augment=[{rotation: {factor: 0.1}}]"`;
+    a searched one as a choice: `--set "sweep.space={model.args.width: {choices: [8]}}"`."""
     if key.startswith("data.augment."):
-        return f'--set "data.augment={yaml_text([{key.split(".")[2]: {arg: value}}])}"'
-    return f"--set {key}.{arg}={yaml_text(value)}"
+        setting = f"data.augment={yaml_text([{key.split('.')[2]: {arg: value}}])}"
+    elif key.startswith("sweep.space."):
+        searched = f"{key.removeprefix('sweep.space.')}.{arg}"
+        setting = f"sweep.space={yaml_text({searched: {'choices': [value]}})}"
+    else:
+        setting = f"{key}.{arg}={yaml_text(value)}"
+    return f'--set "{setting}"' if " " in setting else f"--set {setting}"
 
 
 def check(params: Params) -> None:

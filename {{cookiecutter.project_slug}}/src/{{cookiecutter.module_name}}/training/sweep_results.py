@@ -148,8 +148,8 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
     print(
         f"Promoted trial {best.number} ({run}, {sweep.monitor} {best.value:.4g}) to "
         f"{results_root(project_dir)}\n{params_file.name}: {shown or 'already has its settings'}"
-        f"\nRecord it as the `train` stage without training again: `dvc commit train`, then "
-        f"commit {params_file.name}, dvc.lock and results/{TRAIN_METRICS}.",
+        f"\nRecord it as the `train` stage without training again: `dvc commit --force train`,"
+        f" then commit {params_file.name}, dvc.lock and results/{TRAIN_METRICS}.",
         flush=True,
     )
     return 0
