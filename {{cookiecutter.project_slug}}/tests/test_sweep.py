@@ -279,6 +279,7 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     assert list(rows[0]) == ["number", "state", "train.learning_rate", "val_loss"]
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], out
     assert "Stopped early: trial 1 pruned" in out
+    assert f"`{COMMAND} sweep --best --set=sweep.sampler=grid --set=sweep.n_trials=3 " in out
     assert (project / "results/sweeps/lr-dropout/trials.png").stat().st_size > 1000
     assert (project / "results/sweeps/lr-dropout/1/models/model.keras").is_file()
     assert not (project / "results/models/model.keras").exists()  # trials write their own
@@ -374,6 +375,22 @@ def test_sigkill_in_the_middle_of_trial_2_then_the_sweep_finishes_it_and_the_res
     values = {tuple(r.values())[2:-1] for r in rows}
     assert len(values) == 4  # four points, none twice
     print(f"killed at step {killed_at};", *re.findall(r".*(?:kill-1\)|'kill-1' from).*", second))
+
+
+@pytest.mark.slow
+def test_a_sweep_of_many_trials_prints_no_retracing_warning(
+    tmp_path: Path, monkeypatch, capsys, caplog
+) -> None:
+    """Each trial builds its model and training function afresh, on purpose: TensorFlow's warning
+    of excessive retracing, from the sixth trial on, is not shown."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    many = ["sweep.n_trials=7", "sweep.pruner=none", "train.epochs=1", *SMALL]
+    args = ["--params", str(project / "params.yaml"), *sets(many)]
+    assert main(["prepare", *args]) == 0
+    assert main(["sweep", *args]) == 0
+    assert "Sweep 'lr-dropout': 7 trials (7 complete)" in capsys.readouterr().out
+    assert not [r for r in caplog.records if "retracing" in r.getMessage()]  # TensorFlow's logger
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ under its own number; the study is Optuna's (sweep_study.py). docs/training.md, 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import shlex
 import threading
@@ -60,6 +61,7 @@ def run_sweep(
             "distribute.strategy: multiworker, but a sweep runs its trials one at a time on this "
             "machine (example: --set distribute.strategy=auto)"
         )
+    tf.get_logger().addFilter(_not_retracing)
     lease = None if cfg.storage else _sweep_lease(project_dir, cfg.name, take_over)
     try:
         sweep = Sweep(params, params_file, project_dir, overrides, lease)
@@ -80,6 +82,12 @@ def run_sweep(
             lease.release()
     summary(sweep, table)
     return code
+
+
+def _not_retracing(record: logging.LogRecord) -> bool:
+    """Each trial builds its model and training function afresh, on purpose: TensorFlow counts
+    their traces as one function's and, from the sixth trial on, warns of excessive retracing."""
+    return "triggered tf.function retracing" not in record.getMessage()
 
 
 def _sweep_lease(project_dir: Path, name: str, take_over: bool) -> Lease:
