@@ -19,6 +19,10 @@ backbone). Yours, in this file or one beside it, then `model.architecture: mine`
 
     @register("architecture", "mine")
     def mine(inputs, spec, cfg, width: int = 32):
+        if spec.kind != "image":  # `make test` tries each input kind: refuse the others
+            raise ConfigError(
+                "model.architecture: mine takes images (example: --set model.architecture=cnn)"
+            )
         x = scaled(inputs, spec)
         x = keras.layers.Conv2D(width, 3, activation="relu")(x)
         return keras.layers.GlobalAveragePooling2D()(x)
