@@ -3,9 +3,12 @@ exit, no traceback, nothing half-written. Each case runs the command line in thi
 
 from __future__ import annotations
 
+import ast
 import errno
 import hashlib
+import inspect
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -253,3 +256,20 @@ def _is_one_line_naming(args: list[str], names: str, project: Path, capsys) -> N
     assert len(errors) == 1 and errors[0].startswith("error: "), err  # beside progress bars
     assert names in errors[0] and "Traceback" not in err, errors[0]
     assert _snapshot(project) == before  # nothing half-written
+
+
+def test_no_error_advises_removing_or_deleting_the_users_files() -> None:
+    """An error never suggests a step that deletes the user's work: it says move it, or leave it
+    out. Every error the package builds (a call of a class named `...Error`), read as written."""
+    package = Path(inspect.getfile(main)).parent
+    advice = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = getattr(node, "func", None)
+            name = getattr(called, "id", None) or getattr(called, "attr", "")
+            if isinstance(node, ast.Call) and name.endswith("Error"):
+                words = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
+                text = " ".join(w for w in words if isinstance(w, str))
+                if re.search(r"\b(remove|delete|rm|erase)\b", text, re.IGNORECASE):
+                    advice.append(f"{path.relative_to(package)}:{node.lineno}: {text[:90]}")
+    assert not advice

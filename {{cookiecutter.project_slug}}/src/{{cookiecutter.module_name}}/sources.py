@@ -124,7 +124,8 @@ def class_files(
         if not found:
             raise ConfigError(
                 f"data.path: class folder {name!r} of {data.path} has no {what} "
-                f"({', '.join(suffixes)}); remove it or add {what} (example: {example})"
+                f"({', '.join(suffixes)}); move it out of data.path or add {what} "
+                f"(example: {example})"
             )
         paths += sorted(found)
         classes += [name] * len(found)

@@ -52,7 +52,7 @@ def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
             ) from None
         if len(parts[split].labels) == 0:
             raise ConfigError(
-                f"data.path: {shown} in {data.path} holds no examples; add them, or remove it "
+                f"data.path: {shown} in {data.path} holds no examples; add them, or move it out "
                 f"(a missing {split} split is carved out of train)"
             )
     return merge(parts, {s: shown for s, (_, shown) in found.items()})
@@ -85,7 +85,7 @@ def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
         if next(locations.walk_files(target), None) is None:
             raise ConfigError(
                 f"data.path: {folder}/ in {data.path} is an empty split folder; add its examples, "
-                f"or remove it (a missing {split} split is carved out of train)"
+                f"or move it out of data.path (a missing {split} split is carved out of train)"
             )
         found[split] = (target, f"{folder}/")
     return found
@@ -267,7 +267,7 @@ def _check_train_has_every_name(
                 f"data.split: {task.name_word} {name!r} is in {split} "
                 f"({came_from.get(split, split)}: {here[lacking[0]]} examples) but not in train "
                 f"({came_from['train']}); the "
-                f"model cannot learn it: add training examples or remove it from {split}"
+                f"model cannot learn it: add training examples of it, or move it out of {split}"
             )
 
 
@@ -316,7 +316,7 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
             raise ConfigError(
                 f"data: class {name!r} has {n} example{'s' if n != 1 else ''}"
                 f"{f' in {where}' if where else ''}; the split needs at least 2 per class (add "
-                f"examples or remove the class){hint}"
+                f"examples, or leave the class out){hint}"
             )
 
 
