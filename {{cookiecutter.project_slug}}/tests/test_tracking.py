@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 {%- if cookiecutter.tracking == "mlflow" %}
+import logging
 import socket
 {%- elif cookiecutter.tracking == "wandb" %}
 import sys
@@ -78,9 +79,16 @@ def test_tensorboard_gets_params_metrics_and_the_manifest(tmp_path{% if cookiecu
 @pytest.mark.slow
 def test_mlflow_run_is_logged_to_the_local_store(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_LOGGING_LEVEL", raising=False)
     import mlflow
 
-    log_a_run(tmp_path)
+    said = logging.Handler()  # what MLflow's own handlers get: no INFO in a notebook's output
+    said.emit = lambda record: pytest.fail(f"MLflow logged {record.getMessage()!r}")
+    logging.getLogger("mlflow").addHandler(said)
+    try:
+        log_a_run(tmp_path)
+    finally:
+        logging.getLogger("mlflow").removeHandler(said)
     store = tmp_path / "results" / "mlruns"
     client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("{{ cookiecutter.project_slug }}")

@@ -20,6 +20,9 @@ backend. A tracker that fails never stops training: it prints a warning and is s
 from __future__ import annotations
 
 import json
+{%- if cookiecutter.tracking == "mlflow" %}
+import logging
+{%- endif %}
 {%- if cookiecutter.tracking != "tensorboard" %}
 import os
 {%- endif %}
@@ -111,6 +114,8 @@ class MlflowBackend:
     def __init__(self, project_dir: Path, run_name: str, run_id: str) -> None:
         import mlflow
 
+        if not os.environ.get("MLFLOW_LOGGING_LEVEL"):  # its INFO lines are noise in a notebook
+            logging.getLogger("mlflow").setLevel(logging.WARNING)
         self.mlflow = mlflow
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         experiment_id = None
