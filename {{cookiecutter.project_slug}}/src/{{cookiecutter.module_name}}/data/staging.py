@@ -113,6 +113,10 @@ def stage(
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     index = load_index(dest)
     report = StageReport()
+    # Partial copies, listed once: a listing per file copied would read a folder of N files N times.
+    partials: dict[Path, list[Path]] = {}
+    for found in dest.rglob(".*.partial"):
+        partials.setdefault(found.with_name(found.name[1:].rsplit(".", 2)[0]), []).append(found)
 
     todo: list[tuple[str, Path, os.stat_result, int]] = []  # (rel, source, stat, resume offset)
     for path, rel in files:
@@ -141,7 +145,7 @@ def stage(
     try:
         for rel, path, st, offset in todo:
             target = dest / rel
-            report.bytes_copied += _copy(path, target, st, offset, bar)
+            report.bytes_copied += _copy(path, target, st, offset, bar, partials.get(target, []))
             report.copied += 1
             report.resumed += offset > 0
             index[rel] = _stamp(st, target)
@@ -152,13 +156,16 @@ def stage(
     return report
 
 
-def _copy(src: Path, target: Path, st: os.stat_result, offset: int, bar: object) -> int:
-    """Copy `src` to `target` through a `.partial` file, from byte `offset`; return bytes copied."""
+def _copy(
+    src: Path, target: Path, st: os.stat_result, offset: int, bar: object, partials: list[Path]
+) -> int:
+    """Copy `src` to `target` through a `.partial` file, from byte `offset`; return bytes copied.
+    `partials`: the target's partial copies found before; those of another version go."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _partial_name(target, st)
-    for stale in target.parent.glob(f".{target.name}.*.partial"):
+    for stale in partials:
         if stale != partial:
-            stale.unlink()  # a partial copy of another version of the file
+            stale.unlink(missing_ok=True)
     copied = 0
     with open(src, "rb") as fin, open(partial, "r+b" if offset else "wb") as fout:
         fin.seek(offset)
