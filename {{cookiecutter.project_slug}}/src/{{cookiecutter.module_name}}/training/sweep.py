@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import shlex
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import sqlalchemy
 import tensorflow as tf
 from optuna.trial import TrialState
 
-from ..config import COMMAND, ConfigError, Params, flat, yaml_text
+from ..config import ConfigError, Params, flat, yaml_text
 from ..registry import check
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
@@ -178,7 +177,7 @@ def run_trial(
             "worse than the median of the other trials at that epoch"
         )
 
-    again = shlex.join([*COMMAND.split(), "sweep", *(f"--set={o}" for o in sweep.overrides)])
+    again = sweep.command()
     results = sweep.results / run.rsplit("-", 1)[1]
     hooks = RunHooks(results=results, on_epoch=on_epoch, deadline=deadline)
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -113,11 +112,9 @@ def summary(sweep: Sweep, table: pd.DataFrame) -> None:
         best = sweep.study.best_trial
         values = sweep.values(best.params)
         shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
-        sets = [f"--set={item}" for item in sweep.overrides]  # the sweep's study, and its base
-        best_command = shlex.join([*COMMAND.split(), "sweep", "--best", *sets])
         print(
             f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
-            f"`{best_command}` promotes it.",
+            f"`{sweep.command('--best')}` promotes it.",
             flush=True,
         )
 

@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import os
 import random
+import shlex
 import threading
 import time
 import warnings
@@ -20,7 +21,7 @@ import sqlalchemy
 import yaml
 from optuna.distributions import BaseDistribution
 
-from ..config import ConfigError, Params, load_params, sweep_space, yaml_text
+from ..config import COMMAND, ConfigError, Params, load_params, sweep_space, yaml_text
 from ..core.storage import results_root, storage_root
 from .lease import HEARTBEAT_S, STALE_AFTER, Lease
 from .policy import mode_for
@@ -64,6 +65,11 @@ class Sweep:
                 pruner=median if self.cfg.pruner == "median" else optuna.pruners.NopPruner(),
                 load_if_exists=True,
             )
+
+    def command(self, *flags: str) -> str:
+        """`sweep` with `flags` and this session's `--set` items: one line to paste in a shell."""
+        sets = [f"--set={item}" for item in self.overrides]
+        return shlex.join([*COMMAND.split(), "sweep", *flags, *sets])
 
     def trial_params(self, values: dict[str, Any], run: str, overrides: list[str]) -> Params:
         """A trial's params: the params file, `overrides`, the trial's values, its run name."""
