@@ -68,6 +68,11 @@ def _partial_name(dest: Path, st: os.stat_result) -> Path:
     return dest.with_name(f".{dest.name}.{st.st_size}-{st.st_mtime_ns}.partial")
 
 
+def _partial_of(partial: Path) -> Path:
+    """The file a partial copy is of: `_partial_name` read back."""
+    return partial.with_name(partial.name[1:].rsplit(".", 2)[0])
+
+
 def load_index(dest_dir: Path) -> dict[str, dict]:
     """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there; {} when
     there is no index or it is unreadable."""
@@ -116,7 +121,7 @@ def stage(
     # Partial copies, listed once: a listing per file copied would read a folder of N files N times.
     partials: dict[Path, list[Path]] = {}
     for found in dest.rglob(".*.partial"):
-        partials.setdefault(found.with_name(found.name[1:].rsplit(".", 2)[0]), []).append(found)
+        partials.setdefault(_partial_of(found), []).append(found)
 
     todo: list[tuple[str, Path, os.stat_result, int]] = []  # (rel, source, stat, resume offset)
     for path, rel in files:
