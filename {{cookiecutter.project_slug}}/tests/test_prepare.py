@@ -23,6 +23,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 )
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
+from {{ cookiecutter.module_name }}.data.staging import StagingError
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -602,6 +603,51 @@ def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path
     files = [p.relative_to(project).as_posix() for p in project.glob("data/raw/**/*")]
     raw = sorted(p for p in files if (project / p).is_file() and not locations.hidden(p))
     assert raw == ["data/raw/digits.csv", "data/raw/mine/notes.txt"]  # as DVC sees data/raw
+
+
+def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(
+    tmp_path: Path,
+) -> None:
+    """A folder (on Drive: GBs of images) given to a source that reads a file, or the reverse,
+    is refused in one line naming data.path, before staging copies it into data/raw."""
+    project, pets, table = tmp_path / "project", tmp_path / "pets", tmp_path / "table.csv"
+    _pets(pets, per_class=50)
+    table.write_text("x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(20)))
+    refused = {
+        ("data.source=csv", f"data.path={pets}"): f"data.path: {pets} is a folder; data.source "
+        "csv reads a file (example: --set data.path=data/external/my.csv)",
+        ("data.source=images", f"data.path={table}"): f"data.path: {table} is a file; "
+        "data.source images reads a folder (example: --set data.path=data/external/pets)",
+        ("data.source=csv", f"data.path={pets}", "data.split=folders"): "data.split: folders "
+        "gives data.source csv a folder per split, but it reads a file (example: --set "
+        "data.split=files)",
+    }
+    for args, message in refused.items():
+        with pytest.raises(ConfigError) as refusal:
+            run_prepare(project, *args)
+        assert not (project / "data").exists(), f"{args}: wrote {list(project.rglob('*'))[:3]}"
+        assert str(refusal.value) == message
+
+
+def test_a_failed_prepare_leaves_no_folder_it_made(tmp_path: Path, monkeypatch) -> None:
+    """data/raw is a DVC output: a prepare that fails (a missing data.path, a full disk) leaves
+    none of the folders it made without files in it; a folder the user made stays."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    (project / "data/external").mkdir(parents=True)  # as in a new project: no data/raw yet
+    _pets(pets)
+    with pytest.raises(ConfigError, match="does not exist"):
+        run_prepare(project, "data.source=csv", "data.path=data/external/nothing.csv")
+    assert not (project / "data/raw").exists()
+    full = types.SimpleNamespace(free=0)
+    monkeypatch.setattr("{{ cookiecutter.module_name }}.data.staging.shutil.disk_usage", lambda _: full)
+    with pytest.raises(StagingError, match="GiB free"):
+        run_prepare(project, "data.source=images", f"data.path={pets}")
+    assert not (project / "data/raw").exists()
+    (project / "data/raw/mine").mkdir(parents=True)  # the user's, empty
+    with pytest.raises(StagingError, match="GiB free"):
+        run_prepare(project, "data.source=images", f"data.path={pets}")
+    folders = sorted(p.relative_to(project).as_posix() for p in project.rglob("*"))
+    assert folders == ["data", "data/external", "data/raw", "data/raw/mine"]
 
 
 def test_a_prepare_stopped_after_its_data_raw_record_runs_again(

@@ -51,6 +51,8 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
         if kind == "source":  # what sources.source(name) sets, at its defaults
             obj.reads_path = getattr(obj, "reads_path", True)
             obj.patterns = getattr(obj, "patterns", False)
+            obj.takes = getattr(obj, "takes", "")
+            obj.example = getattr(obj, "example", "")
         _ENTRIES[kind][name] = obj
         return obj
 

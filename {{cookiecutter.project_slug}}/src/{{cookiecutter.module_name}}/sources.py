@@ -67,20 +67,30 @@ class MissingLabels(ConfigError):
     so that `prepare` can tell an unlabelled test file from a broken one."""
 
 
-def source(name: str, reads_path: bool = True, patterns: bool = False) -> Callable[[Any], Any]:
+def source(
+    name: str,
+    reads_path: bool = True,
+    patterns: bool = False,
+    takes: str = "",
+    example: str = "",
+) -> Callable[[Any], Any]:
     """Register a reader as `data.source: <name>`. `reads_path=False`: it needs no `data.path`
     (bundled or downloaded data) and gets an empty `path`. `patterns=True`: its `path` may be a
-    glob pattern of several files (`data.split: files` with `train-*.tfrecord`)."""
+    glob pattern of several files (`data.split: files` with `train-*.tfrecord`). `takes`: "file"
+    or "folder" when `data.path` must be one ("": either), `example` a valid one: `prepare`
+    checks it before it copies anything."""
 
     def add(reader: Any) -> Any:
         reader.reads_path = reads_path
         reader.patterns = patterns
+        reader.takes = takes
+        reader.example = example
         return register("source", name)(reader)
 
     return add
 
 
-@source("images")
+@source("images", takes="folder", example="data/external/pets")
 def read_images(path: str, data: DataConfig, kind: str) -> Source:
     """A folder with one subfolder per class (`pets/cat/1.png`, `pets/dog/2.jpg`); each image is
     decoded later, one at a time, by `prepare` (data/images.py)."""

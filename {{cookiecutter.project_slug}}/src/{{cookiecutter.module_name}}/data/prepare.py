@@ -8,6 +8,7 @@ files it lists are ever deleted. What it writes: docs/data.md ("What `prepare` w
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..config import COMMAND, ConfigError, Params
+from ..config import COMMAND, ConfigError, DataConfig, Params
 from ..core import locations
 from ..core.files import atomic_write, save_json
 from ..core.storage import storage_root
@@ -54,7 +55,6 @@ def _load_source(
             "(example: --set data.split=random)"
         )
     raw_dir = project_dir / RAW
-    raw_dir.mkdir(parents=True, exist_ok=True)
     if not reader.reads_path:  # bundled or downloaded: the reader says what data/raw records
         found = reader("", cfg, kind)
         for name, (payload, _) in found.raw.items():
@@ -65,7 +65,7 @@ def _load_source(
             atomic_write(raw_dir / name, payload)
         written = {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
         return found, written, origin_of(cfg, "")
-    path, sources = _stage(cfg.path, project_dir, recorded)
+    path, sources = _stage(_checked_path(cfg, reader, project_dir), project_dir, recorded)
     theirs = cfg.path if locations.is_url(cfg.path) else str((project_dir / cfg.path).expanduser())
 
     def shown(text: str) -> str:  # errors name the user's file, not its staged copy
@@ -82,12 +82,11 @@ def _load_source(
     return found, sources, origin_of(cfg, path)
 
 
-def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[str, str]]:
-    """`data.path` made readable: a local file or folder is staged into data/raw (a versioned
-    copy, skipped when unchanged), a gs:// one is streamed and only listed in
-    data/raw/source.json. Returns (where to read, {raw file: where it came from})."""
-    raw_dir = project_dir / RAW
-    path = data_path if locations.is_url(data_path) else str((project_dir / data_path).expanduser())
+def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
+    """Where `data.path` is (a local path or a gs:// URL), checked before anything is copied: it
+    exists, is outside what prepare writes, and is the kind of path (a file or a folder) that
+    the reader and `data.split` take."""
+    path = data.path if locations.is_url(data.path) else str((project_dir / data.path).expanduser())
     if locations.is_url(path):
         locations.authenticate()
     else:
@@ -97,13 +96,42 @@ def _stage(data_path: str, project_dir: Path, recorded: set[str]) -> tuple[str, 
             if here.is_relative_to(written) or written.is_relative_to(here):
                 where = "is inside" if here.is_relative_to(written) else "holds"
                 raise ConfigError(
-                    f"data.path: {data_path} {where} {out}, which prepare writes; keep your "
+                    f"data.path: {data.path} {where} {out}, which prepare writes; keep your "
                     "data elsewhere (example: --set data.path=data/external/my.csv)"
                 )
     if not locations.exists(path):
         raise ConfigError(
-            f"data.path: {data_path} does not exist (example: --set data.path=data/external/my.csv)"
+            f"data.path: {data.path} does not exist (example: --set data.path=data/external/my.csv)"
         )
+    folder = locations.isdir(path)
+    if data.split in ("folders", "files"):
+        if not folder:
+            holding = "train/ (validation/, test/)" if data.split == "folders" else "train.csv"
+            raise ConfigError(
+                f"data.split: {data.split} needs a folder at data.path holding {holding}; "
+                f"{data.path} is a file (example: --set data.split=random)"
+            )
+        each = "folder" if data.split == "folders" else "file"  # what the reader gets per split
+        if reader.takes and reader.takes != each:
+            other = "folders" if each == "file" else "files"
+            raise ConfigError(
+                f"data.split: {data.split} gives data.source {data.source} a {each} per split, "
+                f"but it reads a {reader.takes} (example: --set data.split={other})"
+            )
+    elif reader.takes and folder != (reader.takes == "folder"):
+        example = reader.example or f"data/external/my-{reader.takes}"
+        raise ConfigError(
+            f"data.path: {data.path} is a {'folder' if folder else 'file'}; data.source "
+            f"{data.source} reads a {reader.takes} (example: --set data.path={example})"
+        )
+    return path
+
+
+def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[str, str]]:
+    """`path` (`_checked_path`'s) made readable: a local file or folder is staged into data/raw
+    (a versioned copy, skipped when unchanged), a gs:// one is streamed and only listed in
+    data/raw/source.json. Returns (where to read, {raw file: where it came from})."""
+    raw_dir = project_dir / RAW
     if locations.is_url(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
         listing = [{"path": p, "size": locations.size(p)} for p in locations.walk_files(path)]
@@ -320,7 +348,26 @@ def bundled_digits(folder: Path, params: Params) -> DataSpec:
 
 
 def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
-    """Write `data/raw`, the shards and spec in `data/processed`, `data/manifest.json`."""
+    """Write `data/raw`, the shards and spec in `data/processed`, `data/manifest.json`; a failed
+    one leaves no folder it made without files in them (data/raw is a DVC output)."""
+    before = _folders(project_dir)
+    try:
+        return _prepare(params, project_dir)
+    except BaseException:
+        # Deepest first. What staging copied stays, so that a retry copies nothing again.
+        for folder in sorted(_folders(project_dir) - before, key=lambda p: len(p.parts))[::-1]:
+            if _holds_no_files(folder):
+                shutil.rmtree(folder)
+        raise
+
+
+def _folders(project_dir: Path) -> set[Path]:
+    """data/raw, data/processed and every folder in them."""
+    tops = [project_dir / out for out in (RAW, PROCESSED)]
+    return {Path(folder) for top in tops for folder, _, _ in os.walk(top)}
+
+
+def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     cfg = params.data
     if cfg.validation_fraction + cfg.test_fraction >= 1.0:
         raise ConfigError(

@@ -25,14 +25,9 @@ MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: n
 
 
 def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
-    """`folders` / `files`: the reader on each split's folder or file(s) under `path`, merged into
-    one Source whose `splits` are the ones the data gives."""
-    if not locations.isdir(path):
-        holding = "train/ (validation/, test/)" if data.split == "folders" else "train.csv"
-        raise ConfigError(
-            f"data.split: {data.split} needs a folder at data.path holding {holding}; "
-            f"{data.path} is a file (example: --set data.split=random)"
-        )
+    """`folders` / `files`: the reader on each split's folder or file(s) under the folder `path`
+    (prepare checked it is one), merged into one Source whose `splits` are the ones the data
+    gives."""
     if data.split == "folders":
         found = _split_folders(path, data)
     else:

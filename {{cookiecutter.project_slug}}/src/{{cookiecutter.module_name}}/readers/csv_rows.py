@@ -28,17 +28,12 @@ def unreadable(path: object, exc: Exception) -> ConfigError:
     return ConfigError(f"{path}: not a readable CSV ({first})")
 
 
-@source("csv")
+@source("csv", takes="file", example="data/external/my.csv")
 def read_csv(path: str, data: DataConfig, kind: str) -> Source:
     """`data.label` is the target column (a class, labels joined by `|`, or a number: as the
     task's kind reads it), every other column a number; with `data.text`, that column's text is
     the input instead and the other columns are unused. With `data.split: column`, the column
     `data.split_column` names each row's split."""
-    if locations.isdir(path):
-        raise ConfigError(
-            f"data.path: {data.path} is a folder; source csv needs a file "
-            "(example: --set data.path=data/external/my.csv)"
-        )
     try:
         with locations.open_binary(path) as f:
             table = fields_fit(pd.read_csv(f, dtype=str, keep_default_na=False))

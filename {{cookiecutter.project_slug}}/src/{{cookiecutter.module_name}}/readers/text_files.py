@@ -8,17 +8,11 @@ from ..sources import Source, class_files, source
 from ..tasks.base import encode
 
 
-@source("text")
+@source("text", takes="folder", example="data/external/reviews")
 def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
     """`.txt` files in class subfolders (`reviews/pos/1.txt`, `reviews/neg/2.txt`), UTF-8, one
     example per file; read one at a time by `prepare`. A model trained on them reads a `text`
     column in `predict`'s CSVs."""
-    if not locations.isdir(path):
-        raise ConfigError(
-            f"data.path: {data.path} is not a folder; source text reads class subfolders of .txt "
-            "files (example: data/external/reviews; a CSV: --set data.source=csv --set "
-            "data.text=review)"
-        )
     example = "reviews/pos/1.txt, reviews/neg/2.txt"
     paths, classes = class_files(path, data, (".txt",), "text files", example)
     labels, names = encode(kind, classes, f"data.path {data.path} (class folders)")
