@@ -650,6 +650,31 @@ def test_a_failed_prepare_leaves_no_folder_it_made(tmp_path: Path, monkeypatch) 
     assert folders == ["data", "data/external", "data/raw", "data/raw/mine"]
 
 
+def test_errors_name_the_users_files_not_their_staged_copies(tmp_path: Path) -> None:
+    """prepare reads the copy it staged in data/raw; its errors, also one found while the shards
+    are written (a text file that is not UTF-8), name the user's file as data.path gives it:
+    relative to the project, or a Drive path with spaces."""
+    project, drive = tmp_path / "project", tmp_path / "My Drive" / "My Reviews"
+    for folder in (project / "data/external/reviews", drive):
+        for i in range(12):
+            (folder / "pn"[i % 2] / f"{i}.txt").parent.mkdir(parents=True, exist_ok=True)
+            (folder / "pn"[i % 2] / f"{i}.txt").write_text(f"a {'pn'[i % 2]} film")
+        (folder / "n/12.txt").write_bytes(b"bad \xff bytes")
+    for path in ("data/external/reviews", str(drive)):
+        with pytest.raises(ConfigError) as refusal:
+            run_prepare(project, "data.source=text", f"data.path={path}")
+        assert str(refusal.value).startswith(f"{path}/n/12.txt: not UTF-8 text"), refusal.value
+    splits = project / "data/external/splits"
+    splits.mkdir()
+    (splits / "train.csv").write_text(
+        "x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(9))
+    )
+    (splits / "test.csv").write_text("x,label\n1,a\n2,b,3\n")
+    args = ("data.source=csv", "data.path=data/external/splits", "data.split=files")
+    with pytest.raises(ConfigError, match=r"^data/external/splits/test.csv line 3: 3 fields"):
+        run_prepare(project, *args)
+
+
 def test_a_prepare_stopped_after_its_data_raw_record_runs_again(
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -6,7 +6,8 @@ THE CONTRACT. A reader is a function
 
 registered with `@source("<name>")`. It receives `path`, where `data.path` is to be read (a
 local copy that `prepare` staged under data/raw, or a `gs://` URL; "" for a source registered
-with `reads_path=False`), `data`, the `data:` section of params.yaml, and `kind`, the task's
+with `reads_path=False`), `data`, the `data:` section of params.yaml (its errors name
+`data.path`, the user's file, not `path`, the copy), and `kind`, the task's
 kind (task.py); then its own keyword arguments, from `data.args` (checked against their
 annotations before anything runs). It returns a `Source`: one target per example
 (`encode(kind, raw_labels, column)`, importable from here, makes them and the names as the
@@ -48,7 +49,7 @@ class Source:
     labels: np.ndarray  # one target per example
     names: list[str]  # class names, label names, or [the target column]
     load: Callable[[int], Any]  # i -> encoded image bytes, a uint8 [h, w, c] array, a vector, a str
-    where: Callable[[int], str]  # i -> where example i came from (for error messages)
+    where: Callable[[int], str]  # i -> example i as errors name it: under data.path, not `path`
     # i -> example i's id in its source (a file relative to data.path, a row number as `predict`
     # numbers rows): kept in the shards and naming evaluate's test predictions. None: i.
     ids: Callable[[int], str] | None = None
@@ -103,14 +104,17 @@ def read_images(path: str, data: DataConfig, kind: str) -> Source:
         with locations.open_binary(paths[i]) as f:
             return f.read()
 
+    def ids(i: int) -> str:  # the file relative to data.path
+        return locations.relative(paths[i], path)
+
     return Source(
         "image",
         kind,
         labels,
         names,
         load,
-        paths.__getitem__,
-        lambda i: locations.relative(paths[i], path),
+        lambda i: locations.join(data.path, ids(i)),
+        ids,
         encoding="jpeg" if jpegs * 2 > len(paths) else "png",
     )
 

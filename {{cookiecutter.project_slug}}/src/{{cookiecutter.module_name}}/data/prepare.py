@@ -66,19 +66,11 @@ def _load_source(
         written = {f"{RAW}/{name}": what for name, (_, what) in found.raw.items()}
         return found, written, origin_of(cfg, "")
     path, sources = _stage(_checked_path(cfg, reader, project_dir), project_dir, recorded)
-    theirs = cfg.path if locations.is_url(cfg.path) else str((project_dir / cfg.path).expanduser())
-
-    def shown(text: str) -> str:  # errors name the user's file, not its staged copy
-        return text.replace(path, theirs)
-
-    try:
-        if cfg.split in ("folders", "files"):
-            found = read_layout(reader, path, cfg, kind)
-        else:
-            found = reader(path, cfg, kind)
-    except ConfigError as exc:
-        raise ConfigError(shown(str(exc))) from None
-    found.where = lambda i, where=found.where: shown(where(i))
+    # The reader reads the staged copy, `path`, and names the user's, data.path, in its errors.
+    if cfg.split in ("folders", "files"):
+        found = read_layout(reader, path, cfg, kind)
+    else:
+        found = reader(path, cfg, kind)
     return found, sources, origin_of(cfg, path)
 
 

@@ -8,6 +8,7 @@ split was made.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import PurePosixPath
 from typing import Any
@@ -34,8 +35,12 @@ def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
         found = _split_files(path, data, reader)
     parts: dict[str, Source] = {}
     for split, (target, shown) in found.items():
+        # The reader names the split's own file or folder in its errors, as the user knows it.
+        named = dataclasses.replace(
+            data, path=locations.join(data.path, locations.relative(target, path))
+        )
         try:
-            parts[split] = reader(target, data, kind)
+            parts[split] = reader(target, named, kind)
         except MissingLabels:
             if split == "train":
                 raise

@@ -19,13 +19,14 @@ from ..tasks.base import TargetError, encode
 CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError)
 
 
-def unreadable(path: object, exc: Exception) -> ConfigError:
-    """One line for a CSV that pandas cannot read (one of CSV_ERRORS): the first row with more
-    fields than the header, else its path and pandas's line."""
-    if isinstance(exc, pd.errors.ParserError) and (longer := _longer_row(str(path))):
+def unreadable(path: object, exc: Exception, name: object = None) -> ConfigError:
+    """One line for a CSV that pandas cannot read (one of CSV_ERRORS), naming it `name` (else
+    `path`): the first row with more fields than the header, else pandas's line."""
+    name = name or path
+    if isinstance(exc, pd.errors.ParserError) and (longer := _longer_row(str(path), name)):
         return longer
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ConfigError(f"{path}: not a readable CSV ({first})")
+    return ConfigError(f"{name}: not a readable CSV ({first})")
 
 
 @source("csv", takes="file", example="data/external/my.csv")
@@ -38,35 +39,35 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         with locations.open_binary(path) as f:
             table = fields_fit(pd.read_csv(f, dtype=str, keep_default_na=False))
     except CSV_ERRORS as exc:
-        raise unreadable(path, exc) from None
+        raise unreadable(path, exc, data.path) from None
     last = table.columns[-1] if len(table.columns) else None
     if last == f"Unnamed: {len(table.columns) - 1}" and not table[last].any():
         table = table.drop(columns=last)  # a trailing comma's: no name, no value
     nameless = next((i for i, c in enumerate(table.columns) if c == f"Unnamed: {i}"), None)
     if nameless is not None:  # pandas's name for an empty header cell: `df.to_csv`'s index
         raise ConfigError(
-            f"{path}: column {nameless + 1} has no name in the header (an index pandas saved? it "
-            "would be trained on as a feature); save the data without it "
+            f"{data.path}: column {nameless + 1} has no name in the header (an index pandas "
+            "saved? it would be trained on as a feature); save the data without it "
             "(example: df.to_csv(path, index=False))"
         )
 
     def where(row: int) -> str:
-        return f"{path} line {line_of(path, row)}"
+        return f"{data.path} line {line_of(path, row)}"
 
-    label = _column(table, data.label, "data.label", path, "target", MissingLabels)
+    label = _column(table, data.label, "data.label", data.path, "target", MissingLabels)
     splits, split_from = None, {}
     if data.split == "column":  # the split column says each row's split; it is no feature
-        column = _column(table, data.split_column, "data.split_column", path, "fold")
+        column = _column(table, data.split_column, "data.split_column", data.path, "fold")
         splits, split_from = given_splits(table.pop(column).tolist(), column, where)
     try:  # the task's kind reads the labels (a missing one may be none: multilabel)
         y, names = encode(kind, table[label].tolist(), label)
     except TargetError as exc:
         raise ConfigError(f"{where(exc.row)}, column {label!r}: {exc.what}") from None
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{data.path}: {exc}") from None
     rows = dict(where=where, ids=lambda i: str(i + 1), splits=splits)
     if data.text:
-        text = _column(table, data.text, "data.text", path, "review")
+        text = _column(table, data.text, "data.text", data.path, "review")
         if text == label:
             raise ConfigError(f"data.text: column {text!r} is data.label too (example: review)")
         unused = [str(c) for c in table.columns if c not in (text, label)]
@@ -140,14 +141,14 @@ def line_of(path: str, row: int) -> int:
     return next(itertools.islice(_records(path), row + 1, None), (row + 2,))[0]
 
 
-def _longer_row(path: str) -> ConfigError | None:
-    """One line for the first row of `path` with more fields than its header has names."""
+def _longer_row(path: str, name: object) -> ConfigError | None:
+    """One line, naming `name`, for the first row of `path` with more fields than its header."""
     records = _records(path)
     header = next(records, (1, []))[1]
     for line, fields in records:
         if len(fields) > len(header):
             return ConfigError(
-                f"{path} line {line}: {len(fields)} fields, the header has {len(header)}; each "
+                f"{name} line {line}: {len(fields)} fields, the header has {len(header)}; each "
                 "field needs its name in the header (example: header a,b,label, rows 1,2,3)"
             )
     return None

@@ -17,20 +17,17 @@ def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
     paths, classes = class_files(path, data, (".txt",), "text files", example)
     labels, names = encode(kind, classes, f"data.path {data.path} (class folders)")
 
+    def ids(i: int) -> str:  # the file relative to data.path
+        return locations.relative(paths[i], path)
+
+    def where(i: int) -> str:
+        return locations.join(data.path, ids(i))
+
     def load(i: int) -> str:
         with locations.open_binary(paths[i]) as f:
-            return decode_text(f.read(), paths[i])
+            return decode_text(f.read(), where(i))
 
-    return Source(
-        "text",
-        kind,
-        labels,
-        names,
-        load,
-        paths.__getitem__,
-        lambda i: locations.relative(paths[i], path),
-        feature_names=["text"],
-    )
+    return Source("text", kind, labels, names, load, where, ids, feature_names=["text"])
 
 
 def decode_text(payload: bytes, where: str) -> str:

@@ -36,24 +36,25 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     for file in files:
         for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
             feature = tf.train.Example.FromString(raw).features.feature
-            inputs.append(_input(feature, data, f"record {len(ids)} in {path}"))
+            inputs.append(_input(feature, data, f"record {len(ids)} in {data.path}"))
             labels.append(_values(feature[data.label]))
             ids.append(named(file, k))
     single = all(len(v) == 1 for v in labels)
     if not single and not task_class(kind)(names=[]).target_shape():  # one value per example
         bad = next(i for i, v in enumerate(labels) if len(v) != 1)
         raise ConfigError(
-            f"data.label: record {bad} in {path} has {len(labels[bad])} values of "
+            f"data.label: record {bad} in {data.path} has {len(labels[bad])} values of "
             f"{data.label!r}; {kind} takes one per record (example: --set task.type=multilabel)"
         )
     y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
-    where = lambda i: f"{path}: record {i}"  # noqa: E731
+    where = lambda i: f"{data.path}: record {i}"  # noqa: E731
     if data.feature_kind == "image":
         return Source("image", kind, y, names, inputs.__getitem__, where, ids.__getitem__)
     widths = {len(v) for v in inputs}
     if len(widths) != 1:
         raise ConfigError(
-            f"data.features: {data.features!r} in {path} has {sorted(widths)} values per record; "
+            f"data.features: {data.features!r} in {data.path} has {sorted(widths)} values per "
+            "record; "
             "every record needs the same number"
         )
     return Source(
