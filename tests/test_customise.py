@@ -43,16 +43,26 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
     (project / "data" / "external" / "rows.jsonl").write_text(lines)
     (project / "tests" / "inputs").mkdir()
     (project / "tests" / "inputs" / "jsonl.jsonl").write_text(lines)  # the sample the page asks for
+    # A user's line that is no JSON: one line naming the file and the line, no traceback.
+    broken = lines.splitlines(keepends=True)
+    broken[2] = '{"x": [1, 2], "label": "odd"\n'
+    (project / "data" / "external" / "broken.jsonl").write_text("".join(broken))
+    bad = ["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/broken.jsonl"]
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"codes = [main(args) for args in {calls!r}]\n"
-        "print('EXIT CODES', codes); sys.exit(max(codes))"
+        f"print('EXIT CODES', codes, 'BROKEN', main({bad!r})); sys.exit(max(codes))"
     )
     env = {**os.environ, "PROJECT_STORAGE_DIR": str(tmp_path / "storage"), "PYTHONPATH": str(project / "src")}
     run = subprocess.run([str(project_python), "-c", script], cwd=project, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
+    assert "BROKEN 2" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
+    assert run.stderr.splitlines()[-1] == (
+        "error: data/external/broken.jsonl line 3: not a JSON object with 'x' and 'label' "
+        '(example: {"x": [0.5, 2.0], "label": "cat"})'
+    )
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
     assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
     # `make test` takes each of them, as the README says: the loop's tests of every component.
