@@ -147,6 +147,27 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "out.csv").exists()
 
 
+def test_an_input_of_the_other_kind_says_what_the_model_takes(tmp_path: Path) -> None:
+    """A CSV given to a model trained on images, or images to one trained on a CSV: one line
+    naming the input and what it is, what the model takes, and a valid example."""
+    images, _, folder = _project(tmp_path, "images")
+    vectors, _, table = _project(tmp_path, "classification")
+    with pytest.raises(ConfigError) as refusal:
+        predict(table, tmp_path / "out.csv", images / "results" / "models")
+    assert str(refusal.value) == (
+        f"{table}: this model takes images (.png .jpg .jpeg .bmp .gif .webp): one, or a folder "
+        "of them; this is a CSV (example: predict photos/)"
+    )
+    for given, what in ((folder, "a folder"), (folder / "0.png", "a .png file")):
+        with pytest.raises(ConfigError) as refusal:
+            predict(given, tmp_path / "out.csv", vectors / "results" / "models")
+        assert str(refusal.value) == (
+            f"{given}: this model takes a CSV of its training features (height, weight); this "
+            f"is {what} (example: predict new.csv)"
+        )
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_export_writes_a_saved_model_that_reloads(tmp_path: Path) -> None:
     project, expected, _ = _project(tmp_path, "regression")
     destination = project / "results" / "models" / "saved_model"

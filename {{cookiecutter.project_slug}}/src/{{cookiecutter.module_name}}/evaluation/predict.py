@@ -68,18 +68,12 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
     if source.suffix.lower() == ".csv" and kind != "image":
         yield from _read_csv(source, columns, text=kind == "text")
         return
-    if kind == "vector":
-        raise ConfigError(f"{source}: this model takes a CSV of features (example: new.csv)")
     suffixes = (".txt",) if kind == "text" else IMAGE_SUFFIXES
     # A folder's hidden names (macOS's `._` copies, .ipynb_checkpoints) are left out, as prepare.
-    files = [Path(p) for p in locations.walk_files(str(source)) if p.lower().endswith(suffixes)]
+    listed = [] if kind == "vector" else locations.walk_files(str(source))
+    files = [Path(p) for p in listed if p.lower().endswith(suffixes)]
     if not files:
-        raise ConfigError(
-            f"{source}: this model takes text: a CSV with a {columns[0]!r} column, a .txt file "
-            "or a folder of them (example: predict reviews.csv)"
-            if kind == "text"
-            else f"{source}: no images ({' '.join(IMAGE_SUFFIXES)}) (example: predict photos/)"
-        )
+        raise _refusal(source, kind, columns)
     fmt = info.get("image_encoding") or "png"
     for start in range(0, len(files), CHUNK):
         chunk = files[start : start + CHUNK]
@@ -89,6 +83,26 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
             pixels = [model_input(p.read_bytes(), info["input_shape"], fmt, str(p)) for p in chunk]
             inputs = np.stack(pixels)
         yield [str(p) for p in chunk], inputs
+
+
+def _refusal(source: Path, kind: str, columns: list[str]) -> ConfigError:
+    """One line: `source` is not what a model trained on inputs of `kind` scores; what it takes,
+    what `source` is, and a valid example."""
+    if kind == "vector":
+        shown = ", ".join(columns[:4]) + (", ..." if len(columns) > 4 else "")
+        takes, example = f"a CSV of its training features ({shown})", "new.csv"
+    elif kind == "text":
+        takes = f"text: a CSV with a {columns[0]!r} column, a .txt file or a folder of them"
+        example = "reviews.csv"
+    else:
+        takes, example = f"images ({' '.join(IMAGE_SUFFIXES)}): one, or a folder of them", "photos/"
+    if source.is_dir():
+        given = "this is a folder" if kind == "vector" else "this folder has none"
+    elif source.suffix.lower() == ".csv":
+        given = "this is a CSV"
+    else:
+        given = f"this is a {source.suffix or 'suffixless'} file"
+    return ConfigError(f"{source}: this model takes {takes}; {given} (example: predict {example})")
 
 
 def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[list[str], Any]]:
