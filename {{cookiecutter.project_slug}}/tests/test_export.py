@@ -328,12 +328,17 @@ def test_an_export_stopped_at_each_step_is_replaced_by_the_next(
     mine = models / ".model.tflite-export-abcd1234"  # export's name, not its content: kept
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    left = models / ".saved_model-export-abcd1234/new"  # a SavedModel cut short: removed
-    (left / "variables").mkdir(parents=True)
-    (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
+    # A SavedModel cut short, as this version names its staging folder and as an earlier one
+    # did (`.saved_model-` and mkdtemp's 8 characters): both removed.
+    for left in (models / ".saved_model-export-abcd1234/new", models / ".saved_model-k2_9xq0z/new"):
+        (left / "variables").mkdir(parents=True)
+        (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
+    also_mine = models / ".saved_model-wxyz5678"  # the earlier name, not its content: kept
+    also_mine.mkdir()
+    (also_mine / "notes.txt").write_text("mine")
     export_litert(params, project)
     export_saved_model(project, models / "saved_model")
-    assert _hidden(models) == [mine.name]
+    assert _hidden(models) == sorted([mine.name, also_mine.name])
     (project / "mine.tflite").write_bytes((models / "model.tflite").read_bytes() + b"mine")
     with pytest.raises(ConfigError, match="mine.tflite: exists and export did not write it"):
         export_litert(params, project, project / "mine.tflite")

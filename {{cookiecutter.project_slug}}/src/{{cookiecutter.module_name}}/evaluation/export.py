@@ -11,7 +11,6 @@ beside the Keras model; what it found goes to `results/metrics/export.json` and 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import re
@@ -298,11 +297,13 @@ def export_litert(
 @contextlib.contextmanager
 def _staging(output: Path) -> Iterator[Path]:
     """Where an export is made: `new` in a hidden folder beside `output` (the same disk: it moves
-    in by a rename), removed at the end. Such folders a killed export left there go first."""
+    in by a rename), removed at the end. Such folders a killed export left there go first, also
+    those of an earlier version of this project (named without `export-`)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{output.name}-export-"
-    for folder in output.parent.glob(glob.escape(prefix) + "?" * 8):  # mkdtemp's 8 characters
-        if _left_by_export(folder):
+    left = re.compile(r"\." + re.escape(output.name) + r"-(export-)?[a-z0-9_]{8}")  # mkdtemp's
+    for folder in output.parent.iterdir():
+        if left.fullmatch(folder.name) and _left_by_export(folder):
             shutil.rmtree(folder)
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=output.parent))
     try:
