@@ -35,7 +35,7 @@ import requests
 
 from ..config import flat
 from ..core.storage import results_root
-from .checkpoints import first_line, is_storage_fault
+from .checkpoints import first_line
 {%- if cookiecutter.tracking != "tensorboard" %}
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
@@ -57,9 +57,9 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def why(exc: Exception) -> str:
-    """Why a tracker failed, for its one warning line: a full or dropped disk as `ErrorType:
-    cause` (TensorFlow's summary writer says it in four lines), anything else as it was raised."""
-    return first_line(exc) if is_storage_fault(exc) else str(exc)
+    """Why a tracker failed, for its one warning line: TensorFlow's errors as `ErrorType: cause`
+    (its summary writer on a full disk says it in four lines), any other as it was raised."""
+    return first_line(exc) if type(exc).__module__.startswith("tensorflow") else str(exc)
 
 
 class TensorBoardBackend:
