@@ -28,7 +28,8 @@ NOISE = re.compile(
     r"|^WARNING\b"  # Python loggers (`WARNING:tensorflow:...`, `WARNING:absl:...`) and our own
     r"|^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]"  # absl's C++ log: `W0000 00:00:1758131437.32 1 x.cc:1]`
     r"|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+:\d+\]"  # TensorFlow's C++ log
-    r"|absl::InitializeLog",
+    r"|absl::InitializeLog"
+    r"|^INFO: ",  # LiteRT's C++ log (export's check): `INFO: Created TensorFlow Lite XNNPACK ...`
     re.MULTILINE,
 )
 
@@ -102,6 +103,7 @@ def test_the_check_finds_what_users_saw() -> None:
         "/x/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets.",
         "WARNING:tensorflow:5 out of the last 5 calls to <function pfor.<locals>.f> triggered tf.function retracing.",
         "Traceback (most recent call last):",
+        "INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",
     ]
     fine = [
         "Epoch 1/1: loss 0.41, val_accuracy 0.9111 (best so far)",

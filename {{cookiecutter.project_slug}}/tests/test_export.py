@@ -328,12 +328,17 @@ def test_an_export_stopped_at_each_step_is_replaced_by_the_next(
     mine = models / ".model.tflite-export-abcd1234"  # export's name, not its content: kept
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    left = models / ".saved_model-export-abcd1234/new"  # a SavedModel cut short: removed
-    (left / "variables").mkdir(parents=True)
-    (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
+    # A SavedModel cut short, as this version names its staging folder and as an earlier one
+    # did (`.saved_model-` and mkdtemp's 8 characters): both removed.
+    for left in (models / ".saved_model-export-abcd1234/new", models / ".saved_model-k2_9xq0z/new"):
+        (left / "variables").mkdir(parents=True)
+        (left / f"saved_model.pb.tmp{'0' * 32}").write_bytes(b"")
+    also_mine = models / ".saved_model-wxyz5678"  # the earlier name, not its content: kept
+    also_mine.mkdir()
+    (also_mine / "notes.txt").write_text("mine")
     export_litert(params, project)
     export_saved_model(project, models / "saved_model")
-    assert _hidden(models) == [mine.name]
+    assert _hidden(models) == sorted([mine.name, also_mine.name])
     (project / "mine.tflite").write_bytes((models / "model.tflite").read_bytes() + b"mine")
     with pytest.raises(ConfigError, match="mine.tflite: exists and export did not write it"):
         export_litert(params, project, project / "mine.tflite")
@@ -343,9 +348,18 @@ def test_the_command_line(trained, capsys) -> None:
     project, _ = trained("classification")
     at = ["--params", str(project / "params.yaml"), *(a for o in IMAGES for a in ("--set", o))]
     models = project / "results" / "models"
-    capsys.readouterr()
-    assert main(["export", "--format", "litert", "--quantize", "int8", *at]) == 0
-    out = capsys.readouterr().out
+    # A process of its own (LiteRT's runtime prints its XNNPACK line once per process) in a
+    # user's environment: no TF_CPP_MIN_LOG_LEVEL, the package quiets TensorFlow's C++ log.
+    env = cli_env(project / "storage")
+    del env["TF_CPP_MIN_LOG_LEVEL"]
+    run = subprocess.run(
+        [sys.executable, "-m", MODULE, "export", "--format", "litert", "--quantize", "int8", *at],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    out = run.stdout
     assert out.count("\n") == 1 and (models / "model.tflite").is_file()
     assert f"Wrote {models / 'model.tflite'} (LiteRT, int8 dynamic range, " in out
     assert "test examples with ai-edge-litert" in out and "accuracy" in out and "(Keras " in out
@@ -365,6 +379,15 @@ def test_the_command_line(trained, capsys) -> None:
     assert (project / "mine.tflite").read_text() == "not a model"
     with pytest.raises(SystemExit):
         main(["export", "--format", "onnx", *at])
+
+
+def test_only_the_xnnpack_line_of_the_litert_runtime_is_dropped(capfd) -> None:
+    """What C++ code writes to file descriptor 2 while the `.tflite` runs: its XNNPACK notice
+    is dropped, any other line (an error) still reaches the user."""
+    capfd.readouterr()
+    with export._native_stderr(lambda line: line.strip() != export.XNNPACK_NOTICE):
+        os.write(2, f"{export.XNNPACK_NOTICE}\nERROR: failed to invoke\n".encode())
+    assert capfd.readouterr().err == "ERROR: failed to invoke\n"
 
 
 def test_a_text_model_exports_its_network_on_token_ids(tmp_path: Path) -> None:

@@ -224,3 +224,22 @@ def test_what_a_local_run_keeps_in_the_storage_root_stays_out_of_git(tmp_path):
         ["git", "check-ignore", *state], cwd=tmp_path, capture_output=True, text=True
     )
     assert run.stdout.split() == state, run.stderr
+
+
+def test_what_a_killed_write_or_export_leaves_stays_out_of_git_and_dvc(tmp_path):
+    """A killed atomic write's temporary file, and a killed export's staging folder beside an
+    `--output` of the user's choosing (this version's name and an earlier one's): the next write
+    or export there removes them; until then neither git nor DVC looks at them."""
+    for ignore in (".gitignore", ".dvcignore"):
+        shutil.copy(PROJECT / ignore, tmp_path / ".gitignore")  # the same syntax
+        git(tmp_path, "init", "-q")
+        left = [
+            "exports/.metrics.json-0123456789abcdef.tmp",
+            "exports/.saved_model-export-k2_9xq0z/new/saved_model.pb",
+            "exports/.saved_model-k2_9xq0z/new/saved_model.pb",
+            "exports/.phone.tflite-export-k2_9xq0z/new",
+        ]
+        run = subprocess.run(
+            ["git", "check-ignore", *left], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert run.stdout.split() == left, (ignore, run.stderr)

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY, tensorboard_values
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
-from {{ cookiecutter.module_name }}.core.storage import results_root
+from {{ cookiecutter.module_name }}.core.storage import results_root, storage_root
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.evaluation.report import (
@@ -165,8 +165,9 @@ def _refuse(constant: str) -> None:
 
 
 def test_a_diverged_run_writes_standard_json_and_every_reader_copes(tiny_project: Path) -> None:
-    """The NaN of a diverged run is null in train.json, evaluate.json and the run record; the
-    model card, the runs table and the notebooks' views read them."""
+    """The NaN of a diverged run is null in train.json, evaluate.json, the run record and its
+    checkpoint's meta.json; the model card, the runs table and the notebooks' views read them
+    (the resume that reads meta.json: the test above)."""
     overrides = [*TINY, "train.epochs=1", "train.learning_rate=1e30", "train.optimizer=sgd"]
     params = load_params(tiny_project / "params.yaml", overrides)
     prepare(params, tiny_project)
@@ -174,8 +175,11 @@ def test_a_diverged_run_writes_standard_json_and_every_reader_copes(tiny_project
     evaluate(params, tiny_project)
     results = results_root(tiny_project)
     (record,) = results.glob("runs/*/manifest.json")
-    for path in (results / "metrics/train.json", results / "metrics/evaluate.json", record):
+    saved = list_checkpoints(storage_root(tiny_project) / "checkpoints" / params.run_name)
+    metas = [folder / "meta.json" for _, folder in saved]
+    for path in (results / "metrics/train.json", results / "metrics/evaluate.json", record, *metas):
         json.loads(path.read_text(), parse_constant=_refuse)
+    assert json.loads(metas[-1].read_text())["state"]["history"][0]["val_loss"] is None
     train_json = json.loads((results / "metrics/train.json").read_text())
     assert train_json["val_loss"] is None and train_json["history"][0]["val_loss"] is None
     assert "val_loss nan" in (results / "reports/model_card.md").read_text()

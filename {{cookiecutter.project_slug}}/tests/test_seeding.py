@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY
+from conftest import MODULE, PROJECT, TINY, cli_env
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import seeding
@@ -71,3 +72,30 @@ def test_deterministic_ops_stay_on_in_the_process_and_the_run_says_so(
     assert "deterministic ops on (turned on earlier in this process" in capsys.readouterr().out
     (record,) = [run for run in list_runs(tiny_project) if run["params"]["run_name"] == "det-off"]
     assert record["params"]["repro"]["deterministic"] is True
+
+
+USER_FIRST = f"""
+import sys
+import tensorflow as tf
+tf.config.experimental.enable_op_determinism()  # the user's own cell (or model.py), first
+from {MODULE}.config import load_params
+from {MODULE}.training.seeding import as_run, seed_everything
+params = load_params(sys.argv[1], ["repro.deterministic=false"])
+seed_everything(params.seed, params.repro.deterministic)
+params, words = as_run(params)
+print(params.repro.deterministic, words)
+"""
+
+
+def test_determinism_the_user_turned_on_is_what_the_run_says(tmp_path: Path) -> None:
+    """A user who turns op determinism on themselves, then trains with `repro.deterministic:
+    false`: no error, and the run's line and record say its ops are deterministic, as they are.
+    A process of its own: determinism cannot be turned off in this one."""
+    done = subprocess.run(
+        [sys.executable, "-c", USER_FIRST, str(PROJECT / "params.yaml")],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True on (turned on earlier in this process"), done.stdout

@@ -22,6 +22,7 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
     list_checkpoints,
     write_results,
 )
+from {{ cookiecutter.module_name }}.training.tracking import Tracker
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -190,3 +191,39 @@ def test_a_storage_that_turns_read_only_is_reported_and_the_next_save_works(
     assert "WARNING: checkpoint at step 2 not saved" in out and out.count("\n") == 1
     assert store.try_save(ckpt, 3, {}) is not None
     assert [s for s, _ in list_checkpoints(storage / "run")] == [1, 3]
+
+
+# What TensorFlow's summary writer raised on a full Drive (its own three lines after the first;
+# the op's `function_node` prefix left out).
+WRITER_FULL = (
+    "results/tensorboard/full/events.out.tfevents.1.vm.1.1.v2; No space left on "
+    "device\n\tFailed to flush 1 events to results/tensorboard/full/events.out.tfevents.1.vm.1.1"
+    ".v2\n\tFlushing first event.\n\tCould not initialize events writer. "
+    "[Op:CreateSummaryFileWriter] name: "
+)
+
+
+def test_a_full_disk_turns_tensorboard_tracking_off_in_one_line(
+    small_storage: tuple[Path, bool], monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The results' disk full when the run's params and metrics go to TensorBoard (at the end of
+    a run): one line that says why, not the writer's four; the run goes on without it."""
+    storage, mounted = small_storage
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", str(storage / "results"))
+    if mounted:  # filled to the last byte
+        with open(storage / "filler", "wb") as filler, pytest.raises(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+    else:
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise tf.errors.ResourceExhaustedError(None, None, WRITER_FULL)
+
+        monkeypatch.setattr(tf.summary, "create_file_writer", full)
+    tracker = Tracker(storage, "full", "run-1")
+    out = capsys.readouterr().out
+    assert tracker.backends == []
+    assert out.count("\n") == 1, out
+    assert out.startswith("WARNING: tensorboard tracking is off for this run: ")
+    assert out.rstrip().endswith("Error: No space left on device"), out

@@ -5,6 +5,7 @@ The database and its workers: test_sweep_database.py."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from optuna.trial import TrialState
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.sweep_results import (
@@ -311,6 +313,50 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
         )
         assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout or "{}") == {}  # `dvc repro` would not train again
+
+
+def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
+    tmp_path: Path, tiny_project: Path, monkeypatch, capsys
+) -> None:
+    """Ctrl-C during the epoch at whose end the pruner prunes trial 1 (the signal lands in the
+    epoch's last chunk; sent here at that epoch's end, before the trainer looks): the sweep stops
+    (exit 130) with trial 1 pruned at epoch 1, as without the Ctrl-C; the sweep started again
+    goes on with trial 2 and trains no epoch 2 of trial 1."""
+    grid = [
+        "sweep.sampler=grid",
+        "sweep.n_trials=3",
+        "sweep.startup_trials=1",
+        "sweep.warmup_epochs=1",
+        "sweep.name=ctrl-c",
+        "train.epochs=3",
+        *SMALL,
+        "sweep.space={train.learning_rate: {choices: [3.0e-3, 1.0e-5, 2.0e-5]}}",
+    ]
+    args = ["--params", str(tiny_project / "params.yaml"), *sets(grid)]
+    prepare(load_params(tiny_project / "params.yaml"), tiny_project)
+    real_train, sent = sweep_module.train, []
+
+    def train_with_ctrl_c(params, project_dir, **kwargs):
+        hooks, verdict = kwargs["hooks"], kwargs["hooks"].on_epoch
+
+        def on_epoch(record):
+            if params.run_name == "ctrl-c-1" and record["epoch"] == 1 and not sent:
+                sent.append(record["epoch"])
+                os.kill(os.getpid(), signal.SIGINT)  # the trainer's Stopper takes it
+            return verdict(record)
+
+        kwargs["hooks"] = dataclasses.replace(hooks, on_epoch=on_epoch)
+        return real_train(params, project_dir, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train", train_with_ctrl_c)
+    assert main(["sweep", *args]) == 130
+    first = capsys.readouterr().out
+    assert main(["sweep", *args]) == 0
+    both = first + capsys.readouterr().out
+    assert re.findall(r"trial 1 pruned: val_loss \S+ at epoch (\d+)", both) == ["1"], both
+    assert "Trial 1 (ctrl-c-1) was cut off" not in both
+    rows = _trials(tiny_project / "results/sweeps/ctrl-c/trials.csv")
+    assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], both
 
 
 def _python_first(tmp_path: Path) -> str:

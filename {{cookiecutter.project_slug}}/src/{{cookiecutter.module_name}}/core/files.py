@@ -67,11 +67,15 @@ def atomic_write(target: Path, data: bytes | str) -> Path:
     return target
 
 
+def json_text(data: Any) -> str:
+    """`data` as standard JSON (jq and JavaScript read it): JSON has no NaN, so a number that is
+    not finite (a diverged run's loss) is written as null."""
+    return json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n"
+
+
 def save_json(data: Any, path: Path) -> Path:
-    """Write `data` as standard JSON (jq and JavaScript read it), atomically: JSON has no NaN, so
-    a number that is not finite (a diverged run's loss) is written as null."""
-    text = json.dumps(_finite(data), indent=2, default=str, allow_nan=False)
-    return atomic_write(Path(path), text + "\n")
+    """Write `data` as standard JSON (`json_text`), atomically."""
+    return atomic_write(Path(path), json_text(data))
 
 
 def _finite(value: Any) -> Any:

@@ -11,14 +11,13 @@ beside the Keras model; what it found goes to `results/metrics/export.json` and 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,9 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
         try:
-            with _converter_output_dropped():
+            # Its log and, on failure, pages of MLIR: dropped (the exception holds the same),
+            # so a refusal is one line.
+            with _native_stderr(lambda line: False):
                 return converter.convert()
         except ConverterError as exc:
             ops = unsupported_ops(exc, model)
@@ -102,19 +103,28 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
             ) from None
 
 
+# What the LiteRT runtime prints once per process, on a model's first run (a C++ INFO line on
+# file descriptor 2: red in a notebook); only this line is dropped, never an error.
+XNNPACK_NOTICE = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+
+
 @contextlib.contextmanager
-def _converter_output_dropped() -> Iterator[None]:
-    """The converter's C++ code writes its log and, on failure, pages of MLIR straight to file
-    descriptor 2: dropped (the exception holds the same), so a refusal is one line."""
+def _native_stderr(keep: Callable[[str], bool]) -> Iterator[None]:
+    """What C++ code writes straight to file descriptor 2 while inside (past `sys.stderr`):
+    the lines `keep` accepts are written to `sys.stderr` afterwards, the others dropped."""
     sys.stderr.flush()
     saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 2)
+    with tempfile.TemporaryFile() as caught:
+        try:
+            os.dup2(caught.fileno(), 2)
             yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if keep(line)))
+            sys.stderr.flush()
 
 
 # The converter names each failing op with the Keras layer's name scope in its location:
@@ -198,7 +208,8 @@ def check_litert(
     (input_name,) = runner.get_input_details()
 
     def run(x: np.ndarray) -> np.ndarray:  # a batch of any size: the signature resizes it
-        (outputs,) = runner(**{input_name: x}).values()
+        with _native_stderr(lambda line: line.strip() != XNNPACK_NOTICE):
+            (outputs,) = runner(**{input_name: x}).values()
         return np.asarray(outputs)
 
     name = f"ai-edge-litert {version('ai-edge-litert')}"
@@ -286,11 +297,13 @@ def export_litert(
 @contextlib.contextmanager
 def _staging(output: Path) -> Iterator[Path]:
     """Where an export is made: `new` in a hidden folder beside `output` (the same disk: it moves
-    in by a rename), removed at the end. Such folders a killed export left there go first."""
+    in by a rename), removed at the end. Such folders a killed export left there go first, also
+    those of an earlier version of this project (named without `export-`)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{output.name}-export-"
-    for folder in output.parent.glob(glob.escape(prefix) + "?" * 8):  # mkdtemp's 8 characters
-        if _left_by_export(folder):
+    left = re.compile(r"\." + re.escape(output.name) + r"-(export-)?[a-z0-9_]{8}")  # mkdtemp's
+    for folder in output.parent.iterdir():
+        if left.fullmatch(folder.name) and _left_by_export(folder):
             shutil.rmtree(folder)
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=output.parent))
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.files import free_bytes, save_json, temp_file
+from ..core.files import free_bytes, json_text, save_json, temp_file
 from ..core.progress import say
 from ..core.storage import SIDECAR_FILE
 from .lease import LEASE_FILE
@@ -149,7 +149,7 @@ class CheckpointStore:
             _fsync(path)
             files[path.name] = {"size": path.stat().st_size, "crc32": _crc32(path)}
         record = {**meta, "format": FORMAT, "step": step, "saved_at": time.time(), "files": files}
-        (tmp / "meta.json").write_text(json.dumps(record, indent=1))  # the folder is still hidden
+        (tmp / "meta.json").write_text(json_text(record))  # the folder is still hidden
         _fsync(tmp / "meta.json")
         _fsync(tmp)
         # The same step saved again (e.g. after a restart): set the old one aside, not delete it,

@@ -40,10 +40,20 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
     return seeded
 
 
+def determinism_on() -> bool:
+    """True when TensorFlow's op determinism is on in this process: `seed_everything` turned it
+    on, or the user's own code did (`tf.config.experimental.enable_op_determinism()` in a cell
+    or in model.py; calling it twice is fine)."""
+    # TensorFlow's own flag (no public getter); where a version lacks it, what this module did.
+    from tensorflow.python.framework import config  # here: TensorFlow is loaded by now
+
+    return _OPS["deterministic"] or getattr(config, "is_op_determinism_enabled", lambda: False)()
+
+
 def as_run(params: Params) -> tuple[Params, str]:
-    """`params` with `repro.deterministic` as this process runs it (on once `seed_everything`
-    turned it on here), and the words that say so: what the run's line and record show."""
-    if not _OPS["deterministic"]:
+    """`params` with `repro.deterministic` as this process runs it (on once it was turned on
+    here: `determinism_on`), and the words that say so: what the run's line and record show."""
+    if not determinism_on():
         return params, "off"
     if params.repro.deterministic:
         return params, "on"

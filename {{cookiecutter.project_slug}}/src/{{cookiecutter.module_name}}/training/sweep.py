@@ -200,11 +200,12 @@ def run_trial(
         stop.set()
         keras.backend.clear_session()  # the next trial builds its model afresh
     value = result.metrics.get(sweep.monitor)
+    if pruned:  # also when a stop (Ctrl-C, the budget) came at the epoch end that pruned it
+        sweep.study.tell(trial, state=TrialState.PRUNED)
+        return result.exit_code
     if result.status != "completed":
         return result.exit_code  # stopped: it resumes later
-    if pruned:
-        sweep.study.tell(trial, state=TrialState.PRUNED)
-    elif isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (int, float)) and math.isfinite(value):
         sweep.study.tell(trial, value)
         print(f"Trial {trial.number}: {sweep.monitor} {value:.4g}", flush=True)
     else:

@@ -35,6 +35,7 @@ import requests
 
 from ..config import flat
 from ..core.storage import results_root
+from .checkpoints import first_line
 {%- if cookiecutter.tracking != "tensorboard" %}
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
@@ -53,6 +54,12 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
         for k, v in metrics.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
+
+
+def why(exc: Exception) -> str:
+    """Why a tracker failed, for its one warning line: TensorFlow's errors as `ErrorType: cause`
+    (its summary writer on a full disk says it in four lines), any other as it was raised."""
+    return first_line(exc) if type(exc).__module__.startswith("tensorflow") else str(exc)
 
 
 class TensorBoardBackend:
@@ -224,7 +231,7 @@ class Tracker:
             try:
                 self.backends.append(kind(Path(project_dir), run_name, run_id))
             except Exception as exc:  # a tracker must never cost a training run
-                print(f"WARNING: {kind.name} tracking is off for this run: {exc}", flush=True)
+                print(f"WARNING: {kind.name} tracking is off for this run: {why(exc)}", flush=True)
 
     @property
     def locations(self) -> dict[str, str]:
@@ -251,5 +258,7 @@ class Tracker:
             try:
                 getattr(backend, method)(*args)
             except Exception as exc:
-                print(f"WARNING: {backend.name} {method} failed, skipping it: {exc}", flush=True)
+                print(
+                    f"WARNING: {backend.name} {method} failed, skipping it: {why(exc)}", flush=True
+                )
                 self.backends.remove(backend)

@@ -426,7 +426,7 @@ def _restore(run: Run, fresh: bool) -> None:
     if run.info.is_chief:
         run.store.clean_partial()
     meta = None if fresh else run.store.restore(run.checkpoint, lambda m: _check_meta(run, m))
-    saved = dict(meta["state"]) if meta else {}
+    saved = saved_state(meta["state"]) if meta else {}
     # Today's early-stopping settings, the run's progress so far (when it watched this metric).
     early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, saved.get("early"))
     saved.update(early=early, step=int(run.parts.step_var.numpy()))
@@ -442,6 +442,18 @@ def _restore(run: Run, fresh: bool) -> None:
         f"(epoch {run.state.step // plan.per_epoch + 1}, batch {run.state.step % plan.per_epoch} "
         f"of {plan.per_epoch}) in {paths.restore_from}"
     )
+
+
+def saved_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's `state` as the run left it: meta.json is standard JSON, where a loss that
+    went NaN (a diverged run) is null; back to NaN, so the run knows it diverged."""
+
+    def number(value: float | None) -> float:
+        return math.nan if value is None else value
+
+    history = [{k: number(v) for k, v in row.items()} for row in state.get("history", [])]
+    losses = {k: number(state[k]) for k in ("epoch_loss", "epoch_metric") if k in state}
+    return {**state, **losses, "history": history}
 
 
 def _check_meta(run: Run, meta: dict[str, Any]) -> None:
