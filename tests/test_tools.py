@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,38 @@ def test_cruft_create_check_update(tmp_path: Path) -> None:
     assert json.loads(cruft_file.read_text())["context"]["cookiecutter"]["vertex_ai"] is False
     commit_all(project, "take the template's change")
     assert cruft.check(project)
+
+
+def updates_md_commands(section: str) -> list[str]:
+    """The commands of docs/updates.md's bash block under `## <section>`, without their comments."""
+    text = (ROOT / "docs" / "updates.md").read_text()
+    block = text.split(f"\n## {section}\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [re.sub(r"\s+#.*$", "", line) for line in block.splitlines() if line.strip()]
+
+
+def test_updates_md_cruft_commands_take_a_template_change(tmp_path: Path) -> None:
+    # docs/updates.md's cruft block as a user types it, in a terminal: a question is answered yes.
+    repo = template_repo(tmp_path / "template")
+    project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out")
+    commit_all(project, "Start from cookiecutter-colab")
+    change_template(repo)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "GIT_PAGER": "cat",
+           "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",
+           "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com"}
+    commands = updates_md_commands("cruft")
+    assert [c.split()[:2] for c in commands][:3] == [["cruft", "check"], ["cruft", "diff"], ["cruft", "update"]]
+    for command in commands:
+        child = pexpect.spawn("bash", ["-c", command], cwd=project, env=env, encoding="utf-8", timeout=120)
+        if child.expect([r"Apply diff and update\?", pexpect.EOF]) == 0:
+            child.sendline("y")
+            child.expect(pexpect.EOF)
+        child.close()
+        said = child.before[-3000:]
+        # `cruft check` exits 1: the template has moved on.
+        assert child.exitstatus == (1 if command == "cruft check" else 0), f"{command}\n{said}"
+    assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True, check=True)
+    assert status.stdout == "" and cruft.check(project)
 
 
 def test_cruft_refuses_a_bad_answer(tmp_path: Path) -> None:
