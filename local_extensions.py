@@ -182,6 +182,26 @@ def answer_error(value: Any, field: str, given: Mapping[str, Any] | None = None)
     return check_answer(field, value) or ""
 
 
+def given_answers_checked(given: Mapping[str, Any] | None) -> str:
+    """Jinja filter, the first question's `when` in copier.yml: stop copier with the one-line
+    message when an answer given with `--data` or `--data-file` (`_copier_conf.data`) is bad,
+    before copier reads it. Copier's own refusals (a value outside a question's choices, a
+    validator's message for a given answer) end in a traceback."""
+    given = given or {}
+    for field in [name for name in CHECKS if name in given]:
+        # A yes/no word is copier's to read (answer_error refuses any other word); any other
+        # answer is checked as given.
+        yes_or_no = field in BOOLEANS and isinstance(given[field], str)
+        error = answer_error(True if yes_or_no else given[field], field, given)
+        if error:
+            # Imported here: only copier renders this filter, and a cookiecutter user has no
+            # copier installed.
+            from copier.errors import UserMessageError
+
+            raise UserMessageError(error)
+    return "true"
+
+
 def find_error(answers: dict[str, Any]) -> str | None:
     """Return a one-line message about the first bad answer, or None when all are good."""
     for field in CHECKS:
@@ -193,6 +213,11 @@ def find_error(answers: dict[str, Any]) -> str | None:
 
 def _stop(message: str) -> None:
     """Stop cookiecutter (or cruft) with this one line and nothing written."""
+    # cruft's command line (typer) shows any exception as a traceback: there the line is the
+    # exit's message (exit code 1). Cookiecutter's command line prints a FailedHookException's
+    # message alone, and a program that calls either tool can catch it.
+    if "cruft._cli" in sys.modules:
+        raise SystemExit(message)
     # Imported here: only cookiecutter and cruft call the filters below, and a copier user
     # has no cookiecutter installed.
     from cookiecutter.exceptions import FailedHookException
@@ -235,5 +260,6 @@ class AnswerChecks(Extension):
         environment.filters["checked_answer"] = checked_answer
         environment.filters["checked_answers"] = checked_answers
         environment.filters["answer_error"] = answer_error
+        environment.filters["given_answers_checked"] = given_answers_checked
         # Cookiecutter registers its own `slugify` first: keep it there.
         environment.filters.setdefault("slugify", slugify)

@@ -86,6 +86,9 @@ def render() -> str:
     document = dict(SETTINGS)
     for name in questions:
         document[name] = question(name, context[name], prompts.get(name))
+    # Every answer given with --data or --data-file, checked before copier reads the first: its
+    # own refusal of a value outside the choices is a traceback (local_extensions.py).
+    document[questions[0]]["when"] = "{{ _copier_conf.data | given_answers_checked }}"
     return HEADER + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
 
 

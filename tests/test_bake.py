@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import configparser
 import json
 import re
@@ -189,12 +190,11 @@ TEST_FILES = {
     "test_speed.py",
     "test_splits.py",
     "test_staging.py",
-    "test_sweep.py",
-    "test_sweep_database.py",
     "test_stop.py",
     "test_storage_faults.py",
     "test_strategy.py",
     "test_sweep.py",
+    "test_sweep_database.py",
     "test_task.py",
     "test_tasks_end_to_end.py",
     "test_text.py",
@@ -242,6 +242,19 @@ def project_files(project: Path) -> set[str]:
 def baked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     overrides = ANSWER_SETS[request.param]
     return answers_of(overrides), project_env.bake(tmp_path_factory.mktemp("bake"), **overrides)
+
+
+def test_file_lists_name_each_file_once() -> None:
+    # The lists above are set literals: a name written twice collapses silently, and the copy
+    # may stand where a file that was meant is missing. Read them as written.
+    written = {
+        node.targets[0].id: [ast.literal_eval(name) for name in node.value.elts]
+        for node in ast.parse(Path(__file__).read_text()).body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Set)
+    }
+    assert {"COMMON_FILES", "PACKAGE_FILES", "TEST_FILES", "VERTEX_FILES"} <= written.keys()
+    repeated = {list_name: sorted({n for n in names if names.count(n) > 1}) for list_name, names in written.items()}
+    assert {list_name: names for list_name, names in repeated.items() if names} == {}
 
 
 def test_file_set_is_exact(baked: tuple[dict, Path]) -> None:

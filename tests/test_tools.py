@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,11 +113,42 @@ def test_copier_path_imports_no_cookiecutter(template: Path, tmp_path: Path) -> 
     ({"module_name": "tensorflow"}, "module_name"),
     ({"python_version": "3.9"}, "python_version"),
     ({"vertex_ai": "maybe"}, "vertex_ai"),  # copier alone would read any unknown word as true
+    ({"dvc_remote": "foo"}, "dvc_remote"),  # copier's own refusal of a choice was a traceback
 ])
 def test_copier_refuses_a_bad_answer_from_data(answers: dict, field: str, template: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=f"Validation error for question '{field}': {field}: .*example: "):
+    from copier.errors import UserMessageError
+
+    with pytest.raises(UserMessageError, match=f"^{field}: .*example: "):
         run_copy(str(template), tmp_path / "out" / "p", data=answers, defaults=True, unsafe=True, quiet=True)
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape").exists()
+
+
+# Each as a user types it: a yes/no question, a choice, a free answer with a pattern, a version.
+COMMAND_LINE_BAD_ANSWERS = {"vertex_ai": "maybe", "dvc_remote": "foo", "module_name": "my-mod", "python_version": "2.7"}
+
+
+@pytest.mark.parametrize(("field", "value"), COMMAND_LINE_BAD_ANSWERS.items())
+def test_copier_command_line_refuses_a_bad_answer_in_one_line(field: str, value: str, template: Path,
+                                                               tmp_path: Path) -> None:
+    run = subprocess.run([str(BIN / "copier"), "copy", "--trust", "--defaults", "--data", f"{field}={value}",
+                          str(template), str(tmp_path / "out" / "p")], capture_output=True, text=True)
+    # Copier's notice about this test's template, which has no release tags, is not about the answer.
+    lines = [line for line in (run.stdout + run.stderr).strip().splitlines() if not line.startswith("No git tags")]
+    assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"{field}: {value!r} "), lines[-3:]
+    assert "example: " in lines[0] and not (tmp_path / "out").exists()
+
+
+# cookiecutter itself refuses a yes/no or choice answer it cannot read, before the template's
+# checks run, with a traceback (README: The questions): the other answers here.
+@pytest.mark.parametrize(("field", "value"), [("module_name", "my-mod"), ("python_version", "2.7")])
+def test_cruft_command_line_refuses_a_bad_answer_in_one_line(field: str, value: str, template: Path,
+                                                             tmp_path: Path) -> None:
+    run = subprocess.run([str(BIN / "cruft"), "create", "--no-input", "--output-dir", str(tmp_path / "out"),
+                          "--extra-context", json.dumps({field: value}), template.as_uri()],
+                         capture_output=True, text=True)
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"{field}: {value!r} "), lines[-3:]
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
 # `copier copy --data-file`: unquoted in YAML, No is False and 0123 the octal number 83, which
@@ -129,7 +161,7 @@ def test_copier_data_file_answer_that_yaml_changed_is_refused(line: str, templat
     run = subprocess.run([str(BIN / "copier"), "copy", "--trust", "--defaults", "--data-file", str(data),
                           str(template), str(tmp_path / "out" / "p")], capture_output=True, text=True)
     last = run.stderr.strip().splitlines()[-1]
-    assert run.returncode == 1 and f"'{field}': {field}: " in last and "quote it" in last, run.stderr[-500:]
+    assert run.returncode == 1 and last.startswith(f"{field}: ") and "quote it" in last, run.stderr[-500:]
     assert not (tmp_path / "out").exists()
 
 
@@ -181,6 +213,38 @@ def test_cruft_create_check_update(tmp_path: Path) -> None:
     assert json.loads(cruft_file.read_text())["context"]["cookiecutter"]["vertex_ai"] is False
     commit_all(project, "take the template's change")
     assert cruft.check(project)
+
+
+def updates_md_commands(section: str) -> list[str]:
+    """The commands of docs/updates.md's bash block under `## <section>`, without their comments."""
+    text = (ROOT / "docs" / "updates.md").read_text()
+    block = text.split(f"\n## {section}\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [re.sub(r"\s+#.*$", "", line) for line in block.splitlines() if line.strip()]
+
+
+def test_updates_md_cruft_commands_take_a_template_change(tmp_path: Path) -> None:
+    # docs/updates.md's cruft block as a user types it, in a terminal: a question is answered yes.
+    repo = template_repo(tmp_path / "template")
+    project = cruft.create(repo.as_uri(), output_dir=tmp_path / "out")
+    commit_all(project, "Start from cookiecutter-colab")
+    change_template(repo)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "GIT_PAGER": "cat",
+           "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com",
+           "GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com"}
+    commands = updates_md_commands("cruft")
+    assert [c.split()[:2] for c in commands][:3] == [["cruft", "check"], ["cruft", "diff"], ["cruft", "update"]]
+    for command in commands:
+        child = pexpect.spawn("bash", ["-c", command], cwd=project, env=env, encoding="utf-8", timeout=120)
+        if child.expect([r"Apply diff and update\?", pexpect.EOF]) == 0:
+            child.sendline("y")
+            child.expect(pexpect.EOF)
+        child.close()
+        said = child.before[-3000:]
+        # `cruft check` exits 1: the template has moved on.
+        assert child.exitstatus == (1 if command == "cruft check" else 0), f"{command}\n{said}"
+    assert (project / "Makefile").read_text().endswith(TEMPLATE_CHANGE)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True, check=True)
+    assert status.stdout == "" and cruft.check(project)
 
 
 def test_cruft_refuses_a_bad_answer(tmp_path: Path) -> None:

@@ -51,7 +51,10 @@ for _name in [n for n in os.environ if n.startswith(USERS_VARIABLES)]:
 # clean stop on SIGINT need Python's own handler.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log stays as quiet as the package's __init__ keeps it for every command (no
+# `failed call to cuInit` without a GPU), unless you set the level (docs/troubleshooting.md);
+# here before TensorFlow's import, for this process and the commands the tests start.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
@@ -166,7 +169,6 @@ def cli_env(storage: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PROJECT_STORAGE_DIR"] = str(storage)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env.pop("TF_CONFIG", None)
     env.update(extra)
     return env

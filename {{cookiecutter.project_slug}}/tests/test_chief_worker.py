@@ -169,7 +169,6 @@ def _cluster_train(root: Path, run_name: str, epochs: int) -> dict[str, str]:
             "TMPDIR": str(root / f"tmp-{role}"),
             "CUDA_VISIBLE_DEVICES": "",
             "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ appearing in the project
-            "TF_CPP_MIN_LOG_LEVEL": "2",
         }
         cmd = [sys.executable, "-m", MODULE, "train", *TINY]
         cmd += ["--set", f"run_name={run_name}", "--set", f"train.epochs={epochs}"]

@@ -113,6 +113,21 @@ def test_env_command_prints_and_saves_everything(tmp_path):
     assert "TensorFlow  " in run.stdout and "accelerator" in run.stdout
 
 
+def test_make_test_all_prints_no_tensorflow_log():
+    # `make test-all` runs pytest with workers; the line TensorFlow's C++ log writes when it finds
+    # no GPU (`failed call to cuInit`) reached the terminal from this suite's conftest, at the
+    # level the package keeps quiet for every other command (docs/troubleshooting.md).
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    test = "tests/test_config.py::test_template_params_load_with_the_keys_the_checks_use"
+    command = [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-q", test]
+    run = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    logged = [
+        line for line in (run.stdout + run.stderr).splitlines() if "] " in line and ".cc:" in line
+    ]
+    assert logged == []
+
+
 def test_progress_suits_where_the_output_goes(monkeypatch, capsys):
     """A widget bar only in Colab's notebook kernel, tqdm's text bar on a terminal, else no bar
     but the caller's own lines (a log file, CI, a papermill report, a notebook without widgets)."""

@@ -22,9 +22,9 @@ import tensorflow as tf
 import yaml
 from conftest import copy_checkout
 
+from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.colab import restore
 from {{ cookiecutter.module_name }}.colab.notebooks import (
-    NotebookError,
     keep_state_on_storage,
     push_stage,
     run_notebooks,
@@ -40,7 +40,7 @@ from {{ cookiecutter.module_name }}.colab.restore import (
     run_facts,
 )
 from {{ cookiecutter.module_name }}.colab.runtime_check import TPU_STOP, NotebookStop
-from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.files import file_digests, file_sha256
 from {{ cookiecutter.module_name }}.data.manifest import MANIFEST, data_hash
 from {{ cookiecutter.module_name }}.data.prepare import prepare
@@ -181,12 +181,34 @@ def test_on_colab_the_setup_clones_then_stops_a_tpu_before_drive(tmp_path, monke
 
 
 def test_a_parameter_no_notebook_has_is_a_one_line_error():
-    with pytest.raises(NotebookError, match=r"^-p epoch: no notebook has this parameter"):
+    with pytest.raises(ConfigError, match=r"^-p epoch: no notebook has this parameter"):
         run_notebooks(PROJECT, ["epoch=1"])
     with pytest.raises(
-        NotebookError, match=r"^--only 09: no notebook starts with it \(they are: 01_"
+        ConfigError, match=r"^--only 09: no notebook starts with it \(they are: 01_"
     ):
         run_notebooks(PROJECT, only=["09"])
+
+
+def test_notebooks_exits_2_for_bad_input_and_1_for_a_failing_notebook(tmp_path, capsys):
+    # As `train`'s exit codes (docs/training-faults.md): 2 a setting, 1 a run that failed.
+    project = tmp_path / "project"
+    (project / "notebooks").mkdir(parents=True)
+    shutil.copy(PROJECT / "params.yaml", project)
+    cells = [
+        nbformat.v4.new_code_cell("size: int = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("raise RuntimeError('planted')"),
+    ]
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    notebook = nbformat.v4.new_notebook(cells=cells, metadata=kernel)
+    nbformat.write(notebook, project / "notebooks" / "01_fail.ipynb")
+    params = ["--params", str(project / "params.yaml")]
+    assert main(["notebooks", "-p", "sized=2", *params]) == 2
+    assert main(["notebooks", "-p", "size=big", *params]) == 2
+    assert main(["notebooks", "--only", "09", *params]) == 2
+    assert main(["notebooks", *params]) == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in errors] == ["error"] * 4, errors
+    assert re.match(r"error: 01_fail.ipynb failed in cell \d: RuntimeError: planted", errors[-1])
 
 
 def test_each_parameter_takes_the_type_its_parameters_cell_declares():
@@ -216,11 +238,11 @@ def test_each_parameter_takes_the_type_its_parameters_cell_declares():
         "time_budget_minutes": 1.5,
     }
     for bad, expect in (("epochs=two", "an integer"), ("fresh=yes", "true or false")):
-        with pytest.raises(NotebookError) as refused:
+        with pytest.raises(ConfigError) as refused:
             typed_parameters([bad], declared)
         name, value = bad.split("=")
         assert str(refused.value).startswith(f"-p {bad}: {name} takes {expect} (example: -p ")
-    with pytest.raises(ValueError, match=r"^-p 'epochs': expected KEY=VALUE \(example: "):
+    with pytest.raises(ConfigError, match=r"^-p 'epochs': expected KEY=VALUE \(example: "):
         typed_parameters(["epochs"], declared)
 
 

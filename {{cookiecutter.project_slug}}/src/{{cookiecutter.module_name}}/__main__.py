@@ -168,12 +168,13 @@ def cmd_env(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
-    """Execute every numbered notebook headless (papermill); HTML reports in results/reports/."""
+    """Execute every numbered notebook headless (papermill); HTML reports in results/reports/.
+    Exit code 1 when a notebook fails; a bad `-p` or `--only` is a setting (2, in main)."""
     from .colab import notebooks  # when the command runs
 
     try:
         notebooks.run_notebooks(args.project, args.parameter, args.only, args.timeout)
-    except (notebooks.NotebookError, ValueError) as exc:
+    except notebooks.NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

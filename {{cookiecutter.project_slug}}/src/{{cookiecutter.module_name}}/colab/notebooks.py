@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..config import flat, load_params, parse_assignment
+from ..config import ConfigError, flat, load_params, parse_assignment
 from ..core.environment import log_environment
 from ..core.storage import on_colab, results_root, storage_root
 from ..training.lease import EXIT_LEASE_HELD, EXIT_LEASE_LOST
@@ -39,7 +39,8 @@ PARAMETER_TYPES = {
 
 
 class NotebookError(RuntimeError):
-    """A notebook failed; the message names it and the report that shows where."""
+    """A notebook failed; the message names it and the report that shows where. (A bad `-p` or
+    `--only` is a ConfigError: a setting, exit code 2, as for every command.)"""
 
 
 def start_session(project_dir: Path, seed: int | None = None) -> Any:
@@ -230,7 +231,7 @@ def run_notebooks(
         raise NotebookError(f"no notebooks matching {PATTERN} in {project_dir / 'notebooks'}")
     chosen = [nb for nb in notebooks if not only or nb.name.startswith(tuple(only))]
     if not chosen:
-        raise NotebookError(
+        raise ConfigError(
             f"--only {' '.join(only or [])}: no notebook starts with it (they are: "
             f"{', '.join(nb.name for nb in notebooks)}; example: --only 01 02)"
         )
@@ -275,12 +276,12 @@ def run_notebooks(
 def typed_parameters(items: list[str], declared: dict[str, Any]) -> dict[str, Any]:
     """`NAME=VALUE` items (`-p`) as {name: value}, VALUE read as the type that `declared`
     (papermill's `inspect_notebook`) gives NAME, else as YAML reads it. A name no notebook declares
-    (a typo would be ignored) or a value its type refuses is a one-line NotebookError."""
+    (a typo would be ignored) or a value its type refuses is a one-line ConfigError."""
     typed = {}
     for item in items:
         name, value = parse_assignment(item, "-p", "epochs=1")
         if name not in declared:
-            raise NotebookError(
+            raise ConfigError(
                 f"-p {name}: no notebook has this parameter (they have: "
                 f"{', '.join(sorted(declared))}; example: -p epochs=1)"
             )
@@ -291,7 +292,7 @@ def typed_parameters(items: list[str], declared: dict[str, Any]) -> dict[str, An
             try:
                 value = read(text)
             except (KeyError, ValueError):
-                raise NotebookError(
+                raise ConfigError(
                     f"-p {name}={text}: {name} takes {words} (example: -p {name}={example})"
                 ) from None
         typed[name] = value
