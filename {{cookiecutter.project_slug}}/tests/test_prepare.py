@@ -24,6 +24,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
 from {{ cookiecutter.module_name }}.data.staging import StagingError
+from {{ cookiecutter.module_name }}.sources import source
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -627,6 +628,17 @@ def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(
             run_prepare(project, *args)
         assert not (project / "data").exists(), f"{args}: wrote {list(project.rglob('*'))[:3]}"
         assert str(refusal.value) == message
+
+
+def test_a_reader_that_takes_neither_a_file_nor_a_folder_is_refused_as_registered() -> None:
+    """`takes` is "file", "folder" or "" (either): a typo (`folders`) would refuse every folder,
+    the very thing the reader reads, when prepare runs; it is one line when the module loads."""
+    with pytest.raises(ValueError) as refusal:
+        source("my_images", takes="folders")
+    assert str(refusal.value) == (
+        "@source('my_images'): takes='folders' is not 'file', 'folder' or '' (either) "
+        "(example: @source('my_images', takes='folder'))"
+    )
 
 
 def test_a_failed_prepare_leaves_no_folder_it_made(tmp_path: Path, monkeypatch) -> None:
