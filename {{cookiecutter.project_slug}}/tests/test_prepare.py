@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -604,6 +605,32 @@ def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path
     files = [p.relative_to(project).as_posix() for p in project.glob("data/raw/**/*")]
     raw = sorted(p for p in files if (project / p).is_file() and not locations.hidden(p))
     assert raw == ["data/raw/digits.csv", "data/raw/mine/notes.txt"]  # as DVC sees data/raw
+
+
+def test_a_file_left_out_after_a_failed_prepare_is_not_read_again(tmp_path: Path) -> None:
+    """prepare says "fix it or leave it out" of an unreadable image. Its copy, staged into
+    data/raw before the failure, was still read: the retry failed on a file data.path no longer
+    has. Copies of files gone from data.path go before the reader runs (and a class folder that
+    leaves without files); the rest of the copy stays, and a user's own file in data/raw too."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    (pets / "cat/bad.png").write_bytes(b"not a png")
+    (pets / "bird").mkdir()
+    for i in (1, 3):
+        (pets / f"bird/{i}.png").write_bytes((pets / f"cat/{i}.png").read_bytes())
+    (project / "data/raw/mine").mkdir(parents=True)
+    (project / "data/raw/mine/notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"cat/bad.png: not a readable image"):
+        run_prepare(project, "data.source=images", f"data.path={pets}")
+    (pets / "cat/bad.png").unlink()  # left out, as the line says
+    shutil.rmtree(pets / "bird")  # a whole class left out too
+    info = run_prepare(project, "data.source=images", f"data.path={pets}")
+    assert info["classes"] == ["cat", "dog"] and sum(info["counts"].values()) == 12
+    files = [p.relative_to(project).as_posix() for p in project.glob("data/raw/**/*")]
+    raw = sorted(p for p in files if (project / p).is_file() and not locations.hidden(p))
+    names = [f"{i}.{'png' if i % 2 else 'jpg'}" for i in range(6)]  # as _pets names them
+    copies = [f"data/raw/pets/{c}/{name}" for c in ("cat", "dog") for name in names]
+    assert raw == sorted([*copies, "data/raw/mine/notes.txt"])
 
 
 def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(

@@ -132,7 +132,8 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
     local = Path(path)
     target_dir = raw_dir if local.is_file() else raw_dir / local.name
     refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
-    stage(local, target_dir, progress=True)
+    # A file gone from data.path (left out after a failed prepare) must not be read from the copy.
+    stage(local, target_dir, progress=True, mirror=local.is_dir())
     read_from = raw_dir / local.name
     # Listed from the user's data, so a file deleted there leaves data/raw too.
     originals = [Path(p) for p in locations.walk_files(str(local))] if local.is_dir() else [local]

@@ -105,18 +105,22 @@ def stage(
     verify: bool = False,
     reserve_bytes: int = RESERVE_BYTES,
     progress: bool = True,
+    mirror: bool = False,
 ) -> StageReport:
     """Copy the file or folder `src` into the folder `dest` (see the module docstring).
 
-    `verify` re-hashes both sides of every file instead of trusting the index."""
+    `verify` re-hashes both sides of every file instead of trusting the index. `mirror`: the
+    copies an earlier call made of files `src` no longer has go too (`prepare` reads `dest`)."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     dest.mkdir(parents=True, exist_ok=True)
+    index = load_index(dest)
+    if mirror:  # before the folders below: an empty class folder `src` has stays
+        _remove_copies(dest, index, {rel for _, rel in files})
     if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
         for folder in _visible(src):
             if folder.is_dir():
                 (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
-    index = load_index(dest)
     report = StageReport()
     # Partial copies, listed once: a listing per file copied would read a folder of N files N times.
     partials: dict[Path, list[Path]] = {}
@@ -159,6 +163,20 @@ def stage(
         # Also after an interruption: finished files stay known.
         atomic_write(dest / INDEX, json.dumps(index))
     return report
+
+
+def _remove_copies(dest: Path, index: dict[str, dict], kept: set[str]) -> None:
+    """Delete the copies in `dest` that `index` lists (what staging copied, never another file)
+    but `kept` (the source's files) does not, and the folders that leaves empty; `index` drops
+    them too (written at the end of `stage`)."""
+    for rel in sorted(set(index) - kept):
+        del index[rel]
+        target = dest / rel
+        target.unlink(missing_ok=True)
+        folder = target.parent
+        while folder != dest and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 def _copy(
