@@ -378,6 +378,18 @@ def prepare_table(tmp_path: Path, kind: str, n: int = 60) -> Path:
     return project
 
 
+def test_a_data_path_in_the_users_home_is_read(tmp_path: Path, monkeypatch) -> None:
+    # `~/data/x.csv` is the user's home, as in a shell: it was joined to the project folder.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "data").mkdir(parents=True)
+    table(tmp_path / "home" / "data" / "pets.csv", "classes")
+    project = tmp_path / "project"
+    run_prepare(
+        project, "data.source=csv", "data.path=~/data/pets.csv", "data.label=target",
+    )  # fmt: skip
+    assert load_spec(processed(project)).feature_names == ["size", "weight"]
+
+
 def test_multilabel_and_regression_csvs_reach_the_pipeline(tmp_path: Path) -> None:
     project = prepare_table(tmp_path, "multilabel")
     spec = load_spec(processed(project))

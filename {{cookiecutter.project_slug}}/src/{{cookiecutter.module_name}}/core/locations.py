@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterator
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import IO
 
 from fsspec.core import url_to_fs
@@ -16,6 +16,14 @@ from fsspec.core import url_to_fs
 def is_url(path: str | os.PathLike[str]) -> bool:
     """True for `gs://bucket/...` (or any other fsspec URL, e.g. `memory://` in the tests)."""
     return "://" in str(path)
+
+
+def resolved(path: str, project_dir: os.PathLike[str]) -> str:
+    """`path` as the project reads it: a URL as it is, a local path relative to the project
+    folder, `~` being the user's home (`~/data/x.csv`)."""
+    if is_url(path):
+        return path
+    return str(Path(project_dir) / Path(path).expanduser())
 
 
 def authenticate() -> None:

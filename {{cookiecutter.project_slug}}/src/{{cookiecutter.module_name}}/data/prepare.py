@@ -78,7 +78,7 @@ def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
     """Where `data.path` is (a local path or a gs:// URL), checked before anything is copied: it
     exists, is outside what prepare writes, and is the kind of path (a file or a folder) that
     the reader and `data.split` take."""
-    path = data.path if locations.is_url(data.path) else str((project_dir / data.path).expanduser())
+    path = locations.resolved(data.path, project_dir)
     if locations.is_url(path):
         locations.authenticate()
     else:

@@ -259,8 +259,7 @@ def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[s
     hold, as the model saw them."""
     found: dict[str, np.ndarray] = {}
     if data.source == "images":
-        local = (project_dir / data.path).expanduser()  # as prepare reads it
-        base = data.path if locations.is_url(data.path) else str(local)
+        base = locations.resolved(data.path, project_dir)  # as prepare reads it
         for example_id in ids:
             path = locations.join(base, example_id)
             if locations.exists(path):
