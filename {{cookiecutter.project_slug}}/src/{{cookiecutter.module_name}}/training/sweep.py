@@ -200,7 +200,8 @@ def run_trial(
         stop.set()
         keras.backend.clear_session()  # the next trial builds its model afresh
     value = result.metrics.get(sweep.monitor)
-    if pruned:  # also when a stop (Ctrl-C, the budget) came at the epoch end that pruned it
+    lost = sweep.lease is not None and sweep.lease.lost  # the session that took over tells it
+    if pruned and not lost:  # also when a stop (Ctrl-C, the budget) came at the epoch end
         sweep.study.tell(trial, state=TrialState.PRUNED)
         return result.exit_code
     if result.status != "completed":
