@@ -87,11 +87,12 @@ class Curves:
             for tag, value in values.items():
                 self.tf.summary.scalar(tag, value, step=step)
 
-    def flush(self, step: int) -> None:
-        """Write what is queued (TensorFlow writes every 10 values or 2 minutes)."""
+    def close(self, step: int) -> None:
+        """Write what is queued (TensorFlow writes every 10 values or 2 minutes) and close the
+        file: a mount that reports a failed write only when its file is closed says it here."""
         if self.writer is not None:
             with self._stop_on_storage_fault(step):
-                self.writer.flush()
+                self.writer.close()
 
     @contextlib.contextmanager
     def _stop_on_storage_fault(self, step: int) -> Iterator[None]:

@@ -540,7 +540,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
     if reason:
         _save(run)
     profiler.after(state.step, last=True)
-    curves.flush(state.step)
+    curves.close(state.step)
     bar.close()
     return reason
 
