@@ -689,8 +689,7 @@ def test_a_failed_prepare_leaves_no_folder_it_made(tmp_path: Path, monkeypatch) 
     with pytest.raises(ConfigError, match="does not exist"):
         run_prepare(project, "data.source=csv", "data.path=data/external/nothing.csv")
     assert not (project / "data/raw").exists()
-    full = types.SimpleNamespace(free=0)
-    monkeypatch.setattr("{{ cookiecutter.module_name }}.data.staging.shutil.disk_usage", lambda _: full)
+    monkeypatch.setattr("{{ cookiecutter.module_name }}.data.staging.free_bytes", lambda _: 0)
     with pytest.raises(StagingError, match="GiB free"):
         run_prepare(project, "data.source=images", f"data.path={pets}")
     assert not (project / "data/raw").exists()

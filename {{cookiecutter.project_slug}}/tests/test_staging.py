@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -108,13 +107,22 @@ def test_hidden_names_are_not_staged(tmp_path: Path) -> None:
     assert found == [staging.INDEX, "a", "a/b", "a/b/two.txt", "a/one.txt", "big.bin"]
 
 
-def test_refuses_when_disk_too_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refuses_when_disk_too_full_and_writes_nothing(
+    tmp_path: Path,
+    small_storage: tuple[Path, bool],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`stage` to a disk without room (a 6 MiB tmpfs: less than the spare it keeps): one line,
+    and none of its folders made (an empty data/raw/<name>/ and its class folders were left)."""
+    storage, mounted = small_storage
     make_source(tmp_path / "src")
-    usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(staging.shutil, "disk_usage", lambda _: usage(10**9, 10**9 - 1000, 1000))
-    with pytest.raises(staging.StagingError, match="free"):
-        staging.stage(tmp_path / "src", tmp_path / "dest", progress=False)
-    assert not (tmp_path / "dest" / "big.bin").exists()
+    if not mounted:
+        monkeypatch.setattr(staging, "free_bytes", lambda _: 1000)
+    dest = storage / "data/raw/digits"
+    assert main(["stage", str(tmp_path / "src"), str(dest), "--params", str(PARAMS)]) == 2
+    assert "GiB free, but copying needs" in capsys.readouterr().err
+    assert not (storage / "data").exists()
 
 
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ simulated ENOSPC), checkpoints that fail are reported and skipped, the results a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import re
@@ -227,3 +228,66 @@ def test_a_full_disk_turns_tensorboard_tracking_off_in_one_line(
     assert out.count("\n") == 1, out
     assert out.startswith("WARNING: tensorboard tracking is off for this run: ")
     assert out.rstrip().endswith("Error: No space left on device"), out
+
+
+# What TensorFlow's summary writer raised when the disk filled during a run (its own two lines
+# after the first; the op's `function_node` prefix left out).
+FLUSH_FULL = (
+    "results/tensorboard/full/events.out.tfevents.1.vm.1.1.v2; No space left on device\n"
+    "\tFailed to flush 11 events to results/tensorboard/full/events.out.tfevents.1.vm.1.1.v2\n"
+    "\tCould not flush events file. [Op:WriteSummary] name: "
+)
+
+
+@pytest.mark.parametrize("when", ["before the run", "during the run"])
+def test_a_full_tensorboard_disk_stops_the_curves_in_one_line_and_the_run_completes(
+    when: str,
+    tmp_path: Path,
+    small_storage: tuple[Path, bool],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+) -> None:
+    """results/tensorboard on a disk of its own (Drive, in the notebooks) that is full when the
+    trainer opens its writer, or fills while it writes the curves: one line says the curves
+    stopped and why, the run completes, like a checkpoint that does not fit."""
+    storage, mounted = small_storage
+    project = tmp_path / "project"
+    (project / "results").mkdir(parents=True)
+    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    (project / "results/tensorboard").symlink_to(storage, target_is_directory=True)
+    if mounted:  # filled to the last byte, or to the last 4 KiB (a few epochs' curves)
+        room = 0 if when == "before the run" else 4096
+        with open(storage / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+            filler.write(b"\0" * (shutil.disk_usage(storage).free - room))
+            while not room:
+                filler.write(b"\0" * 4096)
+    elif when == "before the run":
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise tf.errors.ResourceExhaustedError(None, None, WRITER_FULL)
+
+        monkeypatch.setattr(tf.summary, "create_file_writer", full)
+    else:
+        scalar, calls = tf.summary.scalar, []
+
+        def fills(*args: object, **kwargs: object) -> bool:
+            calls.append(1)
+            if len(calls) > 20:
+                raise tf.errors.ResourceExhaustedError(None, None, FLUSH_FULL)
+            return scalar(*args, **kwargs)
+
+        monkeypatch.setattr(tf.summary, "scalar", fills)
+    result = train(load_params(project / "params.yaml", ["train.epochs=10"]), project)
+    out = capsys.readouterr().out
+    assert result.status == "completed", out
+    said = [line for line in out.splitlines() if "TensorBoard curves" in line]
+    assert len(said) == 1, out
+    step = re.fullmatch(
+        r"WARNING: TensorBoard curves in .+ stopped at step (\d+) "
+        r"\(ResourceExhaustedError: No space left on device\); the run goes on without them",
+        said[0],
+    )
+    assert step, said[0]
+    assert (int(step[1]) == 0) == (when == "before the run"), said[0]
+    assert "Traceback" not in out and "function_node" not in out
+    assert (project / "results/models/model.keras").is_file()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import locations
-from ..core.files import atomic_write, file_sha256
+from ..core.files import atomic_write, file_sha256, free_bytes
 from ..core.progress import progress_bar
 
 INDEX = ".stage-index.json"
@@ -113,14 +112,9 @@ def stage(
     copies an earlier call made of files `src` no longer has go too (`prepare` reads `dest`)."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
-    dest.mkdir(parents=True, exist_ok=True)
     index = load_index(dest)
-    if mirror:  # before the folders below: an empty class folder `src` has stays
+    if mirror:  # before the folders are made below: an empty class folder `src` has stays
         _remove_copies(dest, index, {rel for _, rel in files})
-    if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
-        for folder in _visible(src):
-            if folder.is_dir():
-                (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
     report = StageReport()
     # Partial copies, listed once: a listing per file copied would read a folder of N files N times.
     partials: dict[Path, list[Path]] = {}
@@ -142,13 +136,18 @@ def stage(
         todo.append((rel, path, st, offset))
 
     needed = sum(st.st_size - offset for *_, st, offset in todo)
-    free = shutil.disk_usage(dest).free
-    if needed + reserve_bytes > free:
+    free = free_bytes(dest)  # checked before any folder is made: a refusal leaves nothing
+    if free is not None and needed + reserve_bytes > free:
         raise StagingError(
             f"stage: {dest} has {free / 2**30:.2f} GiB free, but copying needs "
             f"{needed / 2**30:.2f} GiB plus {reserve_bytes / 2**30:.2f} GiB spare; free some "
             "space or stage to another disk"
         )
+    dest.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
+        for folder in _visible(src):
+            if folder.is_dir():
+                (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
 
     bar = progress_bar(needed, disable=not progress, unit="B", unit_scale=True, desc="stage")
     try:

@@ -19,6 +19,7 @@ backend. A tracker that fails never stops training: it prints a warning and is s
 
 from __future__ import annotations
 
+import contextlib
 import json
 {%- if cookiecutter.tracking == "mlflow" %}
 import logging
@@ -26,6 +27,7 @@ import logging
 {%- if cookiecutter.tracking != "tensorboard" %}
 import os
 {%- endif %}
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 {%- if cookiecutter.tracking == "mlflow" %}
@@ -34,8 +36,9 @@ import requests
 {%- endif %}
 
 from ..config import flat
+from ..core.progress import say
 from ..core.storage import results_root
-from .checkpoints import first_line
+from .checkpoints import first_line, is_storage_fault
 {%- if cookiecutter.tracking != "tensorboard" %}
 
 EXPERIMENT = "{{ cookiecutter.project_slug }}"
@@ -60,6 +63,49 @@ def why(exc: Exception) -> str:
     """Why a tracker failed, for its one warning line: TensorFlow's errors as `ErrorType: cause`
     (its summary writer on a full disk says it in four lines), any other as it was raised."""
     return first_line(exc) if type(exc).__module__.startswith("tensorflow") else str(exc)
+
+
+class Curves:
+    """The trainer's curves in TensorBoard (`results/tensorboard/<run_name>/`). A full or dropped
+    disk stops them with one warning and the run goes on: curves are not worth a run, and a
+    checkpoint that cannot be saved does not end one either."""
+
+    def __init__(self, logdir: Path, enabled: bool, step: int) -> None:
+        """`enabled`: this worker writes them (the chief); `step`: the run's first (a resume's)."""
+        import tensorflow as tf  # here: the notebooks import the run records for their table only
+
+        self.tf, self.logdir, self.writer = tf, logdir, None
+        if enabled:
+            with self._stop_on_storage_fault(step):
+                self.writer = tf.summary.create_file_writer(str(logdir))
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        """`values` ({tag: number}) at `step`; nothing once the curves stopped."""
+        if self.writer is None:
+            return
+        with self._stop_on_storage_fault(step), self.writer.as_default():
+            for tag, value in values.items():
+                self.tf.summary.scalar(tag, value, step=step)
+
+    def close(self, step: int) -> None:
+        """Write what is queued (TensorFlow writes every 10 values or 2 minutes) and close the
+        file: a mount that reports a failed write only when its file is closed says it here."""
+        if self.writer is not None:
+            with self._stop_on_storage_fault(step):
+                self.writer.close()
+
+    @contextlib.contextmanager
+    def _stop_on_storage_fault(self, step: int) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            if not is_storage_fault(exc):
+                raise
+            self.writer = None  # it would fail again at every later value, each said again
+            say(
+                f"WARNING: TensorBoard curves in {self.logdir} stopped at step {step} "
+                f"({why(exc)}); the run goes on without them"
+            )
 
 
 class TensorBoardBackend:

@@ -55,6 +55,7 @@ from .run_record import record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import as_run, seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
+from .tracking import Curves
 
 
 @dataclass
@@ -499,61 +500,52 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
     """Chunks of steps until the end, a stop or early stopping; the stop reason ('' if none)."""
     cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
     strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
-    writer = (
-        tf.summary.create_file_writer(str(run.paths.tensorboard))
-        if info.is_chief
-        else tf.summary.create_noop_writer()
-    )
+    curves = Curves(run.paths.tensorboard, info.is_chief, state.step)
     bar = progress_bar(plan.total, initial=state.step, unit="step", disable=not info.is_chief)
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
     reason, chunk, tuned = "", None, False
-    with writer.as_default():
-        # One feed for the whole run, from the run's step on (a resume continues exactly).
-        feed = make_feed(
-            strategy, run.data, plan.global_batch, seed, state.step, cfg.epochs, augment
-        )
-        while state.step < plan.total and not reason and not run.stopped_early:
-            fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
-            if chunk is None or fine_tuning != tuned:  # also right after a resume
-                if chunk is not None:
-                    say(f"Step {state.step}: fine-tuning the backbone's top layers")
-                if plan.phase_step:  # trace the chunk for the variables this phase trains
-                    unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
-                    set_backbone_trainable(run.parts.model, unfreeze)
-                chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
-                tuned = fine_tuning
-            # Chunks are counted from each epoch start. A run only stops (and so resumes)
-            # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
-            # the same computation, bit for bit.
-            n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
-            traced = profiler.chunk(state.step)
-            started = time.perf_counter()
-            args = feed.args(state.step)
-            with traced:
-                sums = chunk(args, tf.constant(n, tf.int64)).numpy()  # waits for it
-            elapsed = time.perf_counter() - started
-            state.step += n
-            profiler.after(state.step)
-            _log_chunk(run, n, float(sums[0]), float(sums[1]), elapsed)
-            bar.update(n)
-            bar.set_postfix(
-                loss=f"{sums[0] / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}"
-            )
-            if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
-                _end_epoch(run)
-            if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
-                _save(run)
-            reason = stopper.check(strategy, info.workers)
-
-        if reason:
+    # One feed for the whole run, from the run's step on (a resume continues exactly).
+    feed = make_feed(strategy, run.data, plan.global_batch, seed, state.step, cfg.epochs, augment)
+    while state.step < plan.total and not reason and not run.stopped_early:
+        fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
+        if chunk is None or fine_tuning != tuned:  # also right after a resume
+            if chunk is not None:
+                say(f"Step {state.step}: fine-tuning the backbone's top layers")
+            if plan.phase_step:  # trace the chunk for the variables this phase trains
+                unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
+                set_backbone_trainable(run.parts.model, unfreeze)
+            chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
+            tuned = fine_tuning
+        # Chunks are counted from each epoch start. A run only stops (and so resumes)
+        # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
+        # the same computation, bit for bit.
+        n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
+        traced = profiler.chunk(state.step)
+        started = time.perf_counter()
+        args = feed.args(state.step)
+        with traced:
+            sums = chunk(args, tf.constant(n, tf.int64)).numpy()  # waits for it
+        elapsed = time.perf_counter() - started
+        state.step += n
+        profiler.after(state.step)
+        _log_chunk(run, curves, n, float(sums[0]), float(sums[1]), elapsed)
+        bar.update(n)
+        bar.set_postfix(loss=f"{sums[0] / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
+        if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
+            _end_epoch(run, curves)
+        if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
             _save(run)
-        profiler.after(state.step, last=True)
-        writer.flush()
+        reason = stopper.check(strategy, info.workers)
+
+    if reason:
+        _save(run)
+    profiler.after(state.step, last=True)
+    curves.close(state.step)
     bar.close()
     return reason
 
 
-def _end_epoch(run: Run) -> None:
+def _end_epoch(run: Run, curves: Curves) -> None:
     """Validation, the history row, TensorBoard, the best weights and early stopping."""
     plan, cfg, state, task = run.plan, run.params.train, run.state, run.parts.task
     val = run.validate()
@@ -570,8 +562,9 @@ def _end_epoch(run: Run) -> None:
         metric.reset_state()
     state.epoch_loss, state.epoch_metric = 0.0, 0.0
     state.history.append(row)
-    for name, value in val.items():
-        tf.summary.scalar(f"val/{name.removeprefix('val_')}", value, step=state.step)
+    curves.scalars(
+        {f"val/{name.removeprefix('val_')}": value for name, value in val.items()}, state.step
+    )
     if state.early.update(val, state.step):
         run.best.keep()
     # The lockstep rule: the verdict is agreed across workers, at the same step on each (the
@@ -698,19 +691,23 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _log_chunk(run: Run, n: int, loss: float, metric_sum: float, elapsed: float) -> None:
+def _log_chunk(
+    run: Run, curves: Curves, n: int, loss: float, metric_sum: float, elapsed: float
+) -> None:
     """The chunk of `n` steps just run (its summed loss and training metric): into the epoch's
     sums, and to TensorBoard with its step time, throughput and GPU memory."""
     state, batch = run.state, run.plan.global_batch
     state.epoch_loss += loss
     state.epoch_metric += metric_sum
     state.train_seconds += elapsed
-    tf.summary.scalar("train/loss", loss / n, step=state.step)
-    name = run.parts.task.train_metric_name
-    tf.summary.scalar(f"train/{name}", metric_sum / (n * batch), step=state.step)
-    tf.summary.scalar("perf/step_time_ms", 1000.0 * elapsed / n, step=state.step)
-    tf.summary.scalar("perf/examples_per_sec", n * batch / elapsed, step=state.step)
+    values = {
+        "train/loss": loss / n,
+        f"train/{run.parts.task.train_metric_name}": metric_sum / (n * batch),
+        "perf/step_time_ms": 1000.0 * elapsed / n,
+        "perf/examples_per_sec": n * batch / elapsed,
+    }
     if run.info.device == "GPU":
         mem = tf.config.experimental.get_memory_info("GPU:0")
-        tf.summary.scalar("perf/gpu_memory_mb", mem["current"] / 2**20, step=state.step)
-        tf.summary.scalar("perf/gpu_peak_memory_mb", mem["peak"] / 2**20, step=state.step)
+        values["perf/gpu_memory_mb"] = mem["current"] / 2**20
+        values["perf/gpu_peak_memory_mb"] = mem["peak"] / 2**20
+    curves.scalars(values, state.step)
