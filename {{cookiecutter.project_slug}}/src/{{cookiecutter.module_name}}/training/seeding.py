@@ -59,6 +59,7 @@ def as_run(params: Params) -> tuple[Params, str]:
         return params, "on"
     repro = dataclasses.replace(params.repro, deterministic=True)
     return dataclasses.replace(params, repro=repro), (
-        "on (turned on earlier in this process, a notebook's kernel; TensorFlow cannot turn them "
-        "off: restart the kernel for a run without)"
+        "on (turned on earlier in this process, by a run or your own code; TensorFlow cannot turn "
+        "them off: restart the kernel, without your enable_op_determinism() call, for a run "
+        "without)"
     )
