@@ -7,7 +7,6 @@ under its own number; the study is Optuna's (sweep_study.py). docs/training.md, 
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import threading
 import time
@@ -22,6 +21,7 @@ from optuna.trial import TrialState
 
 from ..config import ConfigError, Params, flat, yaml_text
 from ..registry import check
+from .checkpoints import first_line
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
@@ -60,7 +60,9 @@ def run_sweep(
             "distribute.strategy: multiworker, but a sweep runs its trials one at a time on this "
             "machine (example: --set distribute.strategy=auto)"
         )
-    tf.get_logger().addFilter(_not_retracing)
+    # Each trial builds its model and training function afresh, on purpose: TensorFlow counts
+    # their traces as one function's and, from the sixth trial on, warns of excessive retracing.
+    tf.get_logger().addFilter(lambda record: "tf.function retracing" not in record.getMessage())
     lease = None if cfg.storage else _sweep_lease(project_dir, cfg.name, take_over)
     try:
         sweep = Sweep(params, params_file, project_dir, overrides, lease)
@@ -81,12 +83,6 @@ def run_sweep(
             lease.release()
     summary(sweep, table)
     return code
-
-
-def _not_retracing(record: logging.LogRecord) -> bool:
-    """Each trial builds its model and training function afresh, on purpose: TensorFlow counts
-    their traces as one function's and, from the sixth trial on, warns of excessive retracing."""
-    return "triggered tf.function retracing" not in record.getMessage()
 
 
 def _sweep_lease(project_dir: Path, name: str, take_over: bool) -> Lease:
@@ -126,13 +122,11 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
                 said = True
             time.sleep(HEARTBEAT_S)
             continue
-        # One session: a running trial is one that a killed session left; take it up as it is.
-        adopt = running[0] if running and sweep.lease is not None else None
-        if adopt is not None:
-            trial = optuna.trial.Trial(sweep.study, adopt._trial_id)
+        if running and sweep.lease is not None:  # one session: a trial a killed session left
+            trial, resumed = optuna.trial.Trial(sweep.study, running[0]._trial_id), True
         else:
-            trial = sweep.study.ask(sweep.space)
-        code = run_trial(sweep, trial, adopt is not None, deadline, take_over and bool(adopt))
+            trial, resumed = sweep.study.ask(sweep.space), False
+        code = run_trial(sweep, trial, resumed, deadline, take_over and resumed)
         write_trials(sweep)
         keep_best_checkpoints(sweep)
         if code:
@@ -188,14 +182,9 @@ def run_trial(
     except ConfigError as exc:
         if not str(exc).startswith(tuple(f"{k}:" for k in values)):
             raise  # the setup's fault (data, params file): fix it and run the sweep again
-        print(f"Trial {trial.number} failed: {exc}", flush=True)  # the point's fault
-        sweep.study.tell(trial, state=TrialState.FAIL)
-        return 0
+        return _failed(sweep, trial, str(exc))  # the point's fault
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:  # the point does not fit
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        print(f"Trial {trial.number} failed: {type(exc).__name__}: {first}", flush=True)
-        sweep.study.tell(trial, state=TrialState.FAIL)  # else taken up again, and again
-        return 0
+        return _failed(sweep, trial, first_line(exc))  # else taken up again, and again
     finally:
         stop.set()
         keras.backend.clear_session()  # the next trial builds its model afresh
@@ -206,12 +195,17 @@ def run_trial(
         return result.exit_code
     if result.status != "completed":
         return result.exit_code  # stopped: it resumes later
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        sweep.study.tell(trial, value)
-        print(f"Trial {trial.number}: {sweep.monitor} {value:.4g}", flush=True)
-    else:
-        print(f"Trial {trial.number} failed: {sweep.monitor} is {value}", flush=True)
-        sweep.study.tell(trial, state=TrialState.FAIL)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return _failed(sweep, trial, f"{sweep.monitor} is {value}")
+    sweep.study.tell(trial, value)
+    print(f"Trial {trial.number}: {sweep.monitor} {value:.4g}", flush=True)
+    return 0
+
+
+def _failed(sweep: Sweep, trial: optuna.Trial, why: str) -> int:
+    """Tell the study that `trial` failed, saying why; the sweep goes on (exit code 0)."""
+    print(f"Trial {trial.number} failed: {why}", flush=True)
+    sweep.study.tell(trial, state=TrialState.FAIL)
     return 0
 
 
