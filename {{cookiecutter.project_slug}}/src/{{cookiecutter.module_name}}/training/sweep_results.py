@@ -78,10 +78,8 @@ def keep_best_checkpoints(sweep: Sweep) -> None:
     `sweep.keep_best` best (Drive's quota): their checkpoints and free lease, nothing the project
     did not write; says which."""
     trials = sweep.study.get_trials(deepcopy=False)
-    sign = 1 if sweep.direction == "minimize" else -1
-    complete = sorted(
-        (t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: sign * t.value
-    )
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    complete.sort(key=lambda t: t.value, reverse=sweep.direction == "maximize")
     finished = {t.user_attrs.get("run") for t in trials if t.state.is_finished()}
     # Kept: the best, and every run a trial may still train (running, or a retry waiting).
     keep = {t.user_attrs.get("run") for t in complete[: sweep.cfg.keep_best]}

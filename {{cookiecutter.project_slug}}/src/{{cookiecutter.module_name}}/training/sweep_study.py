@@ -5,6 +5,7 @@ how it samples and prunes. docs/training.md says which storage to pick when.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import random
@@ -95,12 +96,12 @@ def numbers_sorted(choices: Sequence[Any]) -> list[Any] | None:
 
 def searched(params: Params) -> dict[str, BaseDistribution]:
     """The keys `sweep.space` searches; an empty space is one ConfigError line."""
-    if not sweep_space(params):
-        raise ConfigError(
-            "sweep.space: empty, nothing to search "
-            "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
-        )
-    return sweep_space(params)
+    if space := sweep_space(params):
+        return space
+    raise ConfigError(
+        "sweep.space: empty, nothing to search "
+        "(example: train.learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true})"
+    )
 
 
 @contextlib.contextmanager
@@ -174,7 +175,6 @@ def storage_password() -> str | None:
     return None
 
 
-@quiet_optuna()  # the heartbeat and its retry are marked experimental
 def database_storage(text: str) -> optuna.storages.RDBStorage:
     """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
     server or a refused login is one ConfigError line naming sweep.storage."""
@@ -182,32 +182,31 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
     connect: dict[str, Any] = {"password": password} if password else {}  # else ~/.pgpass
     if url.get_backend_name() == "postgresql":
         connect["connect_timeout"] = 10
-    for attempt in range(1, 6):
-        try:
-            return optuna.storages.RDBStorage(
-                url.render_as_string(hide_password=False),
-                engine_kwargs={"connect_args": connect},
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    max_retry=3,  # a trial that kills its worker each time is given up
-                    inherit_intermediate_values=True,  # its earlier epochs, for the pruner
-                ),
-            )
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
-            # Workers that start together on an empty database race to create its tables
-            # (optuna#1092): the losers try again once the winner's tables are there.
-            racing = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
-            if not isinstance(exc, racing) or attempt == 5:
-                why = " ".join(str(getattr(exc, "orig", None) or exc).split())
-                if "password" in why:
-                    why += f" (the password: {PASSWORD} or ~/.pgpass)"
-                raise ConfigError(
-                    f"sweep.storage: cannot open {url.render_as_string()}: {why} "
-                    f"(example: {URL_EXAMPLE})"
-                ) from None
+    rdb = functools.partial(
+        optuna.storages.RDBStorage,
+        url.render_as_string(hide_password=False),
+        engine_kwargs={"connect_args": connect},
+        heartbeat_interval=HEARTBEAT_S,
+        grace_period=STALE_AFTER * HEARTBEAT_S,  # the run lease's rule
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+            max_retry=3,  # a trial that kills its worker each time is given up
+            inherit_intermediate_values=True,  # its earlier epochs, for the pruner
+        ),
+    )
+    racing = (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)
+    try:
+        for _ in range(4):  # workers that start on an empty database race to make its tables
+            with contextlib.suppress(*racing):  # (optuna#1092): the losers try again
+                return rdb()
             time.sleep(random.uniform(0.2, 1.0))
-    raise AssertionError("each attempt returns or raises")
+        return rdb()
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+        why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        if "password" in why:
+            why += f" (the password: {PASSWORD} or ~/.pgpass)"
+        raise ConfigError(
+            f"sweep.storage: cannot open {url.render_as_string()}: {why} (example: {URL_EXAMPLE})"
+        ) from None
 
 
 # -- the sampler -------------------------------------------------------------------------------
