@@ -108,19 +108,11 @@ def run_tuning_trial(
     sets = [f"{k}={yaml_text(v)}" for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)
-    hooks = RunHooks(
-        results=results_root(project_dir) / "sweeps" / name / run_name.removeprefix(f"{name}-"),
-        on_epoch=metric_reporter(params.train.monitor),
-    )
-    return train(trial, project_dir, hooks=hooks).exit_code
-
-
-def metric_reporter(monitor: str) -> Any:
-    """An epoch hook that reports `monitor` to Vertex AI (cloudml-hypertune writes it to a file
-    on each replica; Vertex AI reads the chief's). It never stops the run: Vertex AI does."""
-    reporter = hypertune.HyperTune()
+    reporter, monitor = hypertune.HyperTune(), params.train.monitor
 
     def on_epoch(record: dict[str, Any]) -> str:
+        """Report `monitor` to Vertex AI (cloudml-hypertune writes it to a file on each replica;
+        Vertex AI reads the chief's). It never stops the run: Vertex AI does."""
         reporter.report_hyperparameter_tuning_metric(
             hyperparameter_metric_tag=monitor,
             metric_value=float(record[monitor]),
@@ -128,4 +120,5 @@ def metric_reporter(monitor: str) -> Any:
         )
         return ""
 
-    return on_epoch
+    results = results_root(project_dir) / "sweeps" / name / run_name.removeprefix(f"{name}-")
+    return train(trial, project_dir, hooks=RunHooks(results=results, on_epoch=on_epoch)).exit_code
