@@ -1,11 +1,7 @@
-"""One writer per run: a lease file, `<storage>/checkpoints/<run_name>/lease.json`.
-
-It names the session that trains the run (host, pid, start, a random token) and a heartbeat that a
-thread refreshes every `HEARTBEAT_S` seconds. Another `train` of the run is refused (`LeaseHeld`,
-exit code 4) unless the holder is gone (its pid no longer runs on this host, or another host's
-heartbeat missed `STALE_AFTER` beats: `acquire` waits for that) or `--take-over`. Drive has no
-atomic create, so across VMs it is best effort: a holder that finds another token at a heartbeat
-stops with a checkpoint (exit code 5). The rules and messages: docs/training-faults.md.
+"""One writer per run: `<storage>/checkpoints/<run_name>/lease.json` names the session that
+trains the run, with a heartbeat. Another session is refused (exit code 4) unless the holder is
+gone or `--take-over`; Drive has no atomic create, so across VMs a holder that finds another token
+at a heartbeat stops with a checkpoint (exit code 5). The rules: docs/training-faults.md.
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ def _process_start(pid: int) -> float | None:
 
 
 def read_lease(path: Path) -> dict[str, Any] | None:
-    """The lease in `path`, or None when there is none (or it is unreadable: a torn sync)."""
+    """The lease in `path`: None when there is none, {} when it is unreadable (a torn sync)."""
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -81,9 +77,8 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
 
 
 def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
-    """Another host's lease `doc` with a recent heartbeat: wait, saying so in one line, until it
-    beats again (alive: None) or goes stale (why it is free now). A lease released or replaced
-    meanwhile ends the wait too (free: '', replaced: None)."""
+    """Wait, saying so, until another host's lease `doc` beats again or is replaced (None), is
+    released ('') or goes stale (why it is free now)."""
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
     beat = float(doc.get("heartbeat", 0))
     stale_at = beat + STALE_AFTER * interval
@@ -187,8 +182,7 @@ class Lease:
             tmp.unlink(missing_ok=True)
 
     def beat(self) -> None:
-        """One heartbeat: re-read the lease, then refresh its time (or note that it was lost);
-        none once released (the lease is gone, not written back)."""
+        """Refresh the lease's time, or note that another session took it; none once released."""
         with self._writing:
             if self._stop.is_set():
                 return

@@ -1,8 +1,5 @@
-"""The record of a training run: `results/runs/<run_id>/manifest.json`.
-
-Everything needed to trace a result back and run it again (`build_record` lists it; params are
-also saved beside it as `params.yaml`). Every training run writes one, also a stopped one (its
-status says so), and sends it to the experiment tracker. `kind`: "train", or "speed".
+"""The record of a run (`kind` "train" or "speed"), stopped ones too: `results/runs/<run_id>/`
+`manifest.json` (what traces a result back and runs it again) and `params.yaml`.
 """
 
 from __future__ import annotations
@@ -126,9 +123,8 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
 
 
 def read_runs(folder: Path, newest_first: bool = False) -> Iterator[dict[str, Any]]:
-    """The run records in a `runs/` folder, one at a time, oldest first (run ids sort by start
-    time): the one reader of `<run_id>/manifest.json` files. One that cannot be read (a write
-    that Drive lost with its VM) is skipped, said in one line."""
+    """The run records in a `runs/` folder, oldest first (run ids sort by start time); one that
+    cannot be read (a write that Drive lost with its VM) is skipped, said in one line."""
     for path in sorted(Path(folder).glob("*/manifest.json"), reverse=newest_first):
         try:
             record = json.loads(path.read_text())
@@ -169,9 +165,8 @@ def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
 def find_run(
     results: Path, artifact: str = TRAIN_METRICS, elsewhere: tuple[Path, ...] = ()
 ) -> dict[str, Any] | None:
-    """The newest run record in `<results>/runs/` (then in the `elsewhere` run folders) that
-    wrote `<results>/<artifact>` as it is now, by its sha256; None when none did. The facts of
-    train.json's run: `find_run(results)["facts"]`."""
+    """The newest run record in `<results>/runs/`, then in `elsewhere`, that wrote
+    `<results>/<artifact>` as it is now (by its sha256), or None."""
     file = Path(results) / artifact
     if not file.is_file():
         return None
@@ -192,8 +187,8 @@ def record_run(
     started_at: datetime,
     command: str = "",
 ) -> Path:
-    """When a run ends (`params`: Params, `paths`: RunPaths, `result`: the trainer's TrainResult):
-    write its manifest, then send it to the tracker."""
+    """Write a finished run's record (`paths`: RunPaths, `result`: TrainResult), then send it to
+    the tracker."""
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
     tracker = Tracker(project_dir, params.run_name, run_id)
