@@ -220,8 +220,7 @@ def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
 
 
 def _check_same_study(sweep: Sweep) -> None:
-    """Refuse to add trials to a study started with another space, sampler, monitor or other
-    shared params: their values would not compare."""
+    """Refuse a study begun with other shared settings: their trials' values would not compare."""
     values = flat(sweep.params.to_dict())
     mine = {k: v for k, v in values.items() if k not in sweep.space and not k.startswith(FREE_KEYS)}
     mine |= {"sweep.space": sweep.cfg.space, "sweep.sampler": sweep.cfg.sampler}

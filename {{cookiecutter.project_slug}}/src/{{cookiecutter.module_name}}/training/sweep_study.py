@@ -164,8 +164,7 @@ def database_url(text: str) -> sqlalchemy.URL:
 
 
 def storage_password() -> str | None:
-    """`$SWEEP_STORAGE_PASSWORD`, else Colab's secret of that name, else None (libpq then reads
-    `~/.pgpass`)."""
+    """`$SWEEP_STORAGE_PASSWORD`, else Colab's secret of that name, else None: ~/.pgpass."""
     if os.environ.get(PASSWORD) or importlib.util.find_spec("google.colab") is None:
         return os.environ.get(PASSWORD) or None
     from google.colab import userdata  # only on Colab
