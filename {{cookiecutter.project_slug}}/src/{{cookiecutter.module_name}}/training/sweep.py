@@ -155,7 +155,8 @@ def run_trial(
     shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
     print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
     stop, pruned = threading.Event(), []
-    threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
+    if sweep.lease is None:  # a database: Optuna's heartbeat (one session: the lease beats)
+        threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
 
     def on_epoch(record: dict[str, Any]) -> str:
         """The trainer's epoch hook: report the epoch's value, then ask the pruner."""
@@ -211,8 +212,6 @@ def _failed(sweep: Sweep, trial: optuna.Trial, why: str) -> int:
 
 def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
     """Optuna's heartbeat of a database trial until `stop`: a worker that dies goes quiet."""
-    if sweep.lease is not None:
-        return  # one session: the sweep's lease beats
     while not stop.is_set():
         with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):  # a blip: the next beat
             sweep.storage.record_heartbeat(trial_id)
