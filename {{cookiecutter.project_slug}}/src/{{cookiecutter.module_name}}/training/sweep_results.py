@@ -108,8 +108,7 @@ def summary(sweep: Sweep, table: pd.DataFrame) -> None:
     )
     with contextlib.suppress(ValueError):  # no complete trial yet
         best = sweep.study.best_trial
-        values = sweep.values(best.params)
-        shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
+        shown = " ".join(f"{k}={yaml_text(v)}" for k, v in sweep.values(best.params).items())
         print(
             f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
             f"`{sweep.command('--best')}` promotes it.",
