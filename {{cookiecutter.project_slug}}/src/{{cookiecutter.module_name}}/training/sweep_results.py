@@ -130,8 +130,7 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
         raise none_yet
     best = sweep.study.best_trial
     run = best.user_attrs["run"]
-    values, overrides = sweep.values(best.params), best.user_attrs["overrides"]
-    trial = sweep.trial_params(values, run, overrides)
+    trial = sweep.trial_params(sweep.values(best.params), run, best.user_attrs["overrides"])
     source = sweep.results / run.rsplit("-", 1)[1]
     if not all((source / file).is_file() for file in PROMOTED):
         print(f"Writing {source} from the checkpoints of run '{run}'", flush=True)
