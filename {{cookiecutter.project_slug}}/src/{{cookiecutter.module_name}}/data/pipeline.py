@@ -242,7 +242,7 @@ class Passes:
         return itertools.islice(self._iterator, self.per_pass)
 
 
-def strings(shards: list[str], name: str) -> Any:
+def string_feature(shards: list[str], name: str) -> Any:
     """The string feature `name` (X: texts, ID) of every record of `shards`, in batches."""
     schema = {name: tf.io.FixedLenFeature([], tf.string)}
     ds = tf.data.TFRecordDataset(shards).batch(1024)
@@ -251,9 +251,8 @@ def strings(shards: list[str], name: str) -> Any:
 
 def example_ids(data: Prepared, split: str) -> list[str]:
     """The id of every example of `split`, in its written order (`eval_dataset`'s order)."""
-    return [
-        v.decode() for batch in strings(data.shards(split), ID).as_numpy_iterator() for v in batch
-    ]
+    ids = string_feature(data.shards(split), ID).as_numpy_iterator()
+    return [v.decode() for batch in ids for v in batch]
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:

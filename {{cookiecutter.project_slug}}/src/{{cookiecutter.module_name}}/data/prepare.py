@@ -24,7 +24,7 @@ from ..spec import SPEC, SPLITS, DataSpec
 from ..tasks.base import task_class
 from . import manifest
 from .images import stored_image
-from .pipeline import X, serialize, strings
+from .pipeline import X, serialize, string_feature
 from .split import origin_of, read_layout, split_examples, summary
 from .staging import INDEX, load_index, stage
 from .text import RESERVED, VOCABULARY, learn_vocabulary
@@ -279,7 +279,7 @@ def write_processed(
 
 def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
     """`folder/vocabulary.txt` from the training shards' texts; the spec's fields for it."""
-    texts = strings([str(folder / name) for name in train_shards], X).unbatch()
+    texts = string_feature([str(folder / name) for name in train_shards], X).unbatch()
     tokens = learn_vocabulary(texts, max_tokens)
     if not tokens:
         raise ConfigError(
