@@ -17,10 +17,7 @@ from ..tasks.base import encode, task_class
 def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     """`data.features` (an encoded image or numbers) and `data.label` of TFRecord file(s), held in
     memory while `prepare` runs: TFRecords have no random access."""
-    if "*" in path:
-        files = sorted(tf.io.gfile.glob(path))
-    else:
-        files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+    files = sorted(tf.io.gfile.glob(path) if "*" in path else locations.walk_files(path))
 
     def named(file: str, k: int) -> str:  # an id: the index in its file, after the file's name
         if file == path:
