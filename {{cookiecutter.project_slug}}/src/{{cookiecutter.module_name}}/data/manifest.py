@@ -114,7 +114,7 @@ def keep(project_dir: Path, storage: Path) -> Path | None:
 def find_kept(storage: Path, md5: str) -> Path | None:
     """The kept manifest whose MD5 is `md5` (what dvc.lock records), or None."""
     folder = Path(storage) / KEPT
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.json")):
         if file_digests(path, "md5")["md5"] == md5:
             return path
     return None

@@ -133,7 +133,7 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
 
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:
     """Stop when `target` (a file, or a folder's files) holds a file prepare did not write."""
-    files = [target] if target.is_file() else list(target.rglob("*")) if target.is_dir() else []
+    files = [target] if target.is_file() else target.rglob("*")  # none when it does not exist
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
         if path.is_file() and not locations.hidden(rel) and rel not in recorded:
