@@ -1,7 +1,9 @@
 """Where each training step's batch comes from, inside the chunk function (loop.py).
 
-`Streamed` reads `pipeline.train_dataset`; `Resident` gathers small tabular data from a copy on
-every replica's device (a per-step iterator's `next()` cost a small model a third of its step).
+`feed.args(step)` is the chunk function's argument from global step `step`; `feed.next_batch(args,
+i)`, traced inside it, is its i-th step. `Streamed` reads `pipeline.train_dataset`; `Resident`
+gathers small tabular data from a copy on every replica's device (a per-step iterator's `next()`
+cost a small model a third of its step).
 """
 
 from __future__ import annotations
