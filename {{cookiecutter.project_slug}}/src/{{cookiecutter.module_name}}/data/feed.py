@@ -1,11 +1,9 @@
 """Where each training step's batch comes from, inside the chunk function (loop.py).
 
-`feed.args(step)` is what the chunk function is called with for a chunk from global step
-`step`; `feed.next_batch(args, i)`, traced inside it, is the chunk's i-th step, one batch per
-replica. `Streamed` reads `pipeline.train_dataset`; `Resident` gathers small tabular data from a
-copy on every replica's device (a per-step iterator's `next()` cost a small model a third of its
-step). Both give a step the same examples, whatever the replicas or workers, and read nothing
-ahead of the steps, so a resumed run continues exactly.
+`feed.args(step)` is the chunk function's argument from global step `step`; `feed.next_batch(args,
+i)`, traced inside it, is its i-th step. `Streamed` reads `pipeline.train_dataset`; `Resident`
+gathers small tabular data from a copy on every replica's device (a per-step iterator's `next()`
+cost a small model a third of its step).
 """
 
 from __future__ import annotations
@@ -45,16 +43,14 @@ def make_feed(
 
 
 def resident_bytes(strategy: Any, data: Prepared) -> int:
-    """Bytes of every replica's copy of the training split on the resident path, else 0 (under
-    TPUStrategy, which streams)."""
+    """Bytes of every replica's copy of the training split on the resident path, else 0 (TPU)."""
     if type(strategy).__name__.startswith("TPUStrategy"):
         return 0
     return data.in_memory_bytes(copies=len(_devices(strategy)))
 
 
 class Streamed(NamedTuple):
-    """Steps from one distributed iterator over `train_dataset` (from `start_step` on), one for
-    the whole run: creating one costs about half a second."""
+    """Steps from one distributed iterator for the whole run (creating one costs 0.5 s)."""
 
     iterator: Any
 
@@ -81,7 +77,6 @@ class Resident:
         self._epoch, self._order = -1, None
 
     def args(self, step: int) -> ResidentArgs:
-        """The chunk function's argument for a chunk from global step `step` (in one epoch)."""
         epoch, start = divmod(step, self.per_epoch)
         if epoch != self._epoch:  # once per epoch, on the host's CPU
             with tf.device("/CPU:0"):
@@ -90,8 +85,7 @@ class Resident:
         return ResidentArgs(self.x, self.y, self._order, tf.constant(start, tf.int32))
 
     def next_batch(self, args: ResidentArgs, i: Any) -> Any:
-        """Step `i` of the chunk: each replica's slice of the global batch, gathered on its
-        device from its own copy (traced inside the chunk function)."""
+        """Step `i` of the chunk: each replica's slice of the global batch, from its own copy."""
         rows = args.order[args.start + tf.cast(i, tf.int32)]
         xs, ys = (self.strategy.experimental_local_results(v) for v in (args.x, args.y))
         size = self.per_replica
@@ -118,8 +112,7 @@ def on_replicas(strategy: Any, host: Any) -> Any:
 
 
 def _devices(strategy: Any) -> list[str | None]:
-    """This worker's replica devices ([None] under the default strategy, which places nothing:
-    `tf.device(None)` adds no placement)."""
+    """This worker's replica devices ([None] under the default strategy: no placement)."""
     try:
         return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy has no device list

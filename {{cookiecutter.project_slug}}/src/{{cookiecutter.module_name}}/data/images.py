@@ -1,8 +1,5 @@
-"""One image path for training and serving: the pixels the model learns from are the pixels it
-is served. `prepare` stores `stored_image`, the pipeline decodes it with `decode_stored`, and
-`predict`'s `model_input` is the two in a row. Outside the model on purpose: an antialiased resize
-needs TensorFlow ops that LiteRT cannot run. The steps: docs/data.md ("Images: from file to
-pixels").
+"""One image path for training and serving. Outside the model on purpose: an antialiased resize
+needs ops LiteRT cannot run. docs/data.md ("Images: from file to pixels").
 """
 
 from __future__ import annotations
@@ -37,8 +34,7 @@ def _orientation(image: Any) -> int:
 
 
 def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
-    """Steps 1-5 of the recipe (docs/data.md): encoded bytes, a PIL image or a uint8 array -> a
-    PIL image of `channels` at `size` (height, width; None: as it is)."""
+    """Steps 1-5 of docs/data.md's recipe: bytes, a PIL image or a uint8 array -> a PIL image."""
     if isinstance(payload, bytes | Image.Image):
         image = _open(payload) if isinstance(payload, bytes) else payload
         if _orientation(image) in TRANSFORMS:
@@ -71,9 +67,7 @@ def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> b
 
 
 def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
-    """An image (encoded bytes or a uint8 array) as the shards hold it: `load_image` at `size`
-    (height, width), encoded as `fmt` ("png" or "jpeg"), or the original bytes when steps 2-5
-    would not change them. Unreadable: a one-line error naming `where`."""
+    """An image as the shards hold it (the original bytes when steps 2-5 would not change them)."""
     try:
         decoded = _open(payload) if isinstance(payload, bytes) else payload
         if isinstance(payload, bytes) and _kept_as_is(decoded, size, channels, fmt):
@@ -96,8 +90,7 @@ def decode_stored(data: Any, shape: Any) -> Any:
 
 
 def model_input(payload: bytes, shape: Any, fmt: str, where: str) -> np.ndarray:
-    """An image file's bytes -> the model's input, float32 [h, w, c], as the pipeline decodes
-    it (`fmt`: the shards' encoding, model.json's `image_encoding`)."""
+    """An image file's bytes -> the model's input, float32 [h, w, c], as the pipeline decodes it."""
     height, width, channels = (int(v) for v in shape)
     stored = stored_image(payload, (height, width), channels, fmt, where)
     return decode_stored(stored, [height, width, channels]).numpy()

@@ -1,11 +1,5 @@
-"""The data manifest, `data/manifest.json`: every data file with its size, SHA-256, source and DVC
-version (its MD5: its address in the DVC cache and remote, with the DVC output it belongs to).
-`prepare` writes it; `train` and `evaluate` check it first, so a run never trains on data that
-differs from what was prepared and versioned.
-
-`data_hash` names this version of the data: a checkpoint records it in its fingerprint, and
-`keep` copies the manifest to `<storage>/manifests/<hash>.json` (Drive on Colab), so a new VM,
-whose clone has no manifest, knows which files the run was trained on.
+"""`data/manifest.json`: every data file's size, SHA-256, source and DVC MD5. `train` and
+`evaluate` check it first: a run never trains on data other than what was prepared.
 """
 
 from __future__ import annotations
@@ -33,9 +27,7 @@ def _files_under(folder: Path) -> list[Path]:
 
 
 def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, Any]) -> dict:
-    """Write (atomically) and return the manifest of the DVC outputs `outs` ({out folder: {file
-    path: source}}), where a file path is relative to the project; a file missing from a source
-    map gets the source "prepare"."""
+    """Write and return the manifest of the DVC outputs `outs` ({out folder: {file: source}})."""
     files = []
     for out, sources in outs.items():
         for path in _files_under(project_dir / out):
@@ -58,14 +50,11 @@ def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
 def load(project_dir: Path) -> dict | None:
     """The manifest, or None when `prepare` has not run."""
     target = project_dir / MANIFEST
-    if not target.is_file():
-        return None
-    return json.loads(target.read_text())
+    return json.loads(target.read_text()) if target.is_file() else None
 
 
 def check(project_dir: Path) -> int:
-    """Compare every file in the manifest (and every file of its outputs) with the disk: the
-    number of files checked, or ManifestMismatch naming the first bad file."""
+    """The number of files checked against the manifest, else ManifestMismatch (one line)."""
     manifest = load(project_dir)
     if manifest is None:
         raise ManifestMismatch(
@@ -101,8 +90,7 @@ def check(project_dir: Path) -> int:
 
 
 def data_hash(doc: dict) -> str:
-    """SHA-256 over every file's path and SHA-256: the data's version, whatever machine or
-    source path prepared it (a file's `source` and the manifest's other fields do not count)."""
+    """SHA-256 over every file's path and SHA-256: the data's version, wherever prepared."""
     lines = sorted(f"{e['path']} {e['sha256']}" for e in doc["files"])
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
@@ -113,9 +101,7 @@ def kept_path(storage: Path, digest: str) -> Path:
 
 
 def keep(project_dir: Path, storage: Path) -> Path | None:
-    """Copy `data/manifest.json`, byte for byte, to `<storage>/manifests/<data hash>.json` (once:
-    the name is its content's hash); None when there is no manifest or the storage is the project
-    folder (nothing to outlive there)."""
+    """Copy the manifest to `kept_path`, where a new VM (whose clone has none) finds it."""
     doc = load(project_dir)
     if doc is None or Path(storage).resolve() == Path(project_dir).resolve():
         return None
@@ -126,10 +112,9 @@ def keep(project_dir: Path, storage: Path) -> Path | None:
 
 
 def find_kept(storage: Path, md5: str) -> Path | None:
-    """The kept manifest whose file has MD5 `md5` (what dvc.lock records for data/manifest.json),
-    or None."""
+    """The kept manifest whose MD5 is `md5` (what dvc.lock records), or None."""
     folder = Path(storage) / KEPT
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.json")):
         if file_digests(path, "md5")["md5"] == md5:
             return path
     return None

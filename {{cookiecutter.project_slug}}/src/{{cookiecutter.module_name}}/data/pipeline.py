@@ -1,10 +1,7 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-Exact resume: the order of an epoch is a pure function of (seed, epoch), made of stateless
-shuffles (no buffer state for a checkpoint to hold), cut into GLOBAL batches, and a resumed run
-`skip`s its done steps while they are still serialized. Every worker builds the same global order
-and keeps its slice of each batch, so a step's examples do not depend on the number of workers or
-replicas. More in docs/data.md ("The input pipeline").
+An epoch's order is a pure function of (seed, epoch) (stateless shuffles: nothing for a
+checkpoint to hold), so a resumed run continues exactly. docs/data.md ("The input pipeline").
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ class Prepared:
     vectorize: Any = None  # text: strings -> token ids (`for_model`); None: the strings as they are
 
     def shards(self, split: str) -> list[str]:
-        """The shard files of `split` (train / validation / test), in their written order."""
+        """The shard files of `split`, in their written order."""
         return [str(self.folder / name) for name in self.spec.extra["shards"][split]]
 
     def count(self, split: str) -> int:
@@ -51,8 +48,7 @@ class Prepared:
         return 4 * self.count(split) * int(np.prod(self.spec.input_shape))
 
     def in_memory_bytes(self, copies: int = 1) -> int:
-        """`copies` copies of the training split when they fit in `IN_MEMORY_BYTES` (small vector
-        data is held in memory), else 0 (streamed)."""
+        """`copies` of the training split when they fit in `IN_MEMORY_BYTES` (vectors), else 0."""
         if self.spec.kind != "vector":
             return 0
         size = copies * self.split_bytes("train")
@@ -65,16 +61,14 @@ def load_prepared(processed_dir: Path) -> Prepared:
 
 
 def for_model(data: Prepared, cfg: ModelConfig) -> Prepared:
-    """`data` as the model `cfg` takes it: text with the vectoriser that model needs (prepare's
-    vocabulary, or a keras-hub preset's tokenizer), so batches hold token ids."""
+    """`data` as the model `cfg` takes it: text with its vectoriser, so batches hold token ids."""
     if data.spec.kind != "text":
         return data
     return replace(data, vectorize=make_vectorizer(data.spec, data.folder, cfg))
 
 
 def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: str = "") -> bytes:
-    """One processed example as `tf.train.Example` bytes (a class as int64, other targets as
-    floats)."""
+    """One example as `tf.train.Example` bytes (a class as int64, other targets as floats)."""
     if isinstance(x, bytes):
         feature_x = tf.train.Feature(bytes_list=tf.train.BytesList(value=[x]))
     else:
@@ -91,8 +85,7 @@ def serialize(x: bytes | np.ndarray, y: int | float | np.ndarray, example_id: st
 
 
 def augmenter(entries: list[Any]) -> Any:
-    """The augmentations of `data.augment` (names, or {name: {argument: value}}), in that order,
-    as one function `(image, key) -> image`; each gets its own key, folded from `key`."""
+    """The augmentations of `data.augment` as one function `(image, key) -> image`."""
     steps = [
         bound("augmentation", name, args, f"data.augment.{name}")
         for name, args in map(entry, entries)
@@ -107,9 +100,7 @@ def augmenter(entries: list[Any]) -> Any:
 
 
 def decoder(spec: DataSpec, vectorize: Any = None):
-    """Serialized records -> (inputs, targets; classes as int32, what the metrics take). Images
-    a record at a time (float32 pixels 0-255, as `predict` gets them); vectors and texts a batch
-    at a time (with `vectorize`, texts as int32 token ids)."""
+    """Serialized records -> (inputs, targets): images a record at a time, else a batch."""
     task = for_spec(spec)
     y_dtype = tf.int64 if task.target_dtype == "int64" else tf.float32
     x_feature = (
@@ -133,11 +124,7 @@ def decoder(spec: DataSpec, vectorize: Any = None):
 
 
 def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
-    """The serialized records of `epoch` in shuffled windows: a pure function of (seed, epoch).
-
-    Returns a dataset of (positions, records) pairs of up to `SHUFFLE_WINDOW` records each, the
-    positions numbering the records in the epoch. Batches all the way: tf.data's cost per element
-    is paid per window, not per record."""
+    """(positions in the epoch, records) in shuffled windows: a pure function of (seed, epoch)."""
     epoch = tf.cast(epoch, tf.int64)
     key = tf.stack([tf.constant(seed, tf.int64), epoch])
     order = tf.random.experimental.stateless_shuffle(tf.range(len(shards)), seed=key)
@@ -168,10 +155,7 @@ def train_dataset(
     epochs: int,
     augment: list[Any],
 ) -> Any:
-    """This worker's dataset of every remaining training step, from global step `start_step`:
-    one replica's batch of one step per element, replica by replica (`ctx`: the
-    `tf.distribute.InputContext`). Small tabular data (`in_memory_bytes`) is held in memory,
-    each epoch in `epoch_permutation`'s order, as feed.py's resident path takes it."""
+    """This worker's batches of every training step from `start_step` on, one replica's each."""
     per_epoch = data.count("train") // global_batch
     first_epoch, first_step = divmod(start_step, per_epoch)  # a resumed run skips the done steps
     per_worker = global_batch // ctx.num_input_pipelines
@@ -195,8 +179,7 @@ def train_dataset(
     augment_image = augmenter(augment) if augment and data.spec.kind == "image" else None
 
     def epoch_steps(epoch: tf.Tensor) -> tf.data.Dataset:
-        # Global batches of serialized records; a resumed epoch skips its done steps before any
-        # decoding, then this worker keeps its consecutive slice of every global batch.
+        # A resumed epoch skips its done steps before any decoding; this worker keeps its slice.
         skip = tf.where(epoch == first_epoch, tf.constant(first_step, tf.int64), 0)
         ds = epoch_windows(shards, seed, epoch).rebatch(global_batch, drop_remainder=True)
         ds = ds.take(per_epoch).skip(skip)
@@ -228,9 +211,8 @@ def read_in_memory(data: Prepared, split: str = "train") -> tuple[Any, Any]:
 
 
 def epoch_permutation(seed: int, epoch: Any, count: int, global_batch: int) -> Any:
-    """The example indices of an in-memory epoch, [steps, global_batch] (the remainder
-    dropped): a stateless shuffle seeded by (seed, epoch). Run it on the CPU: stateless random
-    ops may give other numbers on other device types."""
+    """An in-memory epoch's example indices, [steps, global_batch]. Run it on the CPU: stateless
+    random ops may give other numbers on other device types."""
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
     order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=key)
     steps = count // global_batch
@@ -239,23 +221,18 @@ def epoch_permutation(seed: int, epoch: Any, count: int, global_batch: int) -> A
 
 def eval_dataset(data: Prepared, split: str, batch: int) -> Any:
     """Every example of `split`, in its written order, in batches (the last one smaller)."""
+    decode = decoder(data.spec, data.vectorize)
     ds = tf.data.TFRecordDataset(data.shards(split))
     if data.spec.kind == "image":
-        ds = ds.map(decoder(data.spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        ds = ds.batch(batch)
+        ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch)
     else:
-        ds = ds.batch(batch).map(
-            decoder(data.spec, data.vectorize), num_parallel_calls=tf.data.AUTOTUNE
-        )
+        ds = ds.batch(batch).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
 class Passes:
-    """Whole passes over `eval_dataset`'s batches, every pass from one iterator for the run.
-
-    Ending a tf.data iterator joins its threads, which cost some validation passes 0.3 s (a
-    third of the passes of a 300-image split on 2 cores). Read each pass to its end: the next
-    pass starts where this one stopped."""
+    """Whole passes over `eval_dataset`'s batches from one iterator for the run: ending a tf.data
+    iterator joins its threads (0.3 s a pass). Read each pass to its end."""
 
     def __init__(self, batches: Any, per_pass: int) -> None:
         self._iterator = iter(batches.repeat())
@@ -265,19 +242,23 @@ class Passes:
         return itertools.islice(self._iterator, self.per_pass)
 
 
+def string_feature(shards: list[str], name: str) -> Any:
+    """The string feature `name` (X: texts, ID) of every record of `shards`, in batches."""
+    schema = {name: tf.io.FixedLenFeature([], tf.string)}
+    ds = tf.data.TFRecordDataset(shards).batch(1024)
+    return ds.map(lambda records: tf.io.parse_example(records, schema)[name])
+
+
 def example_ids(data: Prepared, split: str) -> list[str]:
     """The id of every example of `split`, in its written order (`eval_dataset`'s order)."""
-    schema = {ID: tf.io.FixedLenFeature([], tf.string)}
-    ds = tf.data.TFRecordDataset(data.shards(split)).batch(1024)
-    ds = ds.map(lambda records: tf.io.parse_example(records, schema)[ID])
-    return [v.decode() for batch in ds.as_numpy_iterator() for v in batch]
+    ids = string_feature(data.shards(split), ID).as_numpy_iterator()
+    return [v.decode() for batch in ids for v in batch]
 
 
 def read_split(processed_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Inputs, targets and names (classes, labels, or the target) of one split as arrays (texts as
-    `str` objects): for notebooks and small data."""
+    """Inputs, targets and names of one split as arrays: for notebooks and small data."""
     data = load_prepared(processed_dir)
     x, y = (tensor.numpy() for tensor in read_in_memory(data, split))
-    if data.spec.kind == "text":  # the texts as str
+    if data.spec.kind == "text":
         x = np.array([text.decode("utf-8") for text in x], dtype=object)
     return x, y, list(data.spec.names)

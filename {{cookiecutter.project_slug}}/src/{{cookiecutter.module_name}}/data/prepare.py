@@ -1,13 +1,9 @@
-"""`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`.
-
-`data.source` picks the reader (sources.py), data/split.py the splits; `spec.json`
-(spec.DataSpec) says what the shards hold; `data/manifest.json` records every file, and only
-files it lists are ever deleted. What it writes: docs/data.md ("What `prepare` writes").
-"""
+"""`prepare`: raw data -> `data/raw` (the versioned copy) -> TFRecord shards in `data/processed`."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +24,7 @@ from ..spec import SPEC, SPLITS, DataSpec
 from ..tasks.base import task_class
 from . import manifest
 from .images import stored_image
-from .pipeline import X, serialize
+from .pipeline import X, serialize, string_feature
 from .split import origin_of, read_layout, split_examples, summary
 from .staging import INDEX, load_index, stage
 from .text import RESERVED, VOCABULARY, learn_vocabulary
@@ -42,9 +38,7 @@ ENCODE_CHUNK = 256  # images decoded and re-encoded at a time (threads: PIL rele
 def _load_source(
     params: Params, project_dir: Path, recorded: set[str]
 ) -> tuple[Source, dict[str, str], str]:
-    """Read the configured source (once, or once per split folder or file: `data.split`);
-    return (the source, {raw file: source description}, what a random split is drawn from).
-    `recorded`: the files an earlier `prepare` wrote (only those may be overwritten)."""
+    """(the source, {raw file: its origin}, what a random split is drawn from)."""
     cfg = params.data
     reader = bound("source", cfg.source, cfg.args, "data.args")
     kind = task_class(params.task.type).kind
@@ -75,9 +69,8 @@ def _load_source(
 
 
 def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
-    """Where `data.path` is (a local path or a gs:// URL), checked before anything is copied: it
-    exists, is outside what prepare writes, and is the kind of path (a file or a folder) that
-    the reader and `data.split` take."""
+    """`data.path`, checked before anything is copied: it exists, outside what prepare writes, and
+    is the kind of path the reader and `data.split` take."""
     path = locations.resolved(data.path, project_dir)
     if locations.is_url(path):
         locations.authenticate()
@@ -120,9 +113,7 @@ def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
 
 
 def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[str, str]]:
-    """`path` (`_checked_path`'s) made readable: a local file or folder is staged into data/raw
-    (a versioned copy, skipped when unchanged), a gs:// one is streamed and only listed in
-    data/raw/source.json. Returns (where to read, {raw file: where it came from})."""
+    """(where to read, {raw file: its origin}): a local path staged into data/raw, a URL listed."""
     raw_dir = project_dir / RAW
     if locations.is_url(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
@@ -130,25 +121,19 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
         save_json(listing, raw_dir / "source.json")
         return path, {f"{RAW}/source.json": f"listing of {path}"}
     local = Path(path)
-    target_dir = raw_dir if local.is_file() else raw_dir / local.name
-    refuse_unrecorded(project_dir, raw_dir / local.name, recorded)
-    # A file gone from data.path (left out after a failed prepare) must not be read from the copy.
-    stage(local, target_dir, progress=True, mirror=local.is_dir())
     read_from = raw_dir / local.name
-    # Listed from the user's data, so a file deleted there leaves data/raw too.
-    originals = [Path(p) for p in locations.walk_files(str(local))] if local.is_dir() else [local]
-    sources = {}
-    for original in originals:
-        copy = read_from / original.relative_to(local) if local.is_dir() else read_from
-        sources[copy.relative_to(project_dir).as_posix()] = str(original)
-    return str(read_from), sources
+    refuse_unrecorded(project_dir, read_from, recorded)
+    # mirror: a file gone from data.path (left out after a failed prepare) leaves the copy too.
+    stage(local, read_from if local.is_dir() else raw_dir, mirror=local.is_dir())
+    return str(read_from), {
+        (read_from / Path(p).relative_to(local)).relative_to(project_dir).as_posix(): p
+        for p in locations.walk_files(str(local))
+    }
 
 
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:
-    """Stop, before anything is written, when `target` (a file, or a folder's files) exists and
-    an earlier `prepare` did not write it: it is the user's, and prepare would overwrite or mix
-    into it."""
-    files = [target] if target.is_file() else list(target.rglob("*")) if target.is_dir() else []
+    """Stop when `target` (a file, or a folder's files) holds a file prepare did not write."""
+    files = [target] if target.is_file() else target.rglob("*")  # none when it does not exist
     for path in files:
         rel = path.relative_to(project_dir).as_posix()
         if path.is_file() and not locations.hidden(rel) and rel not in recorded:
@@ -160,8 +145,7 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
 
 
 def staged_files(project_dir: Path) -> set[str]:
-    """The files staging copied into data/raw, as its indexes list them: also those of a prepare
-    that failed after staging (kept there, so that a retry copies nothing again)."""
+    """The files staging copied into data/raw (also a failed prepare's: a retry copies none)."""
     raw = project_dir / RAW
     return {
         (index.parent / rel).relative_to(project_dir).as_posix()
@@ -171,9 +155,7 @@ def staged_files(project_dir: Path) -> set[str]:
 
 
 def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
-    """Delete the files an earlier `prepare` wrote (`recorded`) that this one did not (`written`),
-    and nothing else: never a file prepare did not write, never outside data/raw, data/processed.
-    Folders left without files by it go too (staging's own index file does not count)."""
+    """Delete the files `recorded` but not `written` (only in data/raw, data/processed)."""
     outs = [(project_dir / out).resolve() for out in (RAW, PROCESSED)]
     for rel in sorted(recorded - written):
         path = project_dir / rel
@@ -187,8 +169,7 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
 
 
 def _holds_no_files(folder: Path) -> bool:
-    """True when `folder` holds nothing but staging's index and folders without files (staging
-    copies a class folder that has no images too, so the reader sees it)."""
+    """True when `folder` holds nothing but staging's index and folders without files."""
     return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
 
 
@@ -238,11 +219,8 @@ def write_processed(
     params: Params,
     record: dict[str, Any] | None = None,
 ) -> DataSpec:
-    """Every split of `source` as shards in `folder`, in a seeded order, plus `spec.json`
-    (with `record`, how the split was made: data/split.py).
-
-    The shards go to a temporary folder first and replace the old ones only once all are
-    written: a failure (an unreadable image) leaves the previous processed data as it was."""
+    """Every split of `source` as shards in `folder`, plus `spec.json`; a failure leaves the
+    previous shards as they were."""
     cfg = params.data
     image = None
     if source.kind == "image":
@@ -271,8 +249,7 @@ def write_processed(
         shutil.rmtree(tmp, ignore_errors=True)
     task = task_class(source.task)(names=list(source.names))
     labels = np.asarray(source.labels)
-    # What the task's kind keeps of the training targets (`Task.statistics`); vectors: the
-    # training split's feature mean and variance, which the model standardises with.
+    # Vectors: the training split's feature mean and variance, which the model standardises with.
     stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
     if source.kind == "vector":
         train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
@@ -301,11 +278,8 @@ def write_processed(
 
 
 def write_text_vocabulary(folder: Path, train_shards: list[str], max_tokens: int) -> dict[str, Any]:
-    """`folder/vocabulary.txt` from the training shards' texts (streamed); returns the spec's
-    `vocabulary` (the file's name) and `vocabulary_size` (with padding and [UNK])."""
-    schema = {X: tf.io.FixedLenFeature([], tf.string)}
-    records = tf.data.TFRecordDataset([str(folder / name) for name in train_shards])
-    texts = records.batch(1024).map(lambda r: tf.io.parse_example(r, schema)[X]).unbatch()
+    """`folder/vocabulary.txt` from the training shards' texts; the spec's fields for it."""
+    texts = string_feature([str(folder / name) for name in train_shards], X).unbatch()
     tokens = learn_vocabulary(texts, max_tokens)
     if not tokens:
         raise ConfigError(
@@ -332,8 +306,7 @@ def _described(spec: DataSpec) -> str:
 
 
 def bundled_digits(folder: Path, params: Params) -> DataSpec:
-    """The bundled digits split into train and validation only, as shards in `folder`: what
-    `train` uses when `prepare` never ran (no data/raw, no manifest)."""
+    """The bundled digits as train and validation shards: what `train` uses without `prepare`."""
     source = read_digits("", params.data, task_class(params.task.type).kind)
     data = dataclasses.replace(params.data, split="random")
     idx, split = split_examples(source, data, params.seed, "digits", test_fraction=0.0)
@@ -341,8 +314,8 @@ def bundled_digits(folder: Path, params: Params) -> DataSpec:
 
 
 def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
-    """Write `data/raw`, the shards and spec in `data/processed`, `data/manifest.json`; a failed
-    one leaves no folder it made without files in them (data/raw is a DVC output)."""
+    """Write `data/raw`, `data/processed` and `data/manifest.json`; a failed one leaves no empty
+    folder it made (data/raw is a DVC output)."""
     before = _folders(project_dir)
     try:
         return _prepare(params, project_dir)
@@ -375,11 +348,7 @@ def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED
     spec = write_processed(source, idx, processed, params, split)
-    names = [
-        SPEC,
-        spec.vocabulary,
-        *(n for shards in spec.extra["shards"].values() for n in shards),
-    ]
+    names = [SPEC, spec.vocabulary, *itertools.chain(*spec.extra["shards"].values())]
     written = {f"{PROCESSED}/{name}" for name in names if name}
     remove_stale(project_dir, recorded, written | set(raw_sources))
     split_source = f"{cfg.source}, data.split {cfg.split} (seed {params.seed})"

@@ -1,10 +1,4 @@
-"""Train / validation / test: how `prepare` splits the examples (`data.split`).
-
-`random` splits what the reader returns; `folders`, `files` and `column` take the splits the
-data gives under `data.path` (spec.SPLIT_NAMES: `val`, `dev`, ...), see `split_examples`. The
-layouts, names and refusals are in docs/data.md ("Splits"); `describe` says in words how a
-split was made.
-"""
+"""Train / validation / test: how `prepare` splits the examples (`data.split`; docs/data.md)."""
 
 from __future__ import annotations
 
@@ -26,9 +20,7 @@ MAX_DISTINCT_SHARE = 0.5  # more distinct classes than this share of examples: n
 
 
 def read_layout(reader: Any, path: str, data: DataConfig, kind: str) -> Source:
-    """`folders` / `files`: the reader on each split's folder or file(s) under the folder `path`
-    (prepare checked it is one), merged into one Source whose `splits` are the ones the data
-    gives."""
+    """`folders` / `files`: the reader on each split's folder or file(s), merged into one Source."""
     if data.split == "folders":
         found = _split_folders(path, data)
     else:
@@ -97,8 +89,7 @@ def _stem(name: str) -> str:
 
 
 def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[str, str]]:
-    """{split: (its file or glob pattern, as shown)} of `train*`, `validation*`, `test*` files in
-    the folder `path`; other files (sample_submission.csv, README.md) are not read."""
+    """{split: (its file or glob pattern, as shown)} of `train*`, `validation*`, `test*` files."""
     names = sorted(e for e in locations.list_dir(path) if not locations.hidden(e))
     groups: dict[str, list[str]] = {}
     for name in names:
@@ -127,8 +118,7 @@ def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[st
 
 
 def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
-    """The sources of each split as one: labels over the union of the classes (train's first),
-    the same feature columns in train's order; `splits` index the pooled examples."""
+    """The sources of each split as one: the union of the classes, train's feature columns."""
     train = parts["train"]
     names = list(train.names)
     for part in parts.values():
@@ -197,11 +187,8 @@ def _aligned_load(part: Source, train: Source, shown: str) -> Any:
 def split_examples(
     source: Source, data: DataConfig, seed: int, origin: str, test_fraction: float | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The split rule: the splits the data gives (`source.splits`) as they are, a missing
-    validation or test split carved out of train (stratified by class when the task's kind says
-    so, else a seeded random one), a pure function of the data and `seed`. Returns (sorted
-    indices per split, the record for spec.json and the data manifest). `origin` names the data
-    for the record (`pets/`); `test_fraction` overrides `data.test_fraction` (0: no test split)."""
+    """(sorted indices per split, the record for spec.json): the splits the data gives, a missing
+    one carved out of train, seeded."""
     if data.split == "column" and source.splits is None:
         raise ConfigError(
             f"data.split: column, but data.source {data.source} read no split column (the csv "
@@ -230,14 +217,12 @@ def split_examples(
     if carve:
         train = np.asarray(given["train"])
         pool = source.labels[train]
-        val, test = carve.get("validation", 0.0), carve.get("test", 0.0)
         if task.stratified:
             check_classes(source.names, pool, came_from["train"] if source.splits else "")
         else:  # multilabel, regression: no classes to stratify by, one group of all
             pool = np.zeros(len(pool))
-        parts = split_indices(pool, val, test, seed)
-        given["train"] = train[parts["train"]]
-        for split in carve:
+        parts = split_indices(pool, carve.get("validation", 0.0), carve.get("test", 0.0), seed)
+        for split in ["train", *carve]:
             given[split] = train[parts[split]]
             came_from[split] = came_from["train"]
     idx = {s: np.sort(np.asarray(given.get(s, []), dtype=np.int64)) for s in SPLITS}
@@ -274,11 +259,7 @@ def _check_train_has_every_name(
 def split_indices(
     y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int
 ) -> dict[str, np.ndarray]:
-    """Stratified train / validation / test indices, a pure function of labels, fractions and
-    seed: those fractions of each class (labels all 0: of a seeded permutation of all).
-
-    A fraction of 0 leaves that split empty (the bundled digits that `train` uses without
-    `prepare` have no test split)."""
+    """Stratified train / validation / test indices, seeded (a fraction of 0: that split empty)."""
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in SPLITS}
     for c in np.unique(y):
@@ -300,9 +281,7 @@ def split_indices(
 
 
 def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
-    """Every class needs two examples or more, else the split cannot stratify it. A numeric
-    label column of mostly distinct values (a continuous target) is refused first, pointing at
-    regression, rather than failing later with an empty split."""
+    """Every class needs two examples or more to be stratified, and a continuous target is none."""
     found = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(names))
     numeric = bool(pd.to_numeric(pd.Series(names, dtype=str), errors="coerce").notna().all())
     hint = " (example: --set task.type=regression for a numeric target)" if numeric else ""
@@ -321,8 +300,7 @@ def check_classes(names: list[str], labels: np.ndarray, where: str) -> None:
 
 
 def origin_of(data: DataConfig, path: str) -> str:
-    """How the record names the data a random split is drawn from: `pets/`, `houses.csv` (the
-    end of `data.path`; `path` is where it was read), or the source (`digits`, `tfds mnist`)."""
+    """The data a random split is drawn from: `pets/`, `houses.csv`, or `digits`, `tfds mnist`."""
     if not path:
         return f"tfds {data.name}" if data.source == "tfds" else data.source
     name = PurePosixPath(data.path.rstrip("/")).name or data.path
@@ -330,9 +308,8 @@ def origin_of(data: DataConfig, path: str) -> str:
 
 
 def origin(spec: DataSpec, split: str, short: bool = False) -> str:
-    """Where a split's examples came from, in words: `the published test split: test.csv`, `a
-    random 20 % of pets/ (seed 42, stratified by class)`, `the rest of pets/`; `short`: as
-    `summary` says it (`test.csv`, `20 % of pets/, seed 42`)."""
+    """Where a split's examples came from (`the published test split: test.csv`); `short`:
+    `test.csv`, `20 % of pets/, seed 42`."""
     record = spec.split
     came_from = record["from"].get(split, "?")
     if split in record["carved"]:
@@ -352,8 +329,7 @@ def describe(spec: DataSpec, split: str) -> str:
 
 
 def summary(spec: DataSpec) -> str:
-    """The splits on one line: `train 540 (train/), validation 135 (20 % of train/, seed 42),
-    test 120 (test/)`."""
+    """The splits on one line: `train 540 (train/), validation 135 (20 % of train/, seed 42)`."""
     return ", ".join(
         f"{split} {spec.counts.get(split, 0)} ({origin(spec, split, short=True)})"
         if split in spec.split["from"]

@@ -1,9 +1,6 @@
 """`stage SRC DEST`: copy a dataset from slow storage (the mounted Drive) to fast local disk.
 
 Reading thousands of small files straight from Drive is the usual reason a Colab epoch is slow.
-Staging skips unchanged files (same size and SHA-256; an index in DEST remembers what was copied,
-so they are not even read again), resumes a big file from its `.partial` copy, checks DEST's free
-space first and shows one progress bar for the whole copy.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ class StageReport:
 
 
 def _source_files(src: Path) -> list[tuple[Path, str]]:
-    """(absolute path, path relative to DEST) of every file to stage."""
+    """(path, path relative to DEST) of every file to stage."""
     if src.is_file():
         return [(src, src.name)]
     if not src.is_dir():
@@ -56,14 +53,12 @@ def _source_files(src: Path) -> list[tuple[Path, str]]:
 
 
 def _visible(src: Path) -> list[Path]:
-    """What is under `src` but the hidden names (`locations.hidden`), which `prepare`'s readers
-    leave out too."""
+    """What is under `src` but the hidden names, which `prepare`'s readers leave out too."""
     return [p for p in sorted(src.rglob("*")) if not locations.hidden(p.relative_to(src))]
 
 
 def _partial_name(dest: Path, st: os.stat_result) -> Path:
-    # The source's size and mtime are in the name: a partial copy of an older version of the
-    # file is never resumed.
+    # The source's size and mtime are in the name: a copy of an older version is never resumed.
     return dest.with_name(f".{dest.name}.{st.st_size}-{st.st_mtime_ns}.partial")
 
 
@@ -73,8 +68,7 @@ def _partial_of(partial: Path) -> Path:
 
 
 def load_index(dest_dir: Path) -> dict[str, dict]:
-    """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there; {} when
-    there is no index or it is unreadable."""
+    """{file relative to `dest_dir`: its sizes and mtimes} of what staging copied there, or {}."""
     try:
         return json.loads((dest_dir / INDEX).read_text())
     except (OSError, ValueError):
@@ -82,14 +76,12 @@ def load_index(dest_dir: Path) -> dict[str, dict]:
 
 
 def _stamp(st: os.stat_result, target: Path) -> dict[str, list[int]]:
-    """The index's entry for a file: the source's and the copy's size and mtime."""
     d = target.stat()
     return {"src": [st.st_size, st.st_mtime_ns], "dest": [d.st_size, d.st_mtime_ns]}
 
 
 def _unchanged(src: Path, dest: Path, st: os.stat_result, entry: dict | None, verify: bool) -> bool:
-    """True when `dest` already holds `src`: same size, and same SHA-256 (taken from the index
-    when neither side changed since it was written, else computed)."""
+    """True when `dest` already holds `src` (same SHA-256, or an index entry: neither changed)."""
     if not dest.is_file() or dest.stat().st_size != st.st_size:
         return False
     if not verify and entry == _stamp(st, dest):
@@ -106,10 +98,8 @@ def stage(
     progress: bool = True,
     mirror: bool = False,
 ) -> StageReport:
-    """Copy the file or folder `src` into the folder `dest` (see the module docstring).
-
-    `verify` re-hashes both sides of every file instead of trusting the index. `mirror`: the
-    copies an earlier call made of files `src` no longer has go too (`prepare` reads `dest`)."""
+    """Copy the file or folder `src` into the folder `dest`, skipping unchanged files and resuming
+    big ones. `mirror`: the copies of files `src` no longer has go too."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
     files = _source_files(src)
     index = load_index(dest)
@@ -165,9 +155,7 @@ def stage(
 
 
 def _remove_copies(dest: Path, index: dict[str, dict], kept: set[str]) -> None:
-    """Delete the copies in `dest` that `index` lists (what staging copied, never another file)
-    but `kept` (the source's files) does not, and the folders that leaves empty; `index` drops
-    them too (written at the end of `stage`)."""
+    """Delete the copies `index` lists but `kept` does not, and the folders that leaves empty."""
     for rel in sorted(set(index) - kept):
         del index[rel]
         target = dest / rel
@@ -181,8 +169,7 @@ def _remove_copies(dest: Path, index: dict[str, dict], kept: set[str]) -> None:
 def _copy(
     src: Path, target: Path, st: os.stat_result, offset: int, bar: object, partials: list[Path]
 ) -> int:
-    """Copy `src` to `target` through a `.partial` file, from byte `offset`; return bytes copied.
-    `partials`: the target's partial copies found before; those of another version go."""
+    """Copy `src` to `target` through a `.partial` file from byte `offset`; the bytes copied."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = _partial_name(target, st)
     for stale in partials:

@@ -1,9 +1,4 @@
-"""Text: how a string becomes token ids (`data.text`, `data.source: text`).
-
-The shards hold the raw text; `train` turns it into ids in the input pipeline, on the CPU, and
-the saved `TextModel` puts the same vectoriser in front of the network, so it takes raw strings.
-The vocabulary and tokenisation: docs/data.md ("Text").
-"""
+"""Text: how a string becomes token ids (`data.text`, `data.source: text`; docs/data.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ def standardize(text: Any) -> Any:
 
 
 def learn_vocabulary(texts: Any, max_tokens: int) -> list[str]:
-    """The words of `texts` (a tf.data.Dataset of strings), most frequent first (ties by the word,
-    Keras's order), at most `max_tokens` with padding and [UNK], which are not in the list."""
+    """The words of `texts`, most frequent first, at most `max_tokens` with padding and [UNK]."""
     layer = keras.layers.TextVectorization(
         max_tokens=max_tokens, standardize=standardize, output_mode="int"
     )
@@ -40,8 +34,7 @@ def learn_vocabulary(texts: Any, max_tokens: int) -> list[str]:
 
 
 def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
-    """A layer from strings [batch] to token ids [batch, sequence_length]: a keras-hub preset's
-    preprocessor (`model.architecture: backbone`), else prepare's vocabulary in `folder`."""
+    """Strings -> token ids: a keras-hub preset's preprocessor, else prepare's vocabulary."""
     length = int(spec.input_shape[0])
     if cfg.architecture == "backbone":
         preprocessor = keras_hub().models.TextClassifierPreprocessor
@@ -56,8 +49,7 @@ def make_vectorizer(spec: DataSpec, folder: Path, cfg: ModelConfig) -> Any:
 
 
 def token_ids(vectorized: Any) -> Any:
-    """The vectoriser's output as int32 ids (a keras-hub preprocessor gives a dict: its
-    `token_ids`; the backbone's padding mask is made again from them)."""
+    """The vectoriser's output as int32 ids (of a keras-hub preprocessor's dict: `token_ids`)."""
     if isinstance(vectorized, dict):
         vectorized = vectorized["token_ids"]
     return keras.ops.cast(vectorized, "int32")
@@ -65,9 +57,8 @@ def token_ids(vectorized: Any) -> Any:
 
 @keras.saving.register_keras_serializable(package="{{ cookiecutter.module_name }}")
 class TextModel(keras.Model):
-    """Raw strings [batch] -> the vectoriser -> the network (token ids to logits) -> the task's
-    output layer (probabilities or values). The three parts stay apart: `network` alone takes
-    token ids (what a converter for phones takes, with the vocabulary beside it)."""
+    """Raw strings -> the vectoriser -> the network -> the task's output layer; `network` alone
+    takes token ids (what a converter for phones takes)."""
 
     def __init__(self, vectorizer: Any, network: Any, head: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)

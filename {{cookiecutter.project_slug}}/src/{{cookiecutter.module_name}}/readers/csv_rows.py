@@ -20,21 +20,25 @@ CSV_ERRORS = (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeErro
 
 
 def unreadable(path: object, exc: Exception, name: object = None) -> ConfigError:
-    """One line for a CSV that pandas cannot read (one of CSV_ERRORS), naming it `name` (else
-    `path`): the first row with more fields than the header, else pandas's line."""
+    """One line for a CSV that pandas cannot read (CSV_ERRORS), naming it `name` (else `path`)."""
     name = name or path
-    if isinstance(exc, pd.errors.ParserError) and (longer := _longer_row(str(path), name)):
-        return longer
+    if isinstance(exc, pd.errors.ParserError):  # the first row with more fields than the header
+        records = _records(str(path))
+        header = next(records, (1, []))[1]
+        for line, fields in records:
+            if len(fields) > len(header):
+                return ConfigError(
+                    f"{name} line {line}: {len(fields)} fields, the header has {len(header)}; "
+                    "each field needs its name in the header "
+                    "(example: header a,b,label, rows 1,2,3)"
+                )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ConfigError(f"{name}: not a readable CSV ({first})")
 
 
 @source("csv", takes="file", example="data/external/my.csv")
 def read_csv(path: str, data: DataConfig, kind: str) -> Source:
-    """`data.label` is the target column (a class, labels joined by `|`, or a number: as the
-    task's kind reads it), every other column a number; with `data.text`, that column's text is
-    the input instead and the other columns are unused. With `data.split: column`, the column
-    `data.split_column` names each row's split."""
+    """`data.label` is the target column, every other column a number (or `data.text` the input)."""
     try:
         with locations.open_binary(path) as f:
             table = fields_fit(pd.read_csv(f, dtype=str, keep_default_na=False))
@@ -65,7 +69,7 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         raise ConfigError(f"{where(exc.row)}, column {label!r}: {exc.what}") from None
     except ConfigError as exc:
         raise ConfigError(f"{data.path}: {exc}") from None
-    rows = dict(where=where, ids=lambda i: str(i + 1), splits=splits)
+    rows = dict(where=where, ids=lambda i: str(i + 1), splits=splits, split_from=split_from)
     if data.text:
         text = _column(table, data.text, "data.text", data.path, "review")
         if text == label:
@@ -74,30 +78,11 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         if unused:
             print(f"Note: data.text: the input is column {text!r}; not used: {', '.join(unused)}")
         texts = table[text].tolist()
-        return Source(
-            "text",
-            kind,
-            y,
-            names,
-            texts.__getitem__,
-            **rows,
-            feature_names=[text],
-            split_from=split_from,
-        )
+        return Source("text", kind, y, names, texts.__getitem__, **rows, feature_names=[text])
     features = table.drop(columns=[label])
-    rule = "every column but data.label must be a number, in every row"
-    x = as_numbers(features, where, rule)
-    return Source(
-        "vector",
-        kind,
-        y,
-        names,
-        x.__getitem__,
-        **rows,
-        input_shape=x.shape[1:],
-        feature_names=list(features.columns),
-        split_from=split_from,
-    )
+    x = as_numbers(features, where, "every column but data.label must be a number, in every row")
+    rows.update(input_shape=x.shape[1:], feature_names=list(features.columns))
+    return Source("vector", kind, y, names, x.__getitem__, **rows)
 
 
 def _column(
@@ -113,17 +98,14 @@ def _column(
 
 
 def fields_fit(table: pd.DataFrame) -> pd.DataFrame:
-    """`table`, or a ParserError for `unreadable` where pandas took the first field of each row
-    as the index: rows longer than the header, every name then one column off."""
+    """`table`, or a ParserError where pandas took each row's first field as the index."""
     if not isinstance(table.index, pd.RangeIndex):
         raise pd.errors.ParserError("a row has more fields than the header")
     return table
 
 
 def _records(path: str) -> Iterator[tuple[int, list[str]]]:
-    """(line, fields) of each record of the CSV `path` but blank lines, the line as an editor
-    numbers lines (the header's is 1; a quoted cell's line breaks count). Read again only for
-    an error message; stops at a cell over the csv module's size limit."""
+    """(line, fields) of each non-blank record, lines as an editor numbers them: for errors."""
     with locations.open_binary(path) as f:
         reader = csv.reader(io.TextIOWrapper(f, "utf-8-sig", errors="replace", newline=""))
         start = 1
@@ -141,23 +123,9 @@ def line_of(path: str, row: int) -> int:
     return next(itertools.islice(_records(path), row + 1, None), (row + 2,))[0]
 
 
-def _longer_row(path: str, name: object) -> ConfigError | None:
-    """One line, naming `name`, for the first row of `path` with more fields than its header."""
-    records = _records(path)
-    header = next(records, (1, []))[1]
-    for line, fields in records:
-        if len(fields) > len(header):
-            return ConfigError(
-                f"{name} line {line}: {len(fields)} fields, the header has {len(header)}; each "
-                "field needs its name in the header (example: header a,b,label, rows 1,2,3)"
-            )
-    return None
-
-
 def as_numbers(table: pd.DataFrame, where: Callable[[int], str], rule: str) -> np.ndarray:
-    """Every cell of `table` as float32, or one line naming the first that is empty, not a
-    number, or infinite as float32 (`inf`, `1e39`: the model would learn NaN): `where` its
-    row is (from the row's index label), its column, and `rule`."""
+    """Every cell as float32, or one line naming the first that is empty, not a number, or
+    infinite as float32 (`1e39`: the model would learn NaN)."""
     with np.errstate(over="ignore"):
         numbers = table.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float32)
     bad = ~np.isfinite(numbers)
@@ -178,9 +146,7 @@ def as_numbers(table: pd.DataFrame, where: Callable[[int], str], rule: str) -> n
 def given_splits(
     values: list[str], column: str, where: Callable[[int], str]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Each example's split from its split name (a `data.split_column` cell: `train`, `val`,
-    `test`, ...): (indices per split, where each came from). One line for a name that is none,
-    saying `where` its row is."""
+    """(indices per split, where each came from) from each example's `data.split_column` cell."""
     chosen = np.array([split_named(str(v)) for v in values], dtype=object)
     bad = next((i for i, name in enumerate(chosen) if name is None), None)
     if bad is not None:

@@ -14,8 +14,7 @@ from ..tasks.base import encode
 
 @source("digits", reads_path=False)
 def read_digits(path: str, data: DataConfig, kind: str) -> Source:
-    """The digits (values 0-16) as 8x8x1 images of pixel values 0-255; their CSV goes to
-    data/raw (the versioned copy)."""
+    """The digits as 8x8x1 images of pixel values 0-255; their CSV goes to data/raw."""
     digits = load_digits()
     pixels = np.round(digits.data.reshape(-1, 8, 8, 1) * (255.0 / 16.0)).astype(np.uint8)
     y, names = encode(kind, digits.target.tolist(), "label")

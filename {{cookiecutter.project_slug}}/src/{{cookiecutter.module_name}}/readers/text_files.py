@@ -10,9 +10,7 @@ from ..tasks.base import encode
 
 @source("text", takes="folder", example="data/external/reviews")
 def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
-    """`.txt` files in class subfolders (`reviews/pos/1.txt`, `reviews/neg/2.txt`), UTF-8, one
-    example per file; read one at a time by `prepare`. A model trained on them reads a `text`
-    column in `predict`'s CSVs."""
+    """UTF-8 `.txt` files in class subfolders (`reviews/pos/1.txt`), read one at a time."""
     example = "reviews/pos/1.txt, reviews/neg/2.txt"
     paths, classes = class_files(path, data, (".txt",), "text files", example)
     labels, names = encode(kind, classes, f"data.path {data.path} (class folders)")

@@ -14,9 +14,7 @@ from ..tasks.base import encode
 
 @source("tfds", reads_path=False)
 def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = None) -> Source:
-    """The TFDS data set `data.name`, e.g. `mnist`, `tf_flowers`, `cifar10`, `imdb_reviews`
-    (images, text or numbers), with its own splits (without a train split, `prepare` splits all
-    of it)."""
+    """The TFDS data set `data.name` (`mnist`, `tf_flowers`, `imdb_reviews`) and its splits."""
     name = data.name
     try:
         import tensorflow_datasets as tfds

@@ -15,15 +15,9 @@ from ..tasks.base import encode, task_class
 
 @source("tfrecord", patterns=True)
 def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
-    """TFRecord file(s) whose `data.features` holds an encoded image (`data.feature_kind: image`)
-    or numbers (`vector`), and `data.label` the target: one value (a class as an integer or a
-    string, a number), or several (label strings, a 0/1 vector) for a kind that takes them.
-    `path`: a file, a folder of them, or a glob pattern (`records/train-*.tfrecord`). The records
-    are held in memory while `prepare` runs: TFRecords have no random access."""
-    if "*" in path:
-        files = sorted(tf.io.gfile.glob(path))
-    else:
-        files = sorted(locations.walk_files(path)) if locations.isdir(path) else [path]
+    """`data.features` (an encoded image or numbers) and `data.label` of TFRecord file(s), held in
+    memory while `prepare` runs: TFRecords have no random access."""
+    files = sorted(tf.io.gfile.glob(path) if "*" in path else locations.walk_files(path))
 
     def named(file: str, k: int) -> str:  # an id: the index in its file, after the file's name
         if file == path:
@@ -54,8 +48,7 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     if len(widths) != 1:
         raise ConfigError(
             f"data.features: {data.features!r} in {data.path} has {sorted(widths)} values per "
-            "record; "
-            "every record needs the same number"
+            "record; every record needs the same number"
         )
     return Source(
         "vector", kind, y, names, inputs.__getitem__, where, ids.__getitem__, (widths.pop(),)
