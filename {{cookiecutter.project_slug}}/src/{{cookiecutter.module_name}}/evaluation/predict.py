@@ -47,8 +47,7 @@ def predict(source: Path, output: Path, models_dir: Path) -> int:
 def prediction_table(
     task: Task, ids: list[str], outputs: np.ndarray, targets: np.ndarray | None = None
 ) -> pd.DataFrame:
-    """`predict`'s and `evaluate`'s predictions: `id`, `target` (when given), the task's
-    columns."""
+    """`predict`'s and `evaluate`'s table: `id`, `target` (when given), the task's columns."""
     table = pd.DataFrame({"id": ids})
     if targets is not None:
         table["target"] = task.target_text(targets)
