@@ -250,8 +250,8 @@ class Task:
 
 
 class MacroAUC(keras.metrics.AUC):
-    """ROC AUC per class or label, averaged over those present and absent in the data: Keras's
-    `AUC(multi_label=True)` scores one a split lacks as 0, lowering the mean."""
+    """ROC AUC per class or label, averaged over those the data has both with and without:
+    Keras's `AUC(multi_label=True)` scores one a split lacks as 0, lowering the mean."""
 
     def __init__(self, num_labels: int, name: str = "auc") -> None:
         super().__init__(multi_label=True, num_labels=num_labels, name=name)
