@@ -87,8 +87,7 @@ class Classification(Classes):
         return keras.metrics.sparse_categorical_accuracy(y_true, logits)
 
     def metric_targets(self, metric: keras.metrics.Metric, y_true: Any) -> Any:
-        """Class indices for the sparse metrics (their function is `sparse_...`), one-hot rows
-        for the others."""
+        """Class indices for the sparse metrics (`sparse_...`), one-hot rows for the others."""
         y_true = keras.ops.cast(y_true, "int32")
         if getattr(getattr(metric, "_fn", None), "__name__", "").startswith("sparse_"):
             return y_true

@@ -1,11 +1,7 @@
-"""`evaluate`: the trained model on the held-out test split, reported as its task's kind asks.
+"""`evaluate`: the trained model on the test split; the task computes, this module writes.
 
-The task (`Task.evaluate`, tasks/) computes the metrics and the plot tables; this module writes
-them (docs/customise.md): `results/metrics/evaluate.json` (the task's headline metrics),
-`results/plots/` (every registered kind's files, the others' with their header only: dvc.yaml is
-static, and an empty file draws an empty plot where a missing one is an error), each test
-example's prediction and loss in `results/predictions/test.csv`, and the model card (every
-metric, `test_loss` unweighted).
+`results/plots/` holds every registered kind's files, the others' with their header only:
+dvc.yaml is static, and an empty file draws an empty plot where a missing one is an error.
 """
 
 from __future__ import annotations
@@ -37,9 +33,8 @@ TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_predictions reads it
 
 
 def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[Path]:
-    """Write evaluate.json (the headline numbers a user compares) and the plot tables (see the
-    module docstring); the training curve's columns are every per-epoch number `train` recorded
-    plus each kind's training metric."""
+    """Write evaluate.json and the plot tables; the training curve's columns are each number
+    `train` recorded per epoch and each kind's training metric."""
     compared = task.compared(evaluation.metrics, "test")
     written = [save_json(compared, results / TEST_METRICS)]
     tables = dict(evaluation.plots)
@@ -64,8 +59,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
     model, _ = load_for_users(results / "models", data.spec)
-    # Images go in training-size batches: a conv net's activations, not the inputs, set the
-    # memory.
+    # Images go in training-size batches: a conv net's activations set the memory.
     batch = 1024 if data.spec.kind == "vector" else params.train.batch_size
     evaluation = task.evaluate(
         (y.numpy(), np.asarray(model(x, training=False)))

@@ -1,11 +1,8 @@
-"""`export`: the saved model (`results/models/model.keras`) in a format other programs run.
+"""`export`: `model.keras` as a SavedModel (endpoint `serve`) or a `.tflite` (docs/customise.md).
 
-`--format saved_model` (the default): a TensorFlow SavedModel, endpoint `serve`. `--format litert`:
-a `.tflite` of TensorFlow's builtin ops only (neither LiteRT interpreter of TensorFlow 2.20 runs
-"Flex" ops), optionally `--quantize`d; a text model's is the network on token ids, with
-`vocabulary.txt` beside it. Every `.tflite` is run at once by `ai-edge-litert` on the test split
-beside the Keras model; what it found goes to `results/metrics/export.json` and the model card
-(docs/customise.md, "Exports").
+A `.tflite` holds builtin ops only (neither LiteRT interpreter of TensorFlow 2.20 runs "Flex"
+ops); a text model's is the network on token ids, `vocabulary.txt` beside it. Each is run at once
+by `ai-edge-litert` on the test split beside the Keras model: export.json and the model card.
 """
 
 from __future__ import annotations
@@ -36,10 +33,10 @@ from ..spec import SPEC, load_spec
 from ..tasks.base import make_task, task_class
 from ..training.saved_model import load_for_users
 
-LITERT_FILE = "models/model.tflite"  # under the results root: the default --output
+LITERT_FILE = "models/model.tflite"  # under the results root
 SAVED_MODEL_DIR = "models/saved_model"
 EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
-VOCABULARY = "vocabulary.txt"  # text models: beside the .tflite
+VOCABULARY = "vocabulary.txt"
 QUANTIZE = ("float16", "int8")
 SAVED_MODEL = {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"}
 
@@ -49,8 +46,7 @@ class LiteRTUnsupported(ConfigError):
 
 
 def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
-    """`model.keras` -> a TensorFlow SavedModel (endpoint `serve`) at `destination`; returns its
-    entry in export.json (also written)."""
+    """`model.keras` -> a SavedModel at `destination`; returns its (written) export.json entry."""
     results = results_root(project_dir)
     replaces = _check_replaceable(results, destination, "results/models/saved_model-2")
     model, info = load_for_users(results / "models")
@@ -72,10 +68,8 @@ def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
 
 
 def to_litert(model: Any, quantize: str | None = None) -> bytes:
-    """A Keras model -> `.tflite` bytes with builtin ops only; `quantize`: None, float16, int8.
-
-    Through a SavedModel: quiet (Keras's own LiteRT exporter prints, and allows Flex ops unless
-    told otherwise). Raises LiteRTUnsupported naming each op the builtins lack and its layer."""
+    """A Keras model -> `.tflite` bytes of builtin ops, through a SavedModel (Keras's own LiteRT
+    exporter prints, and allows Flex ops); LiteRTUnsupported names each op it lacks."""
     from tensorflow.lite.python.convert_phase import ConverterError  # the converter: only here
 
     with tempfile.TemporaryDirectory(prefix="litert-") as folder:
@@ -89,8 +83,7 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
         try:
-            # Its log and, on failure, pages of MLIR: dropped (the exception holds the same),
-            # so a refusal is one line.
+            # Its log and pages of MLIR, dropped: the exception holds the same.
             with _native_stderr(lambda line: False):
                 return converter.convert()
         except ConverterError as exc:
@@ -110,8 +103,7 @@ XNNPACK_NOTICE = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
 
 @contextlib.contextmanager
 def _native_stderr(keep: Callable[[str], bool]) -> Iterator[None]:
-    """What C++ code writes straight to file descriptor 2 while inside (past `sys.stderr`):
-    the lines `keep` accepts are written to `sys.stderr` afterwards, the others dropped."""
+    """What C++ writes to file descriptor 2 inside: the lines `keep` accepts, to `sys.stderr`."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as caught:
@@ -133,8 +125,8 @@ _LOCATION = re.compile(r'fused\["([A-Za-z0-9_]+):", "([^"@]+)@')
 
 
 def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
-    """{'tf.Op': 'layer name'} for the ops of a failed conversion. The locations are the
-    converter's wording, not an API: its structured errors are the fallback ('?' for the layer)."""
+    """{'tf.Op': 'layer name'} of a failed conversion; from the converter's wording, else from
+    its structured errors (layer '?')."""
     names = {layer.name for layer in layers(model)}
     found: dict[str, str] = {}
     for op, scope in _LOCATION.findall(str(exc)):
@@ -152,7 +144,7 @@ def unsupported_ops(exc: Exception, model: Any) -> dict[str, str]:
 
 
 def layers(model: Any) -> list[Any]:
-    """Every layer of `model`, nested models' layers included, outer ones first."""
+    """Every layer of `model`, nested models' too, outer ones first."""
     found, stack = [], list(model.layers)
     while stack:
         layer = stack.pop(0)
@@ -162,8 +154,7 @@ def layers(model: Any) -> list[Any]:
 
 
 def on_token_ids(model: Any, vectorizer: Any) -> Any:
-    """The part of a text model after its TextVectorization layer, taking int32 token ids
-    (LiteRT has no string ops; int32 is what a phone's tokenizer hands over)."""
+    """A text model after its TextVectorization, on int32 token ids (LiteRT has no string ops)."""
     length = vectorizer.get_config()["output_sequence_length"]
     ids = keras.Input((length,), dtype="int32", name="token_ids")
     if hasattr(model, "network") and hasattr(model, "head"):  # data/text.py's TextModel: its parts
@@ -201,9 +192,8 @@ def tokenize_text(vectorizer: Any) -> str:
 def check_litert(
     params: Params, project_dir: Path, model: Any, vectorizer: Any, network: Any, tflite: Path
 ) -> dict[str, Any]:
-    """The `.tflite` beside the Keras model on the test split: both sets of test metrics, the
-    largest difference of their outputs, the share of the same predictions. Without prepared
-    data here, one probe example (zeros; token ids of 1) shows it runs."""
+    """The `.tflite` beside the Keras model on the test split: both metrics, the largest output
+    difference, the same predictions' share; without prepared data, one probe example."""
     runner = Interpreter(model_path=str(tflite)).get_signature_runner()
     (input_name,) = runner.get_input_details()
 
@@ -253,8 +243,7 @@ def check_litert(
 def export_litert(
     params: Params, project_dir: Path, output: Path | None = None, quantize: str | None = None
 ) -> dict[str, Any]:
-    """`model.keras` -> a checked `.tflite` at `output` (default results/models/model.tflite);
-    returns its entry in export.json (also written)."""
+    """`model.keras` -> a checked `.tflite` at `output`; returns its (written) export.json entry."""
     results = results_root(project_dir)
     output = Path(output) if output else results / LITERT_FILE
     example = "results/models/model-int8.tflite"
@@ -267,11 +256,14 @@ def export_litert(
     spec = load_spec(prepared) if (prepared / SPEC).is_file() else None
     model, info = load_for_users(results / "models", spec)
     found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
-    vectorizer = next(found, None)  # a text model's
-    network = on_token_ids(model, vectorizer) if vectorizer is not None else model
-    vocabulary = output.parent / VOCABULARY if vectorizer is not None else None
-    if vocabulary:
+    vectorizer, network, vocabulary = next(found, None), model, None
+    if vectorizer is not None:  # a text model: the .tflite takes its token ids
+        network, vocabulary = on_token_ids(model, vectorizer), output.parent / VOCABULARY
         _check_replaceable(results, vocabulary, example, beside=output)
+    shape = "x".join(str(d) for d in network.inputs[0].shape[1:])
+    inputs = f"float32 [batch, {shape}], as model.keras"
+    if vocabulary:
+        inputs = f"token ids, int32 [batch, {shape}], with {VOCABULARY} beside it"
     # Checked before it takes the place of the last export: a failed check leaves that one there.
     with _staging(output) as checked:
         checked.write_bytes(to_litert(network, quantize))
@@ -282,9 +274,9 @@ def export_litert(
             "bytes": checked.stat().st_size,
             "sha256": file_sha256(checked),
             "model_sha256": file_sha256(results / MODEL_FILE),
-            "inputs": _inputs(network, vectorizer),
+            "inputs": inputs,
             "vocabulary": _shown(vocabulary, results) if vocabulary else None,
-            "tokenize": tokenize_text(vectorizer) if vectorizer is not None else None,
+            "tokenize": tokenize_text(vectorizer) if vocabulary else None,
             **check_litert(params, project_dir, model, vectorizer, network, checked),
         }
         _move_into_place(results, checked, output, {**entry, "replaces": replaces})
@@ -296,9 +288,8 @@ def export_litert(
 
 @contextlib.contextmanager
 def _staging(output: Path) -> Iterator[Path]:
-    """Where an export is made: `new` in a hidden folder beside `output` (the same disk: it moves
-    in by a rename), removed at the end. Such folders a killed export left there go first, also
-    those of an earlier version of this project (named without `export-`)."""
+    """`new` in a hidden folder beside `output` (moved in by a rename), removed at the end; such
+    folders a killed export left go first (an earlier version's are named without `export-`)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{output.name}-export-"
     left = re.compile(r"\." + re.escape(output.name) + r"-(export-)?[a-z0-9_]{8}")  # mkdtemp's
@@ -313,8 +304,7 @@ def _staging(output: Path) -> Iterator[Path]:
 
 
 def _left_by_export(folder: Path) -> bool:
-    """Plainly a staging folder of ours: only `new` and `old`, each a file (a `.tflite`) or a
-    SavedModel's parts (TensorFlow writes some through a `<part>.tmp<uuid>` file)."""
+    """Only `new` and `old`, each a `.tflite` or a SavedModel's parts (or `<part>.tmp<uuid>`)."""
     if not folder.is_dir() or not {p.name for p in folder.iterdir()} <= {"new", "old"}:
         return False
     parts = [q.name for p in folder.iterdir() if p.is_dir() for q in p.iterdir()]
@@ -322,9 +312,8 @@ def _left_by_export(folder: Path) -> bool:
 
 
 def _move_into_place(results: Path, new: Path, output: Path, pending: dict[str, Any]) -> None:
-    """`new` (staged beside `output`) becomes `output`. export.json names the incoming export
-    and, as `replaces`, the one there until the move is done: a kill at any point leaves what
-    the next export accepts. A SavedModel there is renamed away whole, never half-deleted."""
+    """`new` becomes `output`; export.json names it first, with the one it `replaces`, so a
+    kill at any point leaves what the next export accepts."""
     record_export(results, output, pending)
     if output.is_dir():
         os.replace(output, new.with_name("old"))  # removed with the staging folder
@@ -345,8 +334,7 @@ def load_exports(results: Path) -> dict[str, dict[str, Any]]:
 
 
 def litert_summary(output: Path, entry: dict[str, Any]) -> str:
-    """The one line `export --format litert` prints: size, quantisation, and the test metrics
-    of the `.tflite` beside the Keras model's (or the probe's difference without data)."""
+    """The one line `export --format litert` prints."""
     quantize = {"none": "float32", "int8": "int8 dynamic range"}.get(entry["quantize"])
     line = (
         f"Wrote {output} (LiteRT, {quantize or entry['quantize']}, {entry['bytes'] / 1024:.1f} "
@@ -368,40 +356,29 @@ def litert_summary(output: Path, entry: dict[str, Any]) -> str:
     )
 
 
-def _inputs(network: Any, vectorizer: Any) -> str:
-    """What the `.tflite` takes, in words."""
-    shape = "x".join(str(d) for d in network.inputs[0].shape[1:])
-    if vectorizer is not None:
-        return f"token ids, int32 [batch, {shape}], with {VOCABULARY} beside it"
-    return f"float32 [batch, {shape}], as model.keras"
-
-
 def _shown(path: Path, results: Path) -> str:
-    """`path` relative to the results root when inside it (export.json's keys), else as is."""
+    """export.json's key: `path` relative to the results root when inside it."""
     path, root = Path(path).resolve(), results.resolve()
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def _fingerprint(saved_model: Path) -> str:
-    """TensorFlow's own identity of a SavedModel: hashes of its graph, signatures and weights."""
+    """TensorFlow's own identity of a SavedModel (its graph, signatures and weights)."""
     return tf.saved_model.experimental.read_fingerprint(str(saved_model)).singleprint()
 
 
 def _check_replaceable(
     results: Path, path: Path, example: str, beside: Path | None = None
 ) -> str | None:
-    """Export replaces only what it wrote: what is at `path` must be what export.json records
-    there, unchanged (a `.tflite`'s sha256, a SavedModel's fingerprint, or the `replaces` of an
-    export a kill stopped; a vocabulary it lists); anything else is the user's: refused, naming
-    --output (`beside`: the --output `path` is by). Returns the sha256 or fingerprint found."""
+    """Refuse to replace what export did not write (export.json's sha256, fingerprint, `replaces`
+    or vocabulary for `path`; `beside`: the --output `path` is by); returns the one found."""
     if not path.exists():
         return None
     exports, shown = load_exports(results), _shown(path, results)
     entry = exports.get(shown, {})
+    current = file_sha256(path) if path.is_file() else None
     if (path / "fingerprint.pb").is_file():
         current = _fingerprint(path)
-    else:
-        current = file_sha256(path) if path.is_file() else None
     listed = shown in {e.get("vocabulary") for e in exports.values()}
     recorded = {entry.get("fingerprint"), entry.get("sha256"), entry.get("replaces")}
     if current is None or not (listed or current in recorded):

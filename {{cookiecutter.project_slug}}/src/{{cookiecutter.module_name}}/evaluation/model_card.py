@@ -1,8 +1,7 @@
 """The model card, `results/reports/model_card.md` (docs/customise.md, "The model card").
 
-`evaluate` writes it whole from what the other commands wrote; `export` rewrites only its
-"Exported files" section. Whatever the user writes between the two HTML comment markers of
-"Intended use and limits" is kept, word for word, each time the card is written.
+`evaluate` writes it whole, `export` only its "Exported files"; what the user writes between the
+markers of "Intended use and limits" is kept, word for word.
 """
 
 from __future__ import annotations
@@ -96,8 +95,8 @@ def update_exports(results: Path, exports: dict[str, dict[str, Any]]) -> Path | 
 
 
 def user_section(old: str) -> str:
-    """What the user wrote between the intended-use markers of the card `old` (to its end
-    when the closing marker is gone), or the placeholder for a new card."""
+    """The user's text between the intended-use markers of `old` (or to its end), else the
+    placeholder."""
     start = old.find(USER_BEGIN)
     if start < 0:
         return USER_PLACEHOLDER
@@ -171,9 +170,8 @@ def data_section(project_dir: Path, spec: DataSpec, task: Task, run: dict[str, A
 def training_section(
     run: dict[str, Any], train: dict[str, Any], task: Task, params: Params, project_dir: Path
 ) -> str:
-    """How the model was trained: the run record, its numbers (`train`), the class weights, and
-    the params that differ from the file params.yaml (the run's `--set` overrides, a notebook's
-    parameters, or edits since)."""
+    """The run record, its numbers (`train`), the class weights, and the run's params that differ
+    from params.yaml (`--set`, a notebook's parameters, edits since)."""
     file = project_dir / "params.yaml"
     params = load_params(file) if file.is_file() else params
     ran = {**flat(params.to_dict()), **flat(run.get("params", {}))}  # the run's, else the file's
@@ -250,8 +248,8 @@ def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
 
 
 def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
-    """The files to ship that exist now, with their sizes (a file from an older model.keras is
-    marked), then the LiteRT exports' test metrics beside the Keras model's (export.json)."""
+    """The files to ship that exist now (those of an older model.keras marked), then the LiteRT
+    exports' test metrics beside the Keras model's."""
     model = results / MODEL_FILE
     current = file_sha256(model) if model.is_file() else None
     rows = [
@@ -278,8 +276,7 @@ def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
 
 
 def litert_table(checked: list[tuple[str, str, dict[str, Any]]], keras_size: str) -> str:
-    """The Keras model and each LiteRT export on the test split: headline metrics, the largest
-    output difference and the share of examples where they give the same prediction."""
+    """The Keras model and each LiteRT export on the test split."""
     first = checked[0][2]
     names = [m for m in task_class(first["task"]).headline if m in first["keras"]]
     header = ["model", "weights", "size", *names, "largest difference", "same prediction"]
@@ -311,8 +308,8 @@ def _export_text(entry: dict[str, Any]) -> str:
 
 
 def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str = ".4g") -> str:
-    """A Markdown table (pandas and tabulate) of rows or a DataFrame (without a header: [name,
-    value] rows): floats to `digits`, text as it is (an id `007` stays), `|` escaped."""
+    """A Markdown table of rows ([name, value] without a header) or a DataFrame: floats to
+    `digits`, text as it is (an id `007` stays), `|` escaped."""
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header)
 
     def cell(value: Any) -> Any:

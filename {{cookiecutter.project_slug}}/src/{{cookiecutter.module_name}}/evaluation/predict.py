@@ -1,8 +1,7 @@
 """Predictions from the saved model alone (`model.keras`, `model.json`; docs/customise.md).
 
-`predict` scores a CSV (the training feature columns, or the text column), image files (made
-into pixels by data/images.py as `prepare` stored the training images) or `.txt` files. Its CSV
-holds `id` (a row number from 1, or a file) and the columns the task's kind gives.
+`predict` scores a CSV, image files (made into pixels as `prepare` stored the training images)
+or `.txt` files; its CSV holds `id` (a row number from 1, or a file) and the kind's columns.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ CHUNK = 256  # examples per model call: bounds memory for a large folder
 
 
 def predict(source: Path, output: Path, models_dir: Path) -> int:
-    """Score `source` (a CSV, an image or a folder of images; for text a CSV, a .txt file or a
-    folder of them); write the CSV `output`."""
+    """Score `source` (a CSV, a file or a folder of them); write the CSV `output`."""
     if output.resolve() == source.resolve():
         raise ConfigError(
             f"--output {output}: is the input; predictions would replace it "
@@ -49,9 +47,7 @@ def predict(source: Path, output: Path, models_dir: Path) -> int:
 def prediction_table(
     task: Task, ids: list[str], outputs: np.ndarray, targets: np.ndarray | None = None
 ) -> pd.DataFrame:
-    """The predictions of `predict` and of `evaluate` (results/predictions/test.csv): `id`,
-    `target` (the truth, when `targets` are given), then the task's columns for the outputs
-    (`prediction`, and `prob_<name>` per class or label)."""
+    """`predict`'s and `evaluate`'s table: `id`, `target` (when given), the task's columns."""
     table = pd.DataFrame({"id": ids})
     if targets is not None:
         table["target"] = task.target_text(targets)
@@ -60,8 +56,8 @@ def prediction_table(
 
 
 def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str], Any]]:
-    """(ids, raw inputs) in chunks of CHUNK: CSV rows for vectors, files for images, either for
-    text (a string tensor, not a NumPy array of strings: Keras's `predict` refuses those)."""
+    """(ids, raw inputs) in chunks of CHUNK; text as a string tensor (Keras's `predict` refuses
+    a NumPy array of strings)."""
     kind, columns = info["input_kind"], info["feature_names"]
     if not source.exists():
         raise ConfigError(f"{source}: no such file or folder (example: predict data/new.csv)")
@@ -86,8 +82,7 @@ def _read_inputs(source: Path, info: dict[str, Any]) -> Iterator[tuple[list[str]
 
 
 def _refusal(source: Path, kind: str, columns: list[str]) -> ConfigError:
-    """One line: `source` is not what a model trained on inputs of `kind` scores; what it takes,
-    what `source` is, and a valid example."""
+    """One line: what the model takes, what `source` is, and a valid example."""
     if kind == "vector":
         shown = ", ".join(columns[:4]) + (", ..." if len(columns) > 4 else "")
         takes, example = f"a CSV of its training features ({shown})", "new.csv"
@@ -106,8 +101,7 @@ def _refusal(source: Path, kind: str, columns: list[str]) -> ConfigError:
 
 
 def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[list[str], Any]]:
-    """(row numbers, inputs) in chunks of CHUNK rows: the text column, or the training feature
-    columns as float32."""
+    """(row numbers, inputs) in chunks: the text column, or the feature columns as float32."""
     rows: list[str] = []
 
     def where(row: int) -> str:

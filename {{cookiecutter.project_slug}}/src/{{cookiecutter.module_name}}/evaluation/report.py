@@ -1,9 +1,7 @@
 """Figures and tables for the notebooks: data exploration, training curves, evaluation.
 
-The notebooks only call these functions, so a figure looks the same from every notebook and from
-`make notebooks`. Every figure is saved to `results/figures/<name>.png` (under the results root,
-which $PROJECT_RESULTS_DIR moves); tables are pandas DataFrames written as Markdown. The kind
-draws its own evaluation figure and table (tasks/).
+The notebooks only call these, so a figure is the same from each; figures go to
+`results/figures/<name>.png`, tables are Markdown; the kind draws its own evaluation (tasks/).
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ def save_figure(fig: Any, project_dir: Path, name: str) -> None:
 
 
 def plot_targets(splits: dict[str, np.ndarray], task: Task) -> Any:
-    """The targets of each split: examples per class or label where the kind counts them
-    (`Task.counts`), else a histogram of the values."""
+    """Each split's examples per class or label (`Task.counts`), else a histogram of values."""
     counts = {split: task.counts(np.asarray(y)) for split, y in splits.items()}
     if any(c is None for c in counts.values()):
         table = pd.DataFrame(
@@ -60,8 +57,7 @@ def plot_targets(splits: dict[str, np.ndarray], task: Task) -> Any:
 
 
 def split_table(project_dir: Path) -> str:
-    """Markdown: each split's examples and where they came from (data.split: the published
-    split's folder, file or column, or a seeded random share of the data or of train)."""
+    """Markdown: each split's examples and where they came from (data.split)."""
     spec = load_spec(Path(project_dir) / PROCESSED)
     rows = [[s, spec.counts.get(s, 0), origin(spec, s)] for s in SPLITS]
     table = markdown(pd.DataFrame(rows, columns=["split", "examples", "from"]))
@@ -69,9 +65,8 @@ def split_table(project_dir: Path) -> str:
 
 
 def class_balance(project_dir: Path, params: Params) -> str:
-    """Markdown: the training split's examples per class or label, their share, and the weight
-    each gets in the loss (`train.class_weight`: those `train` will use), then the preflight's
-    note on imbalance."""
+    """Markdown: the training split's examples per class or label, share and loss weight, then
+    the preflight's note on imbalance."""
     spec = load_spec(Path(project_dir) / PROCESSED)
     if not spec.train_counts:
         return f"{spec.task}: no classes to balance (train.class_weight stays none)."
@@ -87,8 +82,8 @@ def class_balance(project_dir: Path, params: Params) -> str:
 
 
 def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
-    """Draw one example on `ax` without ticks: an image as it is (grey or RGB), a vector square
-    when its length is (64, 784), else one row stretched, so tabular data still gets a picture."""
+    """One example on `ax`: an image as it is, a vector as a square when it is one (64, 784),
+    else as one stretched row."""
     picture = np.asarray(features)
     if picture.ndim == 3:  # an image [h, w, c] of pixel values 0-255
         picture = picture[..., 0] if picture.shape[-1] == 1 else np.clip(picture / 255.0, 0, 1)
@@ -100,8 +95,7 @@ def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
 
 
 def _picks(y: np.ndarray, task: Task, per_class: int) -> list[np.ndarray]:
-    """Rows of example indices: one per class where the kind has one class per example
-    (`stratified`), else the first examples."""
+    """Rows of example indices: one per class (`stratified` kinds), else the first examples."""
     if task.stratified:
         return [np.flatnonzero(y == k)[:per_class] for k in np.unique(y)]
     first = np.arange(min(len(y), 3 * per_class))
@@ -109,8 +103,8 @@ def _picks(y: np.ndarray, task: Task, per_class: int) -> list[np.ndarray]:
 
 
 def plot_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 6) -> Any:
-    """A grid of examples (`_show`): one row per class, named, where the kind has one class per
-    example, else the first examples, each titled with its target as the kind writes it."""
+    """A grid of examples: a named row per class (`stratified` kinds), else the first examples,
+    each titled with its target."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
     y, by_class = np.asarray(y), task.stratified
@@ -135,8 +129,7 @@ def plot_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 6) 
 
 
 def text_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 3) -> str:
-    """Texts as a Markdown table (notebook 01, for text): `per_class` of each class where the
-    kind has one class per example, else the first ones, with their targets."""
+    """Texts and their targets as a Markdown table, picked as `plot_examples` does."""
     y = np.asarray(y)
     picks = [i for row in _picks(y, task, per_class) for i in row]
     texts = [text or "-" for text in task.target_text(y[picks])]
@@ -205,8 +198,7 @@ def _plots(project_dir: Path, task: Task) -> dict[str, pd.DataFrame]:
 
 
 def evaluation_summary(project_dir: Path, task_type: str) -> str:
-    """Markdown of `evaluate`'s results: which test split, the test scores, then the kind's
-    table per class or label (the plot whose first column names them), if it has one."""
+    """Markdown of `evaluate`'s test scores, then the kind's table per class or label, if any."""
     test = read_json(_written(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
     scores = ", ".join(
@@ -221,24 +213,21 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
 
 
 def plot_evaluation(project_dir: Path, task_type: str) -> tuple[Any, str]:
-    """The figure that fits the task's kind, and its name for `save_figure`: the confusion
-    matrix, precision / recall / F1 per label, predicted against true values, ..."""
+    """The kind's evaluation figure, and its name for `save_figure`."""
     spec = load_spec(Path(project_dir) / PROCESSED)
     task = task_class(task_type)(names=list(spec.names))
     return task.figure(_plots(project_dir, task))
 
 
 def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
-    """The `n` rows of `evaluate`'s results/predictions/test.csv with the highest loss (the task's
-    own loss of each example, which evaluate wrote), highest first."""
+    """The `n` rows of results/predictions/test.csv with the highest loss, highest first."""
     path = _written(project_dir, TEST_PREDICTIONS)
     rows = pd.read_csv(path, dtype=str, keep_default_na=False)
     return rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
 
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
-    """Notebook 03: `worst_predictions` as a Markdown table (for text with the text); for images
-    also their figure, saved as results/figures/03_worst_examples.png."""
+    """`worst_predictions` as Markdown (with the text, for text); for images also a figure."""
     rows = worst_predictions(project_dir, n)
     spec = load_spec(Path(project_dir) / PROCESSED)
     columns = ["id", "target", "prediction", "loss"]
@@ -254,9 +243,8 @@ def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
 
 
 def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[str, np.ndarray]:
-    """{id: pixels 0-255 [h, w, c]}: the files in `data.path` as they are (upright, at their
-    own size) for source images, else (and for a file no longer there) what the test shards
-    hold, as the model saw them."""
+    """{id: pixels 0-255 [h, w, c]}: source images' files in `data.path` as they are, else (or
+    when gone) what the test shards hold."""
     found: dict[str, np.ndarray] = {}
     if data.source == "images":
         base = locations.resolved(data.path, project_dir)  # as prepare reads it
@@ -285,8 +273,7 @@ def _test_examples(project_dir: Path, ids: set[str]) -> dict[str, Any]:
 
 
 def plot_worst(rows: pd.DataFrame, pictures: dict[str, np.ndarray]) -> Any:
-    """A grid of the examples of `rows` (worst_predictions), four to a row, each titled
-    "truth -> prediction" and its loss."""
+    """The examples of `rows`, four to a row, titled "truth -> prediction" and the loss."""
     import matplotlib.pyplot as plt  # only notebooks draw
 
     cols = 4

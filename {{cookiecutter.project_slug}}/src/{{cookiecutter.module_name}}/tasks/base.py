@@ -30,16 +30,13 @@ from ..registry import lookup, names
 from ..spec import DataSpec
 
 EPSILON = 1e-7  # probabilities are clipped to [EPSILON, 1 - EPSILON] before taking logs
-# `evaluate`'s metrics and their traced update, one per task value (each command builds its own
-# task). Eagerly, AUC(multi_label=True) builds a new tf.function at each update (vectorized_map);
-# TensorFlow counts traces per function code, so a graph built per `evaluate` call, or per task
-# object, warns as retracing once a process has evaluated five times (`export`, then `evaluate`).
+# `evaluate`'s metrics and their traced update, one per task value: eagerly, AUC(multi_label=True)
+# traces at each update, and a graph per call warns as retracing after five `evaluate`s.
 _TEST_METRICS: dict[tuple[type, str], tuple[list[keras.metrics.Metric], Any]] = {}
 
 
 class TargetError(ConfigError):
-    """A raw label value a task refuses: value `row` (from 0) of those given, and `what` is
-    wrong with it; a reader that knows where the value came from says so (a CSV: its line)."""
+    """A raw label value refused: value `row` (from 0), and `what` is wrong with it."""
 
     def __init__(self, column: str, row: int, what: str) -> None:
         super().__init__(f"{column}: row {row + 1}: {what}")
@@ -48,14 +45,11 @@ class TargetError(ConfigError):
 
 @dataclass
 class Evaluation:
-    """What `evaluate` writes: `metrics` (every test number: the model card; evaluate.json keeps
-    the headline ones), `plots` (file name -> table, under results/plots/: dvc.yaml's plots) and
-    `table`, the scores per class or label that the model card and notebook 03 show (None: the
-    kind has none); `Task.evaluate` adds every test example's target, output and loss."""
+    """What `evaluate` writes; `Task.evaluate` adds each test example's target, output and loss."""
 
-    metrics: dict[str, float]
-    plots: dict[str, pd.DataFrame]
-    table: pd.DataFrame | None = None
+    metrics: dict[str, float]  # every test number
+    plots: dict[str, pd.DataFrame]  # results/plots/ tables by file name
+    table: pd.DataFrame | None = None  # per class or label (None: the kind has none)
     targets: np.ndarray | None = None
     outputs: np.ndarray | None = None
     losses: np.ndarray | None = None
@@ -70,8 +64,7 @@ class Task:
     extra_metrics: list[str] = field(default_factory=list)  # task.metrics: keras metric names
     target_mean: float = 0.0  # a numeric target: the training split's mean and deviation
     target_std: float = 1.0
-    # train.class_weight: a weight per class or label, in `names` order; () = unweighted.
-    class_weights: tuple[float, ...] = ()
+    class_weights: tuple[float, ...] = ()  # train.class_weight, in `names` order; () = none
 
     kind: ClassVar[str] = ""  # the name the kind registers under; spec.json's `task`
     train_metric_name: ClassVar[str] = ""  # the first standard metric, also tracked in training
@@ -79,10 +72,8 @@ class Task:
     min_names: ClassVar[int] = 1
     stratified: ClassVar[bool] = False  # `prepare` splits each class alike (class indices)
     target_dtype: ClassVar[str] = "float32"  # the targets' type in the shards and the batches
-    # The metrics a user compares between runs: what the metrics files hold (evaluate.json on
-    # the test split; train.json on validation, beside val_loss), few enough that `dvc metrics
-    # show` fits a terminal; also what `export` prints. Every metric is in the run record and
-    # the model card.
+    # The metrics compared between runs (evaluate.json, train.json, `export`'s line): few enough
+    # for `dvc metrics show`; every metric is in the run record and the model card.
     headline: ClassVar[tuple[str, ...]] = ()
     plot_columns: ClassVar[dict[str, list[str]]] = {}  # results/plots/ files `report` fills
 
@@ -95,8 +86,7 @@ class Task:
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
     ) -> Evaluation:
-        """`evaluate`'s Evaluation from every test target and output and `scores` (the keras
-        metrics' results, `test_loss`, `test_examples`)."""
+        """`evaluate`'s Evaluation from every test target and output and the keras `scores`."""
         raise NotImplementedError
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
@@ -185,9 +175,9 @@ class Task:
         return self.output_layer()(logits)
 
     def make_metrics(self, training: bool = False) -> list[keras.metrics.Metric]:
-        """keras.metrics for validation and test, then `task.metrics`, built and reset (create
-        them inside `strategy.scope()`). `training=True`: `task.metrics` only (the whole set cost
-        40 % of a small model's step; the step tracks `train_metric` besides)."""
+        """keras.metrics for validation and test, then `task.metrics`, built (inside
+        `strategy.scope()`). `training=True`: `task.metrics` only (the whole set cost 40 % of a
+        small model's step)."""
         metrics = [] if training else self.standard_metrics()
         taken = {self.train_metric_name} if training else {m.name for m in metrics}
         for name in [n for n in self.extra_metrics if n not in taken]:
@@ -201,9 +191,8 @@ class Task:
             if not isinstance(metric, keras.metrics.Metric):  # a plain function: wrap it
                 metric = keras.metrics.MeanMetricWrapper(metric, name=name)
             metrics.append(metric)
-        # F1Score and R2Score create their variables at the first update (R2Score one of them
-        # before), which must not happen inside a replica step or a traced update (it traces
-        # twice): a zero-weight batch creates them here.
+        # F1Score and R2Score create variables at their first update, which must not happen in a
+        # replica step or a traced update: a zero-weight batch creates them here.
         outputs = keras.ops.zeros((1, len(self.names)))
         targets = keras.ops.zeros((1, *self.target_shape()), self.target_dtype)
         for metric in [m for m in metrics if not getattr(m, "_built", bool(m.variables))]:
@@ -214,38 +203,31 @@ class Task:
 
     def update_metrics(self, metrics: Sequence[Any], y_true: Any, logits: Any) -> None:
         """Update every metric from targets and logits; call inside the (replica) step."""
-        self.update_metrics_from_outputs(metrics, y_true, self.outputs(logits))
-
-    def update_metrics_from_outputs(
-        self, metrics: Sequence[Any], y_true: Any, outputs: Any
-    ) -> None:
-        """The same from what the saved model gives (probabilities or values): `evaluate`."""
+        outputs = self.outputs(logits)
         for metric in metrics:
             metric.update_state(self.metric_targets(metric, y_true), outputs)
 
     def _test_metrics(self) -> tuple[list[keras.metrics.Metric], Any]:
-        """`evaluate`'s metrics and their update as one graph, built for the first task of this
-        value and reset by each `evaluate`."""
+        """`evaluate`'s metrics and their update as one graph, one per task value."""
         key = (type(self), repr(self))
         if key not in _TEST_METRICS:
             metrics = self.make_metrics()
 
-            # One trace for every batch: its signature is any batch's (a kind's outputs can be
-            # wider than its logits: ordinal's probabilities).
+            # One trace for every batch (outputs can be wider than logits: ordinal's).
             targets = tf.TensorSpec((None, *self.target_shape()), self.target_dtype)
             outputs = tf.TensorSpec((None, None), tf.float32)
 
             @tf.function(input_signature=[targets, outputs])
             def update(y_true: Any, outputs: Any) -> None:
-                self.update_metrics_from_outputs(metrics, y_true, outputs)
+                for metric in metrics:
+                    metric.update_state(self.metric_targets(metric, y_true), outputs)
 
             _TEST_METRICS[key] = metrics, update
         return _TEST_METRICS[key]
 
     def evaluate(self, batches: Iterable[tuple[Any, Any]]) -> Evaluation:
-        """`report` of the (targets, outputs) batches of the saved model, with every target,
-        output and loss; `test_loss` is the training loss of the outputs turned back into
-        logits, as `val_loss` is in training."""
+        """`report` of the saved model's (targets, outputs) batches; `test_loss` is the training
+        loss of the outputs turned back into logits, as `val_loss` is."""
         metrics, update = self._test_metrics()
         for metric in metrics:
             metric.reset_state()
@@ -268,9 +250,8 @@ class Task:
 
 
 class MacroAUC(keras.metrics.AUC):
-    """ROC AUC per class (one-vs-rest) or label, averaged over those the data has both with and
-    without: Keras's `AUC(multi_label=True)` scores one that a split lacks as 0, which lowers the
-    mean (scikit-learn's `roc_auc_score` refuses to score it)."""
+    """ROC AUC per class or label, averaged over those the data has both with and without:
+    Keras's `AUC(multi_label=True)` scores one a split lacks as 0, lowering the mean."""
 
     def __init__(self, num_labels: int, name: str = "auc") -> None:
         super().__init__(multi_label=True, num_labels=num_labels, name=name)
@@ -286,8 +267,7 @@ class MacroAUC(keras.metrics.AUC):
 
 
 def per_name_table(header: str, names: list[str], truth: Any, predicted: Any) -> pd.DataFrame:
-    """Precision, recall, F1 and support per class or label (scikit-learn's report), every name
-    also one the test split lacks; `truth` and `predicted` class indices or 0/1 rows."""
+    """scikit-learn's precision, recall, F1 and support per name, also one the split lacks."""
     labels = list(range(len(names))) if np.ndim(truth) == 1 else None
     report = classification_report(
         truth, predicted, labels=labels, target_names=names, output_dict=True, zero_division=0
@@ -314,16 +294,14 @@ def for_spec(spec: DataSpec) -> Task:
 
 
 def encode(kind: str, values: Sequence[Any], column: str) -> tuple[np.ndarray, list[str]]:
-    """A training split's raw label values -> (targets, names) for a task of `kind` (the
-    readers; `column` names the values in errors)."""
+    """A training split's raw label values -> (targets, names) for a task of `kind`."""
     cls = task_class(kind)
     found = cls.names_of(values, column)
     return cls(names=found).encode_targets(values, column), found
 
 
 def make_task(params: Params, spec: DataSpec, weighted: bool = True) -> Task:
-    """The task of `params.task.type`, checked against what `prepare` found in the data, with
-    `train.class_weight` resolved (`weighted=False`: without, as `evaluate` scores)."""
+    """The task of `params.task.type` for the prepared data (`weighted=False`: no class weights)."""
     cls = task_class(params.task.type)
     if spec.task != cls.kind:
         raise ConfigError(
@@ -348,9 +326,8 @@ def make_task(params: Params, spec: DataSpec, weighted: bool = True) -> Task:
 
 
 def resolve_class_weights(params: Params, spec: DataSpec, task: Task) -> tuple[float, ...]:
-    """`train.class_weight` as one weight per name of the spec, from the training split's counts
-    (`spec.train_counts`): `balanced` by the kind's rule (`Task.balanced_weights`), a map gives
-    its names' weights and 1 to the others. () for `none`."""
+    """`train.class_weight` as a weight per name: `balanced` by the kind's rule, a map's (1 for
+    names left out), or () for `none`."""
     setting, found = params.train.class_weight, list(spec.names)
     if setting == "none":
         return ()

@@ -1,8 +1,7 @@
-"""Tasks whose target is one class per example: what they share, whatever their loss.
+"""Tasks whose target is one class per example, whatever their loss (Classification: task.py).
 
-The targets are class indices over `names`, sorted in natural order ('2' before '10'); splits
-are stratified by class; predictions name the arg-max class beside a probability per class.
-Classification (task.py) is the built-in task of this kind; one with another loss subclasses it.
+Targets are class indices over `names` in natural order ('2' before '10'); splits are stratified;
+predictions name the arg-max class beside a probability per class.
 """
 
 from __future__ import annotations
@@ -60,13 +59,11 @@ class Classes(Task):
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
     ) -> Evaluation:
-        """Balanced accuracy and macro F1 beside accuracy; per-class precision, recall, F1 and
-        support (every class, also one the test split lacks); the confusion pairs."""
+        """Balanced accuracy, macro F1, the per-class table and the confusion pairs."""
         truth, predicted = y_true.astype(int), outputs.argmax(axis=1)
         table = per_name_table("class", self.names, truth, predicted)
         scores["test_balanced_accuracy"] = float(metrics.balanced_accuracy_score(truth, predicted))
-        # Macro F1 over every class, as sklearn's; a kind whose metrics have Keras's macro
-        # F1Score (classification) has it already, and a metrics file holds a value once.
+        # A kind whose metrics have Keras's macro F1Score (classification) has it already.
         scores.setdefault("test_f1", float(table["f1"].mean()))
         names = np.array(self.names, dtype=object)
         pairs = pd.DataFrame({"actual": names[truth], "predicted": names[predicted]})
@@ -103,6 +100,6 @@ def probabilities(names: list[str], outputs: np.ndarray) -> dict[str, list[str]]
 
 
 def listed(names: list[str], most: int = 12) -> str:
-    """`a`, `b` and 3 more: names for a sentence."""
+    """`a`, `b` and 3 more."""
     shown = ", ".join(f"`{n}`" for n in names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")

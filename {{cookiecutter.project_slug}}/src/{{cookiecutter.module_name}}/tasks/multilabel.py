@@ -1,9 +1,8 @@
 """Multi-label: any number of labels per example (a photo with a cat and a dog).
 
-The target is a 0/1 vector over the labels. In a CSV one column holds a row's labels joined by
-`|` (`cat|dog`; empty = none); a TFRecord feature holds label strings or the 0/1 vector. The model
-gives a sigmoid probability per label, trained with binary cross-entropy; a label is predicted
-when its probability reaches THRESHOLD. `train.class_weight` weighs each label's positive term.
+The target is a 0/1 vector over the labels: a CSV cell joins them by `|` (`cat|dog`; empty =
+none), a TFRecord feature holds label strings or the vector. `train.class_weight` weighs each
+label's positive term.
 """
 
 from __future__ import annotations
@@ -58,8 +57,7 @@ class Multilabel(Task):
         return np.log(p / (1.0 - p))
 
     def standard_metrics(self) -> list[keras.metrics.Metric]:
-        """Binary accuracy, AUC (macro over labels), precision and recall (pooled, at the
-        threshold), F1 (macro)."""
+        """Binary accuracy, macro AUC and F1, pooled precision and recall at the threshold."""
         m = keras.metrics
         return [
             m.BinaryAccuracy(threshold=THRESHOLD, name="binary_accuracy"),
@@ -83,8 +81,7 @@ class Multilabel(Task):
 
     @classmethod
     def names_of(cls, values: Sequence[Any], column: str) -> list[str]:
-        """The sorted distinct labels of `cat|dog` cells or label lists; `label_<i>` for 0/1
-        vectors (a TFRecord feature of numbers)."""
+        """The sorted labels of `cat|dog` cells or label lists; `label_<i>` for 0/1 vectors."""
         if values and all(_is_vector(v) for v in values):
             return [f"label_{i}" for i in range(len(values[0]))]
         return sorted({label for v in values for label in _labels(v)})

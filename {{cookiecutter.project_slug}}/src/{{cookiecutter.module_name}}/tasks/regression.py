@@ -1,9 +1,8 @@
-"""Regression: a number per example, in the user's units.
+"""Regression: a number per example, in the user's units (the base Task's targets and splits).
 
-The loss is the mean squared error of the STANDARDISED target (the training split's mean and
-standard deviation, which `prepare` keeps in spec.json), so a target around 50 trains as well as
-one around 0; the saved model answers in the user's units, and the metrics are in them too.
-The base Task's targets, predictions and splits are already those of a number per example.
+The loss is the mean squared error of the STANDARDISED target (spec.json's training mean and
+deviation), so a target around 50 trains as well as one around 0; outputs and metrics are in the
+user's units.
 """
 
 from __future__ import annotations
@@ -30,10 +29,6 @@ class Regression(Task):
     plot_columns: ClassVar[dict[str, list[str]]] = {
         "predictions.csv": ["actual", "predicted", "residual"]
     }
-
-    @property
-    def num_outputs(self) -> int:
-        return 1
 
     def loss(self, y_true: Any, logits: Any) -> Any:
         standard = (keras.ops.cast(y_true, "float32") - self.target_mean) / self.target_std
@@ -66,8 +61,7 @@ class Regression(Task):
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
     ) -> Evaluation:
-        """The residuals' mean, spread and 90th percentile of their size; actual, predicted and
-        residual per example."""
+        """The residuals' mean, spread and 90th percentile size; each example's residual."""
         predicted = outputs.reshape(-1).astype(np.float64)
         residual = predicted - y_true
         scores.update(
