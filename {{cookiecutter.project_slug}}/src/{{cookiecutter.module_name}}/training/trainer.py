@@ -225,7 +225,7 @@ def choose_run(
 
 def check_data(params: Params, project_dir: Path) -> bool:
     """The data first: a file that differs from data/manifest.json stops here. True when
-    `prepare` ran; else the bundled digits are split into a temporary folder (`open_data`)."""
+    `prepare` ran; else `open_data` splits the bundled digits."""
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
@@ -451,8 +451,7 @@ def saved_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_meta(run: Run, meta: dict[str, Any]) -> None:
-    """Refuse a checkpoint of an older version of the project or of another run, naming what
-    differs; note a resume under other code."""
+    """Refuse a checkpoint of an older version or of another run; note a resume under other code."""
     name, plan = run.params.run_name, run.plan
     new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
     if not is_current(meta):
@@ -583,8 +582,7 @@ def _end_epoch(run: Run, curves: Curves) -> None:
 
 
 def diverged(state: RunState) -> bool:
-    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends,
-    so the run ends there (its best epoch's model is kept)."""
+    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends."""
     return bool(state.history) and not math.isfinite(state.history[-1]["val_loss"])
 
 
