@@ -2,8 +2,7 @@
 
 `<storage>/checkpoints/<run_name>/step-000000120/` holds `ckpt.index`, `ckpt.data-*` and
 `meta.json`, written last with every file's size and CRC32, into a hidden `.tmp-*` folder renamed
-to `step-*` only then (atomic). A restore checks them again: a synced Drive can still lose or cut
-files (docs/training-faults.md).
+to `step-*` only then. A restore checks them again: a synced Drive can still lose or cut files.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ from .lease import LEASE_FILE
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 MIB = 1 << 20
-# meta.json's `format`: what this version writes and resumes. Raise it when what a checkpoint
-# holds changes (its variables, meta.json's `state` or `fingerprint`): an older checkpoint is then
-# refused by name, never misread.
+# meta.json's `format`: raise it when what a checkpoint holds changes (its variables, meta.json's
+# `state` or `fingerprint`): an older checkpoint is then refused by name, never misread.
 FORMAT = 2
 
 
@@ -49,8 +47,7 @@ def is_current(meta: dict[str, Any]) -> bool:
 
 
 def keep_it(run_name: str, new_name: str = "") -> str:
-    """What every refusal to resume suggests: another run, or the old settings; never a step
-    that deletes the run's checkpoints."""
+    """What every refusal to resume suggests: another run, or the old settings."""
     return (
         f"its checkpoints are kept: train under another run_name (example: --set "
         f"run_name={new_name or run_name + '-2'}), or put back what changed to resume run "
@@ -122,8 +119,7 @@ class CheckpointStore:
         return None
 
     def _make_room(self) -> None:
-        """Prune older checkpoints, oldest first, before a save that would not fit, if that frees
-        enough room; never the newest complete one."""
+        """Prune older checkpoints (never the newest) before a save that would not fit."""
         *older, newest = list_checkpoints(self.directory) or [(0, None)]
         need = _folder_bytes(newest[1])  # the next one will be about as big
         free = free_bytes(self.directory)
@@ -171,9 +167,8 @@ class CheckpointStore:
         return final
 
     def prepare(self, checkpoint: Any) -> Callable[[Any], Any]:
-        """`checkpoint.write` traced once, when the variables all exist (before training): run
-        eagerly, a write reads every variable with ops of its own (MobileNetV3Small's checkpoint:
-        125 ms of TensorFlow a save on 2 CPU cores, traced 19 ms)."""
+        """`checkpoint.write` traced once, before training: eagerly, a write reads every variable
+        with ops of its own (MobileNetV3Small: 125 ms a save on 2 CPU cores, traced 19 ms)."""
         import tensorflow as tf
 
         if self._traced is None or self._traced[0] is not checkpoint:
@@ -194,7 +189,6 @@ class CheckpointStore:
                     f"WARNING: checkpoint {path} is damaged ({problem}); "
                     "falling back to the one before it."
                 )
-
                 if self.restore_from == self.directory:
                     # Moved aside: it would otherwise count as the newest when pruning.
                     with contextlib.suppress(OSError):
@@ -227,13 +221,12 @@ class CheckpointStore:
             shutil.rmtree(child, ignore_errors=True)
 
     def clear(self) -> list[int]:
-        """Delete every checkpoint of this run (`train --fresh`): complete, partial (`.tmp-*`)
-        and damaged ones; return the steps of the complete ones deleted. The lease stays (this
+        """Delete every checkpoint of this run (`train --fresh`): complete, partial, damaged, a
+        lease write cut short; return the steps of the complete ones. The lease stays (this
         session holds it), and so does anything else in the folder: the project did not write it."""
         complete = list_checkpoints(self.directory)
         for _, path in complete:
             shutil.rmtree(path, ignore_errors=True)
-        # Partial saves, damaged checkpoints, a lease write cut short (core/files.temp_file).
         for pattern in (".tmp-*", "damaged-step-*", f".{LEASE_FILE}-*.tmp"):
             for path in self.directory.glob(pattern):
                 if path.is_dir():
@@ -257,9 +250,8 @@ def _commit(tmp: Path, final: Path) -> None:
 
 
 def is_storage_fault(exc: BaseException) -> bool:
-    """True for a write that failed because of the storage (no space, I/O, permission, a dropped
-    mount): an OSError, or a TensorFlow OpError of the save op (on a full disk, SaveV2 raises
-    `ResourceExhaustedError`)."""
+    """True for a write that failed because of the storage: an OSError, or a TensorFlow OpError
+    of the save op (on a full disk, SaveV2 raises `ResourceExhaustedError`)."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     return isinstance(exc, OSError) or (
         "OpError" in names and type(exc).__name__ != "InvalidArgumentError"
@@ -287,8 +279,8 @@ def _crc32(path: Path) -> int:
 
 
 def _fsync(path: Path) -> None:
-    """Flush a file or folder to disk, so a rename cannot overtake the data it names (some file
-    systems, such as FUSE mounts, cannot fsync a folder: skipped there)."""
+    """Flush a file or folder to disk, so a rename cannot overtake the data it names (FUSE mounts
+    may not fsync a folder: skipped there)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -298,7 +290,6 @@ def _fsync(path: Path) -> None:
 
 
 def _free_mib(directory: Path) -> float:
-    """Free space where `directory` is (or its nearest existing parent), in MiB."""
     free = free_bytes(directory)
     return float("nan") if free is None else free / MIB
 

@@ -3,11 +3,10 @@
 A checkpoint continues one computation: resumed with other data or settings, it would give a model
 that no single run produced. So `train` refuses, naming each difference (`train.learning_rate was
 0.001, now 0.003`). The fingerprint holds the data's hash; `seed` and `data.augment`; every key of
-`model`, `task` and `train` but `RUN_ONLY` (how or when a run runs, not what it computes; more
-`train.epochs` continue a run, except under a schedule over all the steps); `global_batch` (not
-`distribute` or `repro`: a run may resume on other hardware); and derived values, named only when
-nothing else differs and only when known on both sides: `learning_rate_applied` and `variables`
-(the model's weights as the code builds them). A key on one side only is a difference too.
+`model`, `task` and `train` but `RUN_ONLY` (how or when a run runs, not what it computes: more
+`train.epochs` continue a run, unless a schedule spans all the steps); `global_batch` (not
+`distribute` or `repro`: a run may resume on other hardware); and `DERIVED` values, named only
+when nothing else differs and known on both sides.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def settings(params: Params) -> dict[str, Any]:
 
 def of(params: Params, data_hash: str, replicas: int) -> dict[str, Any]:
     """The fingerprint of training `params` on the data `data_hash` with `replicas` replicas
-    (without `variables`: `with_variables` adds them once the model is built)."""
+    (`with_variables` adds the model's once it is built)."""
     cfg = params.train
     scaled = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
     return {
@@ -66,7 +65,7 @@ def of(params: Params, data_hash: str, replicas: int) -> dict[str, Any]:
 
 
 def with_variables(fingerprint: dict[str, Any], variables: list[Any]) -> dict[str, Any]:
-    """`fingerprint` plus the model's variables: their count, size and a hash of their shapes."""
+    """`fingerprint` plus the model's variables: count, size and a hash of their shapes."""
     shapes = [tuple(int(d) for d in v.shape) for v in variables]
     size = sum(math.prod(s) for s in shapes)
     digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:8]
@@ -105,9 +104,8 @@ def _shown(value: Any) -> str:
 
 
 def folder_hash(folder: Path, prefix: str = "data/processed/") -> str:
-    """A hash of every file under `folder` (hidden files and folders, such as Jupyter's
-    `.ipynb_checkpoints/`, and Python caches left out): of a folder of shards (the bundled
-    digits' temporary split), data/manifest.py's `data_hash` of its files."""
+    """A hash of every file under `folder` but hidden ones and Python caches: of a folder of
+    shards, data/manifest.py's `data_hash` of its files."""
     found = [(p, p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file()]
     lines = sorted(
         f"{prefix}{relative.as_posix()} {file_sha256(path)}"
@@ -121,6 +119,5 @@ def folder_hash(folder: Path, prefix: str = "data/processed/") -> str:
 
 @functools.cache
 def code_digest(package: Path | None = None) -> str:
-    """A hash of the package's source files (this checkout's `src/<module>`): what a DVC stage
-    depends on. Computed once per process."""
+    """A hash of the package's source files (what a DVC stage depends on), once per process."""
     return folder_hash(Path(package or Path(__file__).resolve().parents[1]), prefix="")

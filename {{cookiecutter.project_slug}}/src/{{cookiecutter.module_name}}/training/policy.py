@@ -37,10 +37,8 @@ class RunHooks:
     """What a caller that runs `train` as one part of a larger job (a sweep's trial) adds."""
 
     results: Path | None = None  # the model and train.json go here instead of results/
-    # Called on every worker after each epoch's validation, before its checkpoint, with the
-    # epoch's row (`epoch`, `val_loss`, ..., and `last`: the run ends after it anyway): a reason
-    # to end the run as complete now (a pruned trial), or ''. Agreed across workers (the
-    # lockstep rule), so every worker calls it at the same epoch end.
+    # Called on every worker after each epoch's validation with the epoch's row (and `last`: the
+    # run ends after it anyway): a reason to end the run as complete now (a pruned trial), or ''.
     on_epoch: Callable[[dict[str, Any]], str] | None = None
     deadline: float | None = None  # time.monotonic() at which to stop cleanly (resumable)
 
@@ -105,8 +103,7 @@ def agree(strategy: Any, wish: bool, workers: int) -> bool:
 
 def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:
     """Save at epoch ends, and within an epoch at the first chunk end at or after each multiple
-    of `every` steps from its start (epochs of 468 steps with `every` 500 save once per epoch).
-    Chunks never cross an epoch end; a function of the step only: every worker saves alike."""
+    of `every` steps from its start: a function of the step only, so every worker saves alike."""
     within = step % per_epoch  # 0: this chunk ended the epoch
     return within == 0 or within // every > (within - n) // every
 
@@ -139,8 +136,7 @@ def mode_for(monitor: str) -> str:
 @dataclass
 class EarlyStopping:
     """Tracks the best value of `monitor` and stops after `patience` epochs without progress
-    (0: never stops early, but still tracks the best: the model users get). A pure function of
-    the validation metrics, alike on every worker; the trainer still agrees `should_stop`."""
+    (0: never stops early, but still tracks the best: the model users get)."""
 
     monitor: str = "val_loss"
     patience: int = 0
@@ -181,8 +177,7 @@ class EarlyStopping:
 
 
 class BestWeights:
-    """The model's weights at its best validation result (`train.monitor`), in variables the
-    checkpoint saves (a resumed run keeps the best so far): what model.keras gets."""
+    """The model's weights at its best `train.monitor`, in variables the checkpoint saves."""
 
     def __init__(self, model: Any) -> None:
         import tensorflow as tf
@@ -194,7 +189,7 @@ class BestWeights:
         ]
 
     def keep(self) -> None:
-        """Copy the current weights in (a local copy: no collective, no agreement needed)."""
+        """Copy the current weights in."""
         for best, weight in zip(self.variables, self.model.weights, strict=True):
             best.assign(weight.value)
 

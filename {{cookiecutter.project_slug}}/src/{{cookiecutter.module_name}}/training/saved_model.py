@@ -30,8 +30,7 @@ def wrap_for_users(logits_model: Any, task: Task, vectorizer: Any = None) -> Any
 
 
 def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str, Any]:
-    """What `model.json` holds beside the model: the task's kind, its names and the inputs (for
-    text, whose tokenizer: prepare's vocabulary or a keras-hub preset's)."""
+    """What `model.json` holds beside the model: the task, its names, the inputs, a tokenizer."""
     tokenizer = type(vectorizer).__module__.split(".")[0] if vectorizer is not None else None
     return {
         "task": task.kind,
@@ -47,8 +46,7 @@ def user_sidecar(task: Task, spec: DataSpec, vectorizer: Any = None) -> dict[str
 
 def load_for_users(models_dir: Path, spec: DataSpec | None = None) -> tuple[Any, dict[str, Any]]:
     """The saved model and its sidecar; with the prepared data's `spec`, checked to be trained
-    on such data (its inputs and names). Every registered module is imported first, so that
-    Keras knows their custom layers (a backbone's preprocessing, yours)."""
+    on such data. Registered modules are imported first: Keras must know their custom layers."""
     target, sidecar = (models_dir / Path(name).name for name in (MODEL_FILE, SIDECAR_FILE))
     for path in (target, sidecar):
         if not path.is_file():

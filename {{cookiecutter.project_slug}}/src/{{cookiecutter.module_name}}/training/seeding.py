@@ -15,9 +15,7 @@ _OPS = {"deterministic": False}
 
 def seed_everything(seed: int, deterministic: bool) -> list[str]:
     """Seed Python, NumPy, TensorFlow/Keras (and torch if installed); return what was seeded.
-    `deterministic` also turns on TensorFlow's op determinism: bit-identical results for the same
-    seed on the same hardware and software, at some speed cost (docs/reproducibility.md); it
-    stays on in this process (`as_run`)."""
+    `deterministic` also turns on TensorFlow's op determinism (docs/reproducibility.md)."""
     import keras  # here: a notebook's setup imports this module on runtimes without TensorFlow
     import tensorflow as tf
 
@@ -41,18 +39,16 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
 
 
 def determinism_on() -> bool:
-    """True when TensorFlow's op determinism is on in this process: `seed_everything` turned it
-    on, or the user's own code did (`tf.config.experimental.enable_op_determinism()` in a cell
-    or in model.py; calling it twice is fine)."""
-    # TensorFlow's own flag (no public getter); where a version lacks it, what this module did.
+    """True when TensorFlow's op determinism is on in this process, turned on here or by the
+    user's own code. TensorFlow's flag has no public getter: where a version lacks it, what this
+    module did."""
     from tensorflow.python.framework import config  # here: TensorFlow is loaded by now
 
     return _OPS["deterministic"] or getattr(config, "is_op_determinism_enabled", lambda: False)()
 
 
 def as_run(params: Params) -> tuple[Params, str]:
-    """`params` with `repro.deterministic` as this process runs it (on once it was turned on
-    here: `determinism_on`), and the words that say so: what the run's line and record show."""
+    """`params` with `repro.deterministic` as this process runs it, and the words that say so."""
     if not determinism_on():
         return params, "off"
     if params.repro.deterministic:

@@ -60,15 +60,14 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def why(exc: Exception) -> str:
-    """Why a tracker failed, for its one warning line: TensorFlow's errors as `ErrorType: cause`
-    (its summary writer on a full disk says it in four lines), any other as it was raised."""
+    """Why a tracker failed, in one line: TensorFlow's errors (four lines on a full disk) as
+    `ErrorType: cause`, any other as it was raised."""
     return first_line(exc) if type(exc).__module__.startswith("tensorflow") else str(exc)
 
 
 class Curves:
     """The trainer's curves in TensorBoard (`results/tensorboard/<run_name>/`). A full or dropped
-    disk stops them with one warning and the run goes on: curves are not worth a run, and a
-    checkpoint that cannot be saved does not end one either."""
+    disk stops them with one warning and the run goes on: curves are not worth a run."""
 
     def __init__(self, logdir: Path, enabled: bool, step: int) -> None:
         """`enabled`: this worker writes them (the chief); `step`: the run's first (a resume's)."""
@@ -88,8 +87,8 @@ class Curves:
                 self.tf.summary.scalar(tag, value, step=step)
 
     def close(self, step: int) -> None:
-        """Write what is queued (TensorFlow writes every 10 values or 2 minutes) and close the
-        file: a mount that reports a failed write only when its file is closed says it here."""
+        """Write what is queued and close the file: a mount that reports a failed write only when
+        its file is closed says it here."""
         if self.writer is not None:
             with self._stop_on_storage_fault(step):
                 self.writer.close()

@@ -1,12 +1,10 @@
 """Training: one custom loop for every strategy (default, mirrored, multi-worker, TPU).
 
 Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and its
-`BackupAndRestore` resumes only at an epoch start. This module wires strategy -> data -> model,
-task, optimizer -> the step loop (loop.py) under the checkpoint and stop policy (policy.py) ->
-results. A `Run` holds the parts built once; its `RunState`, all that changes as it trains, is in
-every checkpoint: a resumed run continues at the very next batch and ends with the uninterrupted
-run's weights and train.json. A resume with other data or settings is refused, naming what
-differs (fingerprint.py); nothing here deletes a run's checkpoints but `--fresh`.
+`BackupAndRestore` resumes only at an epoch start. A `Run` holds the parts built once; its
+`RunState`, all that changes as it trains, is in every checkpoint: a resumed run continues at the
+very next batch and ends with the uninterrupted run's weights and train.json. A resume with other
+data or settings is refused (fingerprint.py); only `--fresh` deletes a run's checkpoints.
 """
 
 from __future__ import annotations
@@ -100,7 +98,7 @@ class RunState:
 
 @dataclass
 class Run:
-    """The run's parts, built once by `_build`; its `state`; and what only this session knows."""
+    """The run's parts, built once by `_build`; its `state`; what only this session knows."""
 
     params: Params
     info: StrategyInfo
@@ -121,7 +119,7 @@ class Run:
     stopped_early: bool = False
 
     def elapsed(self) -> float:
-        """The run's wall time so far: its earlier sessions' and this one's."""
+        """The run's wall time so far, every session."""
         return self.state.seconds + time.monotonic() - self.session_start
 
 
@@ -227,7 +225,7 @@ def choose_run(
 
 def check_data(params: Params, project_dir: Path) -> bool:
     """The data first: a file that differs from data/manifest.json stops here. True when
-    `prepare` ran; else the bundled digits are split into a temporary folder (`open_data`)."""
+    `prepare` ran; else `open_data` splits the bundled digits."""
     prepared = manifest.load(project_dir) is not None
     if prepared:
         manifest.check(project_dir)
@@ -254,7 +252,7 @@ def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> P
 
 def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> TrainResult:
     """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
-    digest = weights_digest(run.parts.model)  # the last step's: what bit-identical runs compare
+    digest = weights_digest(run.parts.model)  # the last step's: equal digests, bit-identical runs
     if reason:
         saved = f"checkpoint saved in {run.paths.checkpoints}"
         if run.last_saved != run.state.step:
@@ -269,14 +267,12 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
     # The class (multilabel: positive) weights the loss used, by name; None when unweighted.
     weights = [round(w, 6) for w in task.class_weights]
     by_name = dict(zip(task.names, weights, strict=True)) if weights else None
-    # The run record's facts: names, hashes, hardware, how the run was split and resumed (its
-    # `metrics` hold the numbers; params.yaml the settings).
-    facts = {
+    facts = {  # the run record's: its `metrics` hold the numbers, params.yaml the settings
         "run_name": run.params.run_name,
         "status": status,
-        "data_hash": run.fingerprint[fingerprint.DATA],  # the data's version (data/manifest.py)
+        "data_hash": run.fingerprint[fingerprint.DATA],
         "run_fingerprint": fingerprint.digest(run.fingerprint),
-        "weights_sha256": digest,  # the last step's weights: equal digests, bit-identical runs
+        "weights_sha256": digest,
         "strategy": run.info.name,
         "device": run.info.device,
         "precision": run.plan.precision,
@@ -335,8 +331,7 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
 def build_parts(
     params: Params, strategy: Any, info: StrategyInfo, data: Prepared, plan: RunPlan
 ) -> StepParts:
-    """Model, task, optimizer, metrics and the step's variables, created in `strategy.scope()`
-    (also for `speed`, which measures steps on parts of its own)."""
+    """Model, task, optimizer, metrics and the step's variables, in `strategy.scope()`."""
     cfg = params.train
     task = make_task(params, data.spec)
     with strategy.scope():
@@ -350,8 +345,7 @@ def build_parts(
         tuned = fine_tune_variables(model, unfreeze) if plan.phase_step else None
         optimizer.build(tuned if tuned is not None else model.trainable_variables)
         step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        # The chunk's [loss, train metric]: per-replica sums, added up across replicas only
-        # when read.
+        # The chunk's [loss, train metric]: per-replica sums, added up only when read.
         sums = tf.Variable(
             tf.zeros([2]),
             synchronization=tf.VariableSynchronization.ON_READ,
@@ -372,8 +366,7 @@ def _build(
     expected: dict[str, Any],
     hooks: RunHooks,
 ) -> Run:
-    """The step's parts (`build_parts`), the best weights, the checkpoint, the validation data
-    and the run's fingerprint (`expected` with the model's variables)."""
+    """The step's parts, the best weights, the checkpoint, the validation data, the fingerprint."""
     parts = build_parts(params, strategy, info, data, plan)
     model, optimizer = parts.model, parts.optimizer
     validator = Validator(model, parts.task)
@@ -384,8 +377,8 @@ def _build(
         best = BestWeights(model)
     # Variable lists rather than `Checkpoint(model=model)`: with Keras 3 the latter leaves out
     # the dropout layers' RNG state (`seed_generator_state`), which exact resume needs.
-    # optimizer.variables include its step counter (`iterations`): the schedule resumes exactly;
-    # the training metrics' (task.metrics) sums so far: the epoch's figures too.
+    # The optimizer's step counter and the training metrics' sums resume the schedule and the
+    # epoch's figures exactly.
     checkpoint = tf.train.Checkpoint(
         model=list(model.variables),
         optimizer=list(optimizer.variables),
@@ -458,8 +451,7 @@ def saved_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_meta(run: Run, meta: dict[str, Any]) -> None:
-    """Refuse a checkpoint of an older version of the project or of another run, naming what
-    differs; note a resume under other code."""
+    """Refuse a checkpoint of an older version or of another run; note a resume under other code."""
     name, plan = run.params.run_name, run.plan
     new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
     if not is_current(meta):
@@ -489,7 +481,7 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
 
 
 def _save(run: Run) -> None:
-    """A checkpoint of the run's whole state at its step, once per step (`try_save`)."""
+    """A checkpoint of the run's whole state, once per step."""
     state, step = {**dataclasses.asdict(run.state), "seconds": run.elapsed()}, run.state.step
     meta = {"fingerprint": run.fingerprint, "code": fingerprint.code_digest(), "state": state}
     if step != run.last_saved and run.store.try_save(run.checkpoint, step, meta):
@@ -516,15 +508,12 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
                 set_backbone_trainable(run.parts.model, unfreeze)
             chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
             tuned = fine_tuning
-        # Chunks are counted from each epoch start. A run only stops (and so resumes)
-        # between chunks, so a resumed run cuts the same chunks as an uninterrupted one:
-        # the same computation, bit for bit.
+        # Chunks are counted from each epoch start, and a run stops only between chunks: a
+        # resumed run cuts the same chunks as an uninterrupted one, bit for bit.
         n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
-        traced = profiler.chunk(state.step)
-        started = time.perf_counter()
-        args = feed.args(state.step)
-        with traced:
-            sums = chunk(args, tf.constant(n, tf.int64)).numpy()  # waits for it
+        with profiler.chunk(state.step):
+            started = time.perf_counter()
+            sums = chunk(feed.args(state.step), tf.constant(n, tf.int64)).numpy()  # waits for it
         elapsed = time.perf_counter() - started
         state.step += n
         profiler.after(state.step)
@@ -580,11 +569,9 @@ def _end_epoch(run: Run, curves: Curves) -> None:
             f"{cfg.learning_rate / 10:g})"
         )
     elif run.stopped_early:
-        why = (
-            f"{cfg.monitor} has not improved for {state.early.patience} epochs"
-            if state.early.should_stop
-            else "another worker stopped early"
-        )
+        why = "another worker stopped early"
+        if state.early.should_stop:
+            why = f"{cfg.monitor} has not improved for {state.early.patience} epochs"
         say(f"Early stopping: {why}; the best was at step {state.early.best_step}")
     if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
         last = run.stopped_early or state.step >= plan.total  # the run ends here anyway
@@ -595,15 +582,13 @@ def _end_epoch(run: Run, curves: Curves) -> None:
 
 
 def diverged(state: RunState) -> bool:
-    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends,
-    so the run ends there (its best epoch's model is kept)."""
+    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends."""
     return bool(state.history) and not math.isfinite(state.history[-1]["val_loss"])
 
 
 def _finish(run: Run, digest: str) -> dict[str, Any]:
     """The best weights into the model, final validation, results/models and train.json; returns
-    every number of the run (its record's); `digest`: the last step's weights', for the closing
-    line."""
+    every number of the run (its record's)."""
     plan, info, params, state, model = run.plan, run.info, run.params, run.state, run.parts.model
     speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
     if state.step == run.started_at_step:
@@ -628,11 +613,10 @@ def _finish(run: Run, digest: str) -> dict[str, Any]:
         "wall_time_s": round(run.elapsed(), 2),
         "history": state.history,
     }
-    # The model users get: raw inputs in, their units out (predict.py), class names beside it.
     users = wrap_for_users(model, run.parts.task, run.data.vectorize)
     sidecar = user_sidecar(run.parts.task, run.data.spec, run.data.vectorize)
-    # train.json (DVC's metrics): the validation numbers a user compares, and the curve for the
-    # plots; the run record keeps every number (record_run).
+    # train.json (DVC's metrics): the numbers a user compares and the curves; the run record
+    # keeps every number.
     compared = run.parts.task.compared(final, "val", "val_loss", params.train.monitor)
     numbers = {**compared, "history": state.history}
     write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
@@ -651,9 +635,9 @@ _NOT_METRICS = ("epoch", "step", "seconds")
 
 
 def validation_batches(data: Prepared, global_batch: int, in_memory: bool = False) -> Any:
-    """The validation split, streamed (`Passes`: one iterator for the run), or read once and held
-    (`in_memory`: small tabular data, parsed once instead of every epoch). Vectors: big batches,
-    few Python round trips; images: the training batch (a conv net's activations set the memory)."""
+    """The validation split, streamed (one iterator for the run), or read once and held
+    (`in_memory`). Vectors: big batches, few Python round trips; images: the training batch (a
+    conv net's activations set the memory)."""
     batch = max(global_batch, 1024) if data.spec.kind == "vector" else global_batch
     batches = pipeline.eval_dataset(data, "validation", batch)
     if in_memory:
@@ -662,15 +646,15 @@ def validation_batches(data: Prepared, global_batch: int, in_memory: bool = Fals
 
 
 class Profiler:
-    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks, each
-    one step of the Profile tab) in the chief's TensorBoard folder (docs/training.md)."""
+    """`train.profile_steps: [from, to]`: a TensorBoard profile of those steps (whole chunks) in
+    the chief's TensorBoard folder (docs/training.md)."""
 
     def __init__(self, window: list[int], logdir: Path, enabled: bool) -> None:
         self.window = list(window) if enabled and len(window) == 2 else []  # [] once traced
         self.logdir, self.running = str(logdir), False
 
     def chunk(self, step: int) -> Any:
-        """What the chunk from `step` runs in: a step marker (a no-op while not tracing)."""
+        """A step marker for the chunk from `step` (a no-op while not tracing)."""
         if self.window and not self.running and step >= self.window[0]:
             tf.profiler.experimental.start(self.logdir)
             self.running = True
@@ -694,8 +678,7 @@ def weights_digest(model: Any) -> str:
 def _log_chunk(
     run: Run, curves: Curves, n: int, loss: float, metric_sum: float, elapsed: float
 ) -> None:
-    """The chunk of `n` steps just run (its summed loss and training metric): into the epoch's
-    sums, and to TensorBoard with its step time, throughput and GPU memory."""
+    """The chunk of `n` steps just run: into the epoch's sums, and to TensorBoard."""
     state, batch = run.state, run.plan.global_batch
     state.epoch_loss += loss
     state.epoch_metric += metric_sum
