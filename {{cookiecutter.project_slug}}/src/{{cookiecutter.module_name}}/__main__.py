@@ -73,8 +73,7 @@ def cmd_speed(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
-    """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
-    best trial."""
+    """Search hyperparameters (`sweep:`), resuming the study; --best promotes the best trial."""
     if args.best:
         from .training.sweep_results import promote_best  # when the command runs
 

@@ -175,9 +175,8 @@ def _setting(key: str, arg: str, value: Any) -> str:
 
 
 def check(params: Params) -> None:
-    """Look up every name params gives (`data.source`, ...) and check the components' own
-    arguments, also those a sweep searches: one line for the first problem, before a command
-    writes anything."""
+    """Look up every name params gives and check the components' own arguments (also those a
+    sweep searches): one line for the first problem, before a command writes anything."""
     values = flat(params.to_dict())
     for kind, (key, _) in KINDS.items():
         items = values[key] if isinstance(values[key], list) else [values[key]]

@@ -43,7 +43,7 @@ class DataSpec:
     task: str  # the task's kind (task.py, tasks/): what the targets `y` in the shards are
     names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
     counts: dict[str, int] = field(default_factory=dict)  # examples per split
-    # The training split's examples per class or label (`train.class_weight: balanced` uses it).
+    # The training split's examples per class or label: for class_weight and the imbalance note.
     train_counts: dict[str, int] = field(default_factory=dict)
     # How the split was made (data/split.py): `method` (data.split, or the source's own splits),
     # `seed`, `stratified`, and per split where its examples came from.
