@@ -60,13 +60,9 @@ class DataSpec:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"  # tuples as lists
 
-    @classmethod
-    def from_json(cls, text: str) -> DataSpec:
-        doc = json.loads(text)
-        doc["input_shape"] = tuple(doc["input_shape"])
-        return cls(**doc)
-
 
 def load_spec(processed_dir: Path) -> DataSpec:
     """Read `<processed_dir>/spec.json`."""
-    return DataSpec.from_json((Path(processed_dir) / SPEC).read_text())
+    doc = json.loads((Path(processed_dir) / SPEC).read_text())
+    doc["input_shape"] = tuple(doc["input_shape"])
+    return DataSpec(**doc)
