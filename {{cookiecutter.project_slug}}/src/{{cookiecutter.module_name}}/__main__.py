@@ -52,15 +52,14 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
             params, args.project, args.sweep_trial, args.extra, args.overrides, args.params_file
         )
 {%- endif %}
-    result = train(
+    return train(
         params,
         args.project,
         args.fresh,
         resume,
         take_over=args.take_over,
         new_run_if_changed=args.new_run_if_changed,
-    )
-    return result.exit_code
+    ).exit_code
 
 
 def cmd_speed(args: argparse.Namespace, params: Params) -> int:
@@ -74,8 +73,7 @@ def cmd_speed(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
-    """Search hyperparameters (`sweep:` in params.yaml), resuming the study; --best promotes the
-    best trial."""
+    """Search hyperparameters (`sweep:`), resuming the study; --best promotes the best trial."""
     if args.best:
         from .training.sweep_results import promote_best  # when the command runs
 

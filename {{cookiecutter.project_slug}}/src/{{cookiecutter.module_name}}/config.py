@@ -1,12 +1,10 @@
 """params.yaml -> typed, validated settings.
 
-`params.yaml` is the one configuration of the project and the one place its values are written.
-This module says what each key takes (a type, bounds, an example) and holds no values, so nothing
-silently falls back to a value written elsewhere. `load_params` reads the file, applies `--set
-dotted.key=value` overrides and checks every value: a missing key, a typo or a bad value stops
-the run at once with one line that names the key. A setting of the package's own is one field
-here plus its line in params.yaml; a component's own settings (`model.args`, `data.args`, an
-entry of `data.augment`) need neither: registry.py checks them against the function.
+This module says what each key of params.yaml takes and holds no values, so nothing silently
+falls back to a value written elsewhere; a bad, missing or misspelt key stops the run with one
+line that names it. A setting of the package's own is one field here plus its line in
+params.yaml; a component's own settings (`model.args`, `data.args`, a `data.augment` entry) need
+neither: registry.py checks them against the function.
 """
 
 from __future__ import annotations
@@ -48,19 +46,15 @@ class ConfigError(ValueError):
 
 def _number_from_text(value: Any) -> Any:
     """YAML reads `3e-4` (no dot) as text; accept it as the number it is."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 def _text_from_number(value: Any) -> Any:
     """`run_name: 2024` is a name, not a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 # Strict: YAML already gives typed values, so `true` is not 1 and `2.5` is not an integer.
@@ -69,16 +63,13 @@ Int = Annotated[int, Strict()]
 Float = Annotated[float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False)]
 Text = Annotated[str, BeforeValidator(_text_from_number), Strict()]
 Bool = Annotated[bool, Strict()]
-NonNegInt = Annotated[int, Strict(), Field(ge=0)]
-PosInt = Annotated[int, Strict(), Field(ge=1)]
-PosFloat = Annotated[
-    float, BeforeValidator(_number_from_text), Strict(), AllowInfNan(False), Field(gt=0.0)
-]
+NonNegInt = Annotated[Int, Field(ge=0)]
+PosInt = Annotated[Int, Field(ge=1)]
+PosFloat = Annotated[Float, Field(gt=0.0)]
 
 
 def _field(example: str, expect: str = "", **constraints: Any) -> Any:
-    """A key of params.yaml (no default: its value is there): an example value and, where the
-    type does not say it, what it expects."""
+    """A key of params.yaml (no default: its value is there), an example and what it expects."""
     return Field(json_schema_extra={"example": example, "expect": expect}, **constraints)
 
 
@@ -319,8 +310,11 @@ def _keep_written(key: str, node: yaml.Node) -> None:
     not 1.1, `on` not true. YAML's number or boolean in a text key stays the text written; so
     do the keys of a mapping key's value (class names: `train.class_weight: {01: 2.0}`), and a
     `sweep.space` choice as the value of its key."""
-    names = [node] if _is_text(key) else []
-    if isinstance(node, yaml.MappingNode) and _is_mapping(key):
+    annotation = getattr(_field_of(key), "annotation", None)
+    names = [node] if annotation is str else []
+    # `train.class_weight`, `model.args`: every mapping of the schema is keyed by text.
+    mapping = dict in map(get_origin, (annotation, *get_args(annotation)))
+    if isinstance(node, yaml.MappingNode) and mapping:
         names += [key_node for key_node, _ in node.value]
     if key == "sweep.space" and isinstance(node, yaml.MappingNode):
         for searched, spec in node.value:
@@ -366,26 +360,22 @@ def _one_line(exc: ValidationError, raw: dict[str, Any]) -> str:
     misspelt key before the key it leaves missing."""
     errors = exc.errors()
     error = next((e for e in errors if e["type"] != "missing"), errors[0])
-    cls: Any = Params
     node: Any = raw
-    info: Any = None
     names: list[str] = []
     for part in error["loc"]:
-        fields = getattr(cls, "__pydantic_fields__", None)
+        fields = _fields(".".join(names))
         if fields is None or not isinstance(part, str):
             break  # inside a list or a mapping: the problem is the field's whole value
-        key = ".".join([*names, part])
         if part not in fields:
-            return f"{key}: unknown key (known here: {', '.join(fields)})"
+            return f"{'.'.join([*names, part])}: unknown key (known here: {', '.join(fields)})"
         names.append(part)
         node = node.get(part) if isinstance(node, dict) else node
-        info = fields[part]
-        cls = info.annotation
     key = ".".join(names)
+    info, cls = _field_of(key), _fields(key)
     if error["type"] == "missing":
         example = (info.json_schema_extra or {}).get("example", "...")
         return f"{key}: missing; the params file needs every key (example: {names[-1]}: {example})"
-    if dataclasses.is_dataclass(cls):
+    if cls is not None:
         return f"{key}: expected a section of keys, got {node!r}"
     extra = info.json_schema_extra or {}
     expect = extra.get("expect") or _expect(info)
@@ -436,10 +426,8 @@ def yaml_text(value: Any) -> str:
 
 
 def sweep_space(params: Params) -> dict[str, BaseDistribution]:
-    """`sweep.space` checked, as Optuna's distributions: each key a params key, each range or
-    choice a value it takes; a choice that Optuna cannot store (a list, a mapping) is its YAML
-    text. The first problem is a ConfigError in one line naming `sweep.space.<key>` and a valid
-    example."""
+    """`sweep.space` checked (one line naming `sweep.space.<key>`), as Optuna's distributions; a
+    choice Optuna cannot store (a list, a mapping) is its YAML text."""
     cfg = params.sweep
     raw = params.to_dict()
     space = {key: _distribution(key, spec, raw) for key, spec in cfg.space.items()}
@@ -534,28 +522,13 @@ def _is_argument(key: str) -> bool:
     return bool(rest) and "." not in section and _field_of(f"{section}.args") is not None
 
 
-def _is_text(key: str) -> bool:
-    """True for a dotted key that takes text (`run_name`, `data.label`)."""
-    info = _field_of(key)
-    return info is not None and info.annotation is str
-
-
-def _is_mapping(key: str) -> bool:
-    """True for a dotted key that takes a mapping (`train.class_weight`, `model.args`): every
-    mapping of the schema is keyed by text."""
-    info = _field_of(key)
-    types = (info.annotation, *get_args(info.annotation)) if info is not None else ()
-    return any(get_origin(t) is dict for t in types)
-
-
 def _field_of(key: str) -> Any:
     """The schema field of a dotted key (None when there is none)."""
-    cls: Any = Params
-    info = None
-    for part in key.split("."):
-        fields = getattr(cls, "__pydantic_fields__", None)
-        if fields is None or part not in fields:
-            return None
-        info = fields[part]
-        cls = info.annotation
-    return info
+    section, _, name = key.rpartition(".")
+    return (_fields(section) or {}).get(name)
+
+
+def _fields(section: str) -> dict[str, Any] | None:
+    """The schema fields of a dotted section ("": the top level); None when it is no section."""
+    cls = getattr(_field_of(section), "annotation", None) if section else Params
+    return getattr(cls, "__pydantic_fields__", None)

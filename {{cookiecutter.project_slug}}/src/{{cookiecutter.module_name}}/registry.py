@@ -33,10 +33,23 @@ ARGUMENTS = {"model.args": "architecture", "data.args": "source"}
 _ENTRIES: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
 
 
-def register(kind: str, name: str) -> Callable[[Any], Any]:
-    """Decorator: make a function or class available as `name` for `kind` (see KINDS)."""
+def register(
+    kind: str,
+    name: str,
+    reads_path: bool = True,
+    patterns: bool = False,
+    takes: str = "",
+    example: str = "",
+) -> Callable[[Any], Any]:
+    """Decorator: make a function or class available as `name` for `kind` (see KINDS). A source
+    gets the other arguments as attributes (`sources.source` says what they mean)."""
     if kind not in KINDS:
         raise ValueError(f"register: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    if takes not in ("", "file", "folder"):  # a typo would refuse what the reader reads
+        raise ValueError(
+            f"@source({name!r}): takes={takes!r} is not 'file', 'folder' or '' (either) "
+            f"(example: @source({name!r}, takes='folder'))"
+        )
 
     def add(obj: Any) -> Any:
         # Another object under a taken name (a copy of a built-in that kept its name) would win
@@ -48,11 +61,11 @@ def register(kind: str, name: str) -> Callable[[Any], Any]:
                 f"{_qualified(obj)}; give yours another name (example: "
                 f"@register({kind!r}, 'my_{name}'))"
             )
-        if kind == "source":  # what sources.source(name) sets, at its defaults
-            obj.reads_path = getattr(obj, "reads_path", True)
-            obj.patterns = getattr(obj, "patterns", False)
-            obj.takes = getattr(obj, "takes", "")
-            obj.example = getattr(obj, "example", "")
+        if kind == "source":
+            obj.reads_path = reads_path
+            obj.patterns = patterns
+            obj.takes = takes
+            obj.example = example
         _ENTRIES[kind][name] = obj
         return obj
 
@@ -92,9 +105,8 @@ def entry(item: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def bound(kind: str, name: str, args: dict[str, Any], key: str) -> Callable[..., Any]:
-    """The function registered as `name`, with its own arguments `args` (given at `key`, e.g.
-    `model.args`) checked and bound: call it with the fixed arguments only. It keeps the
-    function's attributes (a reader's `reads_path`)."""
+    """The function registered as `name` with its own arguments `args` (given at `key`) checked
+    and bound, keeping its attributes (a reader's `reads_path`)."""
     function = lookup(kind, name)
     partial = functools.partial(function, **arguments(kind, name, args, key))
     return functools.update_wrapper(partial, function)
@@ -163,9 +175,8 @@ def _setting(key: str, arg: str, value: Any) -> str:
 
 
 def check(params: Params) -> None:
-    """Look up every name params gives (`data.source`, ...) and check the components' own
-    arguments, also those a sweep searches: one line for the first problem, before a command
-    writes anything."""
+    """Look up every name params gives and check the components' own arguments (also those a
+    sweep searches): one line for the first problem, before a command writes anything."""
     values = flat(params.to_dict())
     for kind, (key, _) in KINDS.items():
         items = values[key] if isinstance(values[key], list) else [values[key]]

@@ -80,20 +80,7 @@ def source(
     glob pattern of several files (`data.split: files` with `train-*.tfrecord`). `takes`: "file"
     or "folder" when `data.path` must be one ("": either), `example` a valid one: `prepare`
     checks it before it copies anything."""
-    if takes not in ("", "file", "folder"):  # a typo would refuse what the reader reads
-        raise ValueError(
-            f"@source({name!r}): takes={takes!r} is not 'file', 'folder' or '' (either) "
-            f"(example: @source({name!r}, takes='folder'))"
-        )
-
-    def add(reader: Any) -> Any:
-        reader.reads_path = reads_path
-        reader.patterns = patterns
-        reader.takes = takes
-        reader.example = example
-        return register("source", name)(reader)
-
-    return add
+    return register("source", name, reads_path, patterns, takes, example)
 
 
 @source("images", takes="folder", example="data/external/pets")

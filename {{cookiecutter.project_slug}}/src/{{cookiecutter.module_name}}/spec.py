@@ -24,8 +24,7 @@ SPLIT_NAMES = {
 
 
 def natural_order(text: str) -> list[Any]:
-    """Sort key: digit runs compare as numbers, so '2' comes before '10' and `row 2` before
-    `row 10`."""
+    """Sort key: digit runs compare as numbers, so `row 2` comes before `row 10`."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
@@ -39,15 +38,12 @@ def split_named(text: str) -> str | None:
 class DataSpec:
     """The shape and meaning of the processed data."""
 
-    # "image" (pixel values 0-255, shape [h, w, c]), "vector" (raw features) or "text" (strings in
-    # the shards; the model takes token ids)
-    kind: str
+    kind: str  # "image" (pixels 0-255, [h, w, c]), "vector" (raw features), "text" (strings)
     input_shape: tuple[int, ...]  # (height, width, channels), (num_features,) or (sequence_length,)
     task: str  # the task's kind (task.py, tasks/): what the targets `y` in the shards are
     names: list[str] = field(default_factory=list)  # classes, labels, or the target's name
     counts: dict[str, int] = field(default_factory=dict)  # examples per split
-    # The training split's examples per class or label, for a task that counts them: what
-    # `train.class_weight: balanced` and the preflight's imbalance note use.
+    # The training split's examples per class or label: for class_weight and the imbalance note.
     train_counts: dict[str, int] = field(default_factory=dict)
     # How the split was made (data/split.py): `method` (data.split, or the source's own splits),
     # `seed`, `stratified`, and per split where its examples came from.
@@ -64,13 +60,9 @@ class DataSpec:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"  # tuples as lists
 
-    @classmethod
-    def from_json(cls, text: str) -> DataSpec:
-        doc = json.loads(text)
-        doc["input_shape"] = tuple(doc["input_shape"])
-        return cls(**doc)
-
 
 def load_spec(processed_dir: Path) -> DataSpec:
     """Read `<processed_dir>/spec.json`."""
-    return DataSpec.from_json((Path(processed_dir) / SPEC).read_text())
+    doc = json.loads((Path(processed_dir) / SPEC).read_text())
+    doc["input_shape"] = tuple(doc["input_shape"])
+    return DataSpec(**doc)

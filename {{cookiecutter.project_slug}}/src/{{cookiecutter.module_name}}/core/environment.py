@@ -1,9 +1,7 @@
 """What a result was computed with: interpreter, packages, TensorFlow build, devices, git, data.
 
-`python -m <module> env` prints a summary and saves everything to `results/environment.json`
-(under `$PROJECT_RESULTS_DIR` when set); every run record embeds the same dictionary, so two runs
-that disagree can be compared field by field (a T4 and an A100, or a package that drifted, show
-up at once).
+`python -m <module> env` prints a summary and saves it all to `results/environment.json`; every
+run record embeds the same dictionary, so two runs that disagree can be compared field by field.
 """
 
 from __future__ import annotations
@@ -88,8 +86,7 @@ def tensorflow_info() -> dict[str, Any]:
 
 
 def nvidia_gpus() -> list[dict[str, Any]]:
-    """Name, memory (MB), driver and compute capability of each GPU, from `nvidia-smi` (none
-    without an NVIDIA driver)."""
+    """Each GPU's name, memory (MB), driver and compute capability, from `nvidia-smi` (or [])."""
     query = "name,memory.total,driver_version,compute_cap"
     command = ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"]
     try:
