@@ -1,8 +1,4 @@
-"""Notebook hygiene in git, registered by `install` (`make hooks`, every notebook's setup):
-nbstripout as the clean filter of `*.ipynb` (outputs, counts and Colab's churn never reach git),
-nbdime's diff and merge drivers (they run the filter first: diffs show stripped notebooks), and
-the pre-commit hook where pre-commit is installed (a dev tool, not on Colab).
-"""
+"""Notebook hygiene in git (`make hooks`, each notebook's setup): nbstripout, nbdime, pre-commit."""
 
 from __future__ import annotations
 
@@ -27,11 +23,8 @@ KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernels
 
 
 def install(project_dir: Path) -> list[str]:
-    """Register nbstripout, nbdime and pre-commit in the git clone at `project_dir`.
-
-    Returns what was done, one line each. Safe to run again: nothing is added twice, and the
-    committed `.gitattributes` is left unchanged.
-    """
+    """Register nbstripout, nbdime and pre-commit in the clone; what was done, one line each.
+    Safe to run again: nothing is added twice, the committed `.gitattributes` is kept."""
     project_dir = Path(project_dir)
     if not (project_dir / ".git").exists():
         return [f"{project_dir} is not a git clone: `git init` first, then `make hooks`"]
