@@ -1,10 +1,8 @@
-"""`python -m <module> speed`: is training waiting for its input or for its compute?
+"""`speed`: is training waiting for its input or for its compute? (docs/training.md)
 
-Three timings of `steps` steps each (the input path alone, training steps on a batch already on
-the devices, both together) with `train`'s strategy, global batch, model and
-`train.steps_per_execution`; the slower of the first two is the bottleneck. It builds its own model
-and datasets (no run's checkpoints are touched) and records a run record of kind "speed". How to
-read the figures: docs/training.md ("Where the time goes").
+Times the input path alone, training steps on a batch already on the devices, and both, as
+`train` runs them, on a model and datasets of its own; the slower of the first two is the
+bottleneck.
 """
 
 from __future__ import annotations
@@ -44,11 +42,10 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
         rates = measure(params, strategy, info, data, steps)
     bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
     figures = {f"{k}_examples_per_sec": round(v, 1) for k, v in rates.items()}
+    result = {"bottleneck": bottleneck, **figures}
     if info.is_chief:
         try:
-            record(
-                params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command
-            )
+            record(params, project_dir, info, result, started, command)
         except Exception as exc:  # a full or dropped disk: the figures are on screen all the same
             if not is_storage_fault(exc):
                 raise
@@ -59,13 +56,13 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
             )
     print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}", flush=True)
     print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
-    return {"bottleneck": bottleneck, **figures}
+    return result
 
 
 def measure(
     params: Params, strategy: Any, info: StrategyInfo, data: Prepared, steps: int
 ) -> dict[str, float]:
-    """Examples/s of the three measurements, printed as they come."""
+    """Examples/s of the three ways, printed as they come."""
     cfg = params.train
     plan = make_plan(params, info, data)
     parts = build_parts(params, strategy, info, data, plan)
@@ -130,8 +127,7 @@ def measure(
 
 
 def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> float:
-    """Steps per second of `fn(args(step), n)` over `steps` steps after a warm-up chunk; chunks
-    as `train` cuts them (never across an epoch end)."""
+    """Steps/s of `fn(args(step), n)` after a warm-up chunk, in `train`'s chunks."""
     step = 0
 
     def run(count: int) -> None:
@@ -148,8 +144,7 @@ def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> floa
 
 
 def device_batch(strategy: Any, data: Prepared, batch: int) -> Any:
-    """One batch of the training split as the pipeline gives it (token ids for text), on every
-    replica: what the compute measurement trains on, again and again."""
+    """One batch of the training split as the pipeline gives it, on every replica."""
     examples = eval_dataset(data, "train", batch).unbatch().repeat().batch(batch)
     x, y = next(iter(examples))
     return on_replicas(strategy, x), on_replicas(strategy, y)
@@ -196,8 +191,7 @@ def advice(
 def record(
     params: Params, project_dir: Path, info: StrategyInfo, figures: dict, started: Any, command: str
 ) -> None:
-    """A run record of kind "speed" and TensorBoard scalars `speed/*` (its own folder under
-    the run's, step = the number of earlier speed records of this run_name)."""
+    """A run record of kind "speed" and TensorBoard scalars `speed/*`, one step per record."""
     earlier = [
         r
         for r in list_runs(project_dir)
