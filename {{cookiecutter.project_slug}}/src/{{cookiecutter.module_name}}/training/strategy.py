@@ -1,11 +1,11 @@
 """Hardware discovery and the choice of a tf.distribute strategy.
 
 `choose_plan` (the rules, testable with faked hardware) is applied by `make_strategy`: call it
-first, as device settings and MultiWorkerMirroredStrategy must precede any other TensorFlow op.
-"""
+first, as device settings and MultiWorkerMirroredStrategy must precede any other TensorFlow op."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -27,8 +27,6 @@ class StrategyError(RuntimeError):
 
 @dataclass(frozen=True)
 class Hardware:
-    """What this machine offers."""
-
     gpus: int = 0
     tpu: bool = False
     tf_config: dict | None = None
@@ -135,7 +133,7 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
         elif plan.kind == "mirrored":
             found = tf.config.list_logical_devices(device)
             strategy = _mirrored(
-                tf, [d.name for d in found[: None if hw.gpus else max(plan.logical_cpus, 1)]]
+                tf, tuple(d.name for d in found[: None if hw.gpus else max(plan.logical_cpus, 1)])
             )
         else:
             strategy = tf.distribute.get_strategy()
@@ -156,16 +154,13 @@ _NAMES = {
     "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
     "_DefaultDistributionStrategy": "the default strategy",
 }
-_MIRRORED: dict[tuple[str, ...], object] = {}
 
 
-def _mirrored(tf, devices: list[str]) -> object:
+@functools.cache
+def _mirrored(tf, devices: tuple[str, ...]) -> object:
     """One MirroredStrategy per device set and process: a second (a second `train` in a kernel)
     would renumber its all-reduces ("Shape mismatch in the collective instance")."""
-    key = tuple(devices)
-    if key not in _MIRRORED:
-        _MIRRORED[key] = tf.distribute.MirroredStrategy(devices)
-    return _MIRRORED[key]
+    return tf.distribute.MirroredStrategy(list(devices))
 
 
 # The public name is an alias of the class CollectiveAllReduceStrategy.
