@@ -1,9 +1,7 @@
 """`speed`: is training waiting for its input or for its compute? (docs/training.md)
 
-Times the input path alone, training steps on a batch already on the devices, and both, as
-`train` runs them, on a model and datasets of its own; the slower of the first two is the
-bottleneck.
-"""
+Times the input path, training steps on a batch already on the devices, and both, as `train`
+runs them (its own model and data); the slower of the first two is the bottleneck."""
 
 from __future__ import annotations
 
@@ -103,8 +101,10 @@ def measure(
 
         return run, real.args
 
-    def compute_alone() -> tuple[Any, Any]:
-        batch = device_batch(strategy, data, plan.global_batch // info.replicas)
+    def compute_alone() -> tuple[Any, Any]:  # one training batch on every replica, again and again
+        size = plan.global_batch // info.replicas
+        x, y = next(iter(eval_dataset(data, "train", size).unbatch().repeat().batch(size)))
+        batch = on_replicas(strategy, x), on_replicas(strategy, y)
         return make_chunk_function(parts, cfg, lambda fed, i: fed), lambda step: batch
 
     def together() -> tuple[Any, Any]:
@@ -141,13 +141,6 @@ def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> floa
     started = time.perf_counter()
     run(steps)
     return steps / (time.perf_counter() - started)
-
-
-def device_batch(strategy: Any, data: Prepared, batch: int) -> Any:
-    """One batch of the training split as the pipeline gives it, on every replica."""
-    examples = eval_dataset(data, "train", batch).unbatch().repeat().batch(batch)
-    x, y = next(iter(examples))
-    return on_replicas(strategy, x), on_replicas(strategy, y)
 
 
 def advice(
