@@ -2,8 +2,7 @@
 
 Writes a CustomJobSpec (Vertex AI v1 REST field names) from `vertex.*`, then submits it with
 gcloud or prints the command. Pool 0 is the chief, pool 1 the workers: Vertex AI's `TF_CONFIG`
-makes `distribute.strategy: auto` pick MultiWorkerMirroredStrategy.
-"""
+makes `distribute.strategy: auto` pick MultiWorkerMirroredStrategy."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A fresh clone has no data and no model. A checkpoint's fingerprint names its data's hash,
 `<storage>/manifests/<hash>.json` that data's manifest, whose files DVC's cache or remote hold;
 `<storage>/models/<run_name>/` keeps a trained model (`keep_model`). Missing data is fetched from
-DVC, else prepared again. Nothing on the VM is overwritten.
-"""
+DVC, else prepared again. Nothing on the VM is overwritten."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Before anything is installed on Colab: can this runtime run the project as locked?
 
 A lock that differs from the preinstalled packages would replace them and need a restart, so
-`check_runtime` stops first (docs/troubleshooting.md). The standard library only: it runs from the
-checkout before any install.
-"""
+`check_runtime` stops first. Standard library only: it runs from the checkout before any install."""
 
 from __future__ import annotations
 
@@ -219,5 +217,4 @@ def check_runtime(
         freeze = str(save_freeze(storage_folder(project_dir, environ), environ))
     except OSError as exc:
         freeze = f"<file> (saving this runtime's pip freeze failed: {exc}; `pip freeze > <file>`)"
-    runtimes = matching_runtimes(lock_python, snapshot)
-    raise NotebookStop(refusal(found, freeze, runtimes))
+    raise NotebookStop(refusal(found, freeze, matching_runtimes(lock_python, snapshot)))
