@@ -163,8 +163,7 @@ def run_vertex(
     params_file: Path | None = None,
     tuning_job: Callable[[Params, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> int:
-    """Validate, write the job file, then print (dry run) or run the gcloud commands;
-    `tuning_job` (tuning.py's) wraps the job in a hyperparameter tuning job."""
+    """Validate, write the job file (`tuning_job`: tuning.py's, around it), print or run gcloud."""
     cfg = params.vertex
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])

@@ -202,8 +202,7 @@ def run_notebooks(
     only: list[str] | None = None,
     timeout_s: int = 1800,
 ) -> list[Path]:
-    """Run the numbered notebooks (`only`: by prefix, ["01"]) in order, each with the `-p`
-    `parameters` it declares; return the HTML reports."""
+    """Run the numbered notebooks (`only`: by prefix) with the `-p` they declare; the reports."""
     # About 2 s to import, for this command only.
     import papermill
     from nbconvert import HTMLExporter
@@ -258,8 +257,7 @@ def run_notebooks(
 
 
 def typed_parameters(items: list[str], declared: dict[str, Any]) -> dict[str, Any]:
-    """`-p NAME=VALUE` items as {name: value}, typed as papermill's `declared` says (else YAML);
-    an undeclared name (a typo) or a value its type refuses is a ConfigError."""
+    """`-p NAME=VALUE` items typed as papermill's `declared` says; a typo is a ConfigError."""
     typed = {}
     for item in items:
         name, value = parse_assignment(item, "-p", "epochs=1")

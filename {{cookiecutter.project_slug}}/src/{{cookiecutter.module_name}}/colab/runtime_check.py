@@ -190,8 +190,7 @@ def check_runtime(
     installed: Mapping[str, str] | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """On Colab, stop where this runtime differs from the lock, unless `allow_reinstall`; return
-    the differences ([] off Colab)."""
+    """On Colab, stop where the runtime differs from the lock, unless `allow_reinstall`; those."""
     environ = os.environ if environ is None else environ
     if "COLAB_RELEASE_TAG" not in environ:
         return []

@@ -90,8 +90,7 @@ def memory_finding(held_bytes: int) -> str:
 
 
 def class_balance_finding(params: Params, spec: DataSpec) -> str:
-    """The class weights, or a note on an imbalanced training split, or ''; a bad
-    `train.class_weight` stops the run."""
+    """The class weights, or a note on an imbalanced split, or ''; a bad class_weight stops."""
     task = make_task(params, spec)  # refuses a bad train.class_weight
     found = {n: c for n, c in spec.train_counts.items() if n in spec.names}
     if task.class_weights:
