@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Keys stripped on top of nbstripout's defaults (outputs, counts, metadata.widgets, ...).
-# The same list is in .pre-commit-config.yaml (tests/test_hygiene.py checks they agree).
+# On top of nbstripout's defaults; the same list is in .pre-commit-config.yaml (test_hygiene.py).
 EXTRA_KEYS = (
     "metadata.colab.provenance",  # Colab's history of where the notebook was opened from
     "metadata.colab.authorship_tag",
@@ -35,8 +34,7 @@ def install(project_dir: Path) -> list[str]:
     done = []
     run("git", "config", "filter.nbstripout.extrakeys", " ".join(EXTRA_KEYS))
     run("git", "config", "filter.nbstripout.keepmetadatakeys", " ".join(KEEP_KEYS))
-    # Against .gitattributes, which already names the filter and a diff driver: nbstripout then
-    # only writes its git config (clean filter, required) and no second `diff=` line.
+    # .gitattributes already names the filter and diff driver: nbstripout adds no second `diff=`.
     run(sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes")
     done.append("nbstripout: clean filter for *.ipynb (outputs and Colab metadata stripped)")
     run(sys.executable, "-m", "nbdime", "config-git", "--enable")

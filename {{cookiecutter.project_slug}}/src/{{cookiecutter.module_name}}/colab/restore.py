@@ -115,8 +115,7 @@ def restore_data(
             digest = manifest.data_hash(wanted)
             return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
         why = source
-    # Not at the top: it imports TensorFlow, and setup cells import this module before the
-    # runtime check (a TPU runtime has none).
+    # Here: it imports TensorFlow, absent on a TPU runtime whose setup imports this module.
     from ..data.prepare import prepare
 
     prepare(params, project_dir)  # deterministic: the same sources and code make the same files

@@ -24,8 +24,7 @@ TPU_STOP = (
     "Colab's TPU runtimes have no TensorFlow; pick a GPU runtime (Runtime > Change runtime type "
     "> T4 GPU), then run the notebook again."
 )
-# Colab's past runtime versions that a notebook can pin (Runtime > Change runtime type >
-# Runtime version), from googlecolab/backend-info: Python minor, tensorflow, numpy.
+# Past Colab runtimes a notebook can pin (googlecolab/backend-info): Python, tensorflow, numpy.
 PINNED_RUNTIMES = {
     "2026.01": ("3.12", "2.19.0", "2.0.2"),
     "2025.10": ("3.12", "2.19.0", "2.0.2"),

@@ -126,11 +126,7 @@ def before_training(
 
 
 def before_first_step(
-    params: Params,
-    info: StrategyInfo,
-    checkpoints: Path,
-    variables: Iterable[Any],
-    held_bytes: int,
+    params: Params, info: StrategyInfo, checkpoints: Path, variables: Iterable[Any], held_bytes: int
 ) -> None:
     """The checks that need the built model and the data (warnings only)."""
     if info.is_chief:
