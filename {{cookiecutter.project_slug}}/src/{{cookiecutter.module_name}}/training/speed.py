@@ -185,16 +185,13 @@ def record(
     params: Params, project_dir: Path, info: StrategyInfo, figures: dict, started: Any, command: str
 ) -> None:
     """A run record of kind "speed" and TensorBoard scalars `speed/*`, one step per record."""
-    earlier = [
-        r
-        for r in list_runs(project_dir)
-        if r.get("kind") == "speed" and r.get("run_name") == params.run_name
-    ]
+    mine = [r for r in list_runs(project_dir) if r.get("run_name") == params.run_name]
+    step = sum(r.get("kind") == "speed" for r in mine)  # its earlier speed records
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
     writer = tf.summary.create_file_writer(str(logdir))
     with writer.as_default():
         for key in [k for k in figures if k.endswith("_examples_per_sec")]:
-            tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
+            tf.summary.scalar(f"speed/{key}", figures[key], step=step)
     writer.close()
     metrics = {
         **figures,
