@@ -1,15 +1,8 @@
-"""`python -m <module> vertex [--dry-run]`: the same training, as a Vertex AI custom job.
+"""`vertex [--dry-run]`: the same training as a Vertex AI custom job (docs/scaling.md).
 
-From `vertex.*` in params.yaml this writes a CustomJobSpec (the file `gcloud ai custom-jobs
-create --config` reads), then submits it with gcloud, or prints that command (`--dry-run`).
-`--sweep`: a tuning job around this job instead (tuning.py).
-
-Worker pool 0 is the chief (one replica), pool 1 the workers: Vertex AI's `TF_CONFIG` makes
-`distribute.strategy: auto` pick MultiWorkerMirroredStrategy, and the chief writes checkpoints and
-results to the bucket through Vertex AI's /gcs mount (docs/scaling.md, storage.py).
-Field names follow the Vertex AI v1 REST reference (CustomJobSpec, WorkerPoolSpec, MachineSpec,
-ContainerSpec, PythonPackageSpec, GcsDestination).
-"""
+Writes a CustomJobSpec (Vertex AI v1 REST field names) from `vertex.*`, then submits it with
+gcloud or prints the command. Pool 0 is the chief, pool 1 the workers: Vertex AI's `TF_CONFIG`
+makes `distribute.strategy: auto` pick MultiWorkerMirroredStrategy."""
 
 from __future__ import annotations
 
@@ -38,9 +31,8 @@ def _bad(key: str, problem: str, example: str) -> ConfigError:
 
 
 def validate(cfg: VertexConfig, run_name: str) -> None:
-    """The checks that need no catalogue of Google Cloud: the job's shape, the bucket, where the
-    code comes from. Names of machines, accelerators and regions are the service's to check:
-    gcloud's error on submission is shown in one line. Raises ConfigError naming the key."""
+    """ConfigError on the job's shape, bucket or code source; machine, accelerator and region
+    names are the service's to check (gcloud's error, on submission)."""
     if len(display_name(cfg, run_name)) > 128:
         raise _bad("display_name", "at most 128 characters", f"{PROJECT_SLUG}-baseline")
     if cfg.accelerator_type and cfg.accelerator_count < 1:
@@ -81,17 +73,16 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
 
 
 def _gs_url(text: str) -> bool:
-    """`gs://<bucket>[/...]` with no spaces."""
     return text.startswith("gs://") and len(text[5:].split("/")[0]) >= 3 and " " not in text
 
 
 def _image_name(text: str) -> bool:
-    """`registry/path[:tag]`: a host and a path, no spaces (the registry checks the rest)."""
+    """`registry/path[:tag]`, no spaces: the registry checks the rest."""
     return "/" in text.strip("/") and not any(c.isspace() for c in text)
 
 
 def display_name(cfg: VertexConfig, run_name: str) -> str:
-    """The job's name in the console: `vertex.display_name`, else `<project_slug>-<run_name>`."""
+    """`vertex.display_name`, else `<project_slug>-<run_name>`."""
     return cfg.display_name or f"{PROJECT_SLUG}-{run_name}"
 
 
@@ -101,16 +92,13 @@ def job_spec(
     command: list[str] | None = None,
     params_at: str = "",
 ) -> dict[str, Any]:
-    """The CustomJobSpec for `params` (validate first). `forwarded` are `--set` overrides that
-    the job's `train` gets too, so `vertex --set train.epochs=50` trains 50 epochs there.
-    `command`: the package's command and its options (default `train`). `params_at`: where a
-    Python-package job reads params.yaml (`params_uri`)."""
+    """The CustomJobSpec running `command` (default `train`) with the `forwarded` `--set` items;
+    a Python-package job reads params.yaml at `params_at`. Validate first."""
     cfg = params.vertex
     bucket = cfg.bucket.rstrip("/")
     args = list(command or ["train"])
     if not cfg.image_uri:
-        # A prebuilt training image has no params.yaml: `run_vertex` uploads ours to the bucket,
-        # which the job reads through Vertex AI's Cloud Storage FUSE mount (/gcs/<bucket>/...).
+        # A prebuilt image has no params.yaml: the job reads ours through Vertex AI's /gcs mount.
         args += ["--params", "/gcs/" + params_at.removeprefix("gs://")]
     for item in forwarded or []:
         args += ["--set", item]
@@ -134,9 +122,8 @@ def job_spec(
                 **run,
             }
         }
-    # The workers on the chief's machines: MultiWorkerMirroredStrategy keeps one full copy of the
-    # model per replica and waits for the slowest, so unequal workers only waste money. Each pool
-    # its own copies: YAML would otherwise write the shared parts as &anchors and *aliases.
+    # Workers on the chief's machines: MultiWorkerMirroredStrategy waits for the slowest replica.
+    # Each pool its own copies: YAML would write shared parts as &anchors and *aliases.
     replicas = [cfg.chief_replicas, *([cfg.worker_replicas] if cfg.worker_replicas else [])]
     pools = [
         {"machineSpec": copy.deepcopy(machine), "replicaCount": n, **copy.deepcopy(program)}
@@ -144,15 +131,10 @@ def job_spec(
     ]
     spec: dict[str, Any] = {
         "workerPoolSpecs": pools,
-        # Vertex AI also exports AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR
-        # under this prefix; our checkpoints land in <bucket>/checkpoints/<run_name> either way.
         "baseOutputDirectory": {"outputUriPrefix": bucket},
     }
-    scheduling: dict[str, Any] = {}
-    if cfg.worker_replicas:
-        # MultiWorkerMirroredStrategy cannot continue with a replaced worker; restarting the
-        # whole job is safe because every replica resumes from the chief's last checkpoint.
-        scheduling["restartJobOnWorkerRestart"] = True
+    # A replaced worker cannot rejoin; every replica resumes from the chief's checkpoint.
+    scheduling: dict[str, Any] = {"restartJobOnWorkerRestart": True} if cfg.worker_replicas else {}
     if cfg.spot:
         scheduling["strategy"] = "SPOT"
     if scheduling:
@@ -163,14 +145,12 @@ def job_spec(
 
 
 def params_uri(cfg: VertexConfig, content: bytes) -> str:
-    """Where a Python-package job reads params.yaml: `<bucket>/params-<hash of content>.yaml`, a
-    file per content, so a later upload never changes what a queued or restarted job reads."""
+    """`<bucket>/params-<hash>.yaml`: a later upload never changes what a queued job reads."""
     return f"{cfg.bucket.rstrip('/')}/params-{hashlib.sha256(content).hexdigest()[:12]}.yaml"
 
 
 def forwarded_overrides(overrides: list[str]) -> list[str]:
-    """The `--set` items meant for training: all but `vertex.*` and `sweep.storage` (a tuning
-    job's study is Vertex AI's own; a database URL stays on this machine)."""
+    """The `--set` items for training: not `vertex.*`, nor `sweep.storage` (a local database)."""
     return [o for o in overrides if not o.strip().startswith(("vertex.", "sweep.storage"))]
 
 
@@ -183,9 +163,7 @@ def run_vertex(
     params_file: Path | None = None,
     tuning_job: Callable[[Params, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> int:
-    """Validate, write the job file, then print (dry run) or run the gcloud commands.
-    `tuning_job` (cloud/tuning.py's, given by the command line): a hyperparameter tuning job
-    for `sweep:` whose trials each run this custom job, instead of the custom job itself."""
+    """Validate, write the job file (`tuning_job`: tuning.py's, around it), print or run gcloud."""
     cfg = params.vertex
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])
@@ -194,15 +172,14 @@ def run_vertex(
     if tuning_job is None:
         job = job_spec(params, forwarded, params_at=params_at)
         group, kind, name = "custom-jobs", "CustomJobSpec", display_name(cfg, params.run_name)
-        path = Path(output or cfg.output)
+        path = project_dir / (output or cfg.output)
     else:
         trial = job_spec(
             params, forwarded, ["train", "--sweep-trial", params.sweep.name], params_at
         )
         job = tuning_job(params, trial)
         group, kind, name = "hp-tuning-jobs", "HyperparameterTuningJob", job["displayName"]
-        path = Path(output or f"results/vertex/hpt-{params.sweep.name}.yaml")
-    path = path if path.is_absolute() else project_dir / path
+        path = project_dir / (output or f"results/vertex/hpt-{params.sweep.name}.yaml")
     path.parent.mkdir(parents=True, exist_ok=True)
     header = f"# Vertex AI {kind} written by `python -m {PACKAGE} vertex`; submit with "
     header += f"`gcloud ai {group} create --config=...`.\n"
@@ -226,7 +203,6 @@ def run_vertex(
 
 
 def _summary(params: Params, tuning: bool) -> str:
-    """What the job runs on, in words."""
     cfg, sweep = params.vertex, params.sweep
     gear = f"{cfg.accelerator_count} x {cfg.accelerator_type}" if cfg.accelerator_type else ""
     trials = f"{sweep.n_trials} trials of '{sweep.name}', {cfg.parallel_trials} at once, each "
@@ -238,8 +214,7 @@ def _summary(params: Params, tuning: bool) -> str:
 
 
 def submit(commands: list[list[str]]) -> int:
-    """Run the gcloud commands in turn; the first that fails stops them, its error (the
-    service's check of machine types, accelerators, regions, quotas) shown in one line."""
+    """Run the commands in turn; the first that fails stops them, its error in one line."""
     for cmd in commands:
         print(f"$ {shlex.join(cmd)}", flush=True)
         # No prompt (stdin is not a terminal): its default answer, and an error if that is no.

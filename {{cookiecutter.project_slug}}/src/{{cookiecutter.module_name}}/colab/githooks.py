@@ -1,8 +1,4 @@
-"""Notebook hygiene in git, registered by `install` (`make hooks`, every notebook's setup):
-nbstripout as the clean filter of `*.ipynb` (outputs, counts and Colab's churn never reach git),
-nbdime's diff and merge drivers (they run the filter first: diffs show stripped notebooks), and
-the pre-commit hook where pre-commit is installed (a dev tool, not on Colab).
-"""
+"""Notebook hygiene in git (`make hooks`, each notebook's setup): nbstripout, nbdime, pre-commit."""
 
 from __future__ import annotations
 
@@ -11,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Keys stripped on top of nbstripout's defaults (outputs, counts, metadata.widgets, ...).
-# The same list is in .pre-commit-config.yaml (tests/test_hygiene.py checks they agree).
+# On top of nbstripout's defaults; the same list is in .pre-commit-config.yaml (test_hygiene.py).
 EXTRA_KEYS = (
     "metadata.colab.provenance",  # Colab's history of where the notebook was opened from
     "metadata.colab.authorship_tag",
@@ -27,11 +22,8 @@ KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernels
 
 
 def install(project_dir: Path) -> list[str]:
-    """Register nbstripout, nbdime and pre-commit in the git clone at `project_dir`.
-
-    Returns what was done, one line each. Safe to run again: nothing is added twice, and the
-    committed `.gitattributes` is left unchanged.
-    """
+    """Register nbstripout, nbdime and pre-commit in the clone; what was done, one line each.
+    Safe to run again: nothing is added twice, the committed `.gitattributes` is kept."""
     project_dir = Path(project_dir)
     if not (project_dir / ".git").exists():
         return [f"{project_dir} is not a git clone: `git init` first, then `make hooks`"]
@@ -42,8 +34,7 @@ def install(project_dir: Path) -> list[str]:
     done = []
     run("git", "config", "filter.nbstripout.extrakeys", " ".join(EXTRA_KEYS))
     run("git", "config", "filter.nbstripout.keepmetadatakeys", " ".join(KEEP_KEYS))
-    # Against .gitattributes, which already names the filter and a diff driver: nbstripout then
-    # only writes its git config (clean filter, required) and no second `diff=` line.
+    # .gitattributes already names the filter and diff driver: nbstripout adds no second `diff=`.
     run(sys.executable, "-m", "nbstripout", "--install", "--attributes", ".gitattributes")
     done.append("nbstripout: clean filter for *.ipynb (outputs and Colab metadata stripped)")
     run(sys.executable, "-m", "nbdime", "config-git", "--enable")

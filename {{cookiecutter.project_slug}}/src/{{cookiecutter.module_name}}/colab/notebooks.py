@@ -1,6 +1,4 @@
-"""The notebooks' side of the package: the shared start of a session (`start_session`, and on
-Colab `keep_state_on_storage`), one line of advice for `train`'s or `sweep`'s exit code, DVC's
-record of a stage a notebook ran (`push_stage`), and headless runs (`run_notebooks`)."""
+"""The notebooks' side: a session's start, advice on an exit code, DVC records, headless runs."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ from .runtime_check import NotebookStop
 
 REPORTS = Path("results") / "reports"
 PATTERN = "[0-9][0-9]_*.ipynb"
-# How `-p NAME=VALUE` reads VALUE for the type the parameters cell declares (`epochs: int = None`),
-# with words and an example for its error; `str` keeps the text written (0123, on, 1.10).
+# `-p NAME=VALUE`: reader, words and example per declared type (`str` keeps 0123, on, 1.10).
 PARAMETER_TYPES = {
     "str": (str, "text", "baseline"),
     "int": (int, "an integer", "2"),
@@ -39,13 +36,11 @@ PARAMETER_TYPES = {
 
 
 class NotebookError(RuntimeError):
-    """A notebook failed; the message names it and the report that shows where. (A bad `-p` or
-    `--only` is a ConfigError: a setting, exit code 2, as for every command.)"""
+    """A notebook failed; the message names it and its report (a bad `-p` is a ConfigError)."""
 
 
 def start_session(project_dir: Path, seed: int | None = None) -> Any:
-    """Register the git hooks, log the environment, seed everything; return the params.
-    `seed` overrides params.yaml's `seed` (a notebook parameter); None keeps it."""
+    """Hooks, environment log, seeds; return the params (`seed`: None keeps params.yaml's)."""
     project_dir = Path(project_dir)
     params = load_params(project_dir / "params.yaml", [f"seed={seed}"] if seed is not None else [])
     if on_colab():
@@ -62,8 +57,7 @@ def start_session(project_dir: Path, seed: int | None = None) -> Any:
 
 
 def check_accelerator() -> str:
-    """Stop (NotebookStop, one line) when TensorFlow finds no GPU or TPU here; else say what it
-    found. Looks at the hardware only: nothing trains, nothing is written."""
+    """Stop (NotebookStop) when TensorFlow finds no GPU or TPU here; else say which it found."""
     hw = detect_hardware()
     if not (hw.gpus or hw.tpu):
         raise NotebookStop(
@@ -77,12 +71,8 @@ def check_accelerator() -> str:
 
 
 def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
-    """Put what must outlive this VM in `storage`, and bring back what earlier VMs left there:
-    `results/tensorboard` (under `$PROJECT_RESULTS_DIR` when set, as everything below) becomes a
-    link to `<storage>/tensorboard`; run records are copied both ways with `<storage>/runs/` (new
-    ones only), so every VM compares every run; the trained model goes to
-    `<storage>/models/<run_name>/`; the DVC remote on Drive follows `storage` (`.dvc/config.local`).
-    Returns what was done, one line each. Safe to run again."""
+    """Link the TensorBoard logs into `storage`, sync run records both ways, keep the model there
+    and point the DVC remote at it; what was done, one line each. Safe to run again."""
     project_dir, storage = Path(project_dir), Path(storage)
     if project_dir.resolve() == storage.resolve():
         return []
@@ -113,8 +103,7 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
 
 
 def stop_unless_trained(exit_code: int, run_name: str) -> None:
-    """Nothing when `train` finished (exit code 0); else stop the cell with one line: what the
-    exit code means for run `run_name` and what to do (docs/training-faults.md)."""
+    """Stop the cell unless `train` exited 0, saying what to do (docs/training-faults.md)."""
     run = f"run '{run_name}'"
     advice = {
         2: f"a setting or the data is not valid, or differs from what {run} was started with "
@@ -132,8 +121,7 @@ def stop_unless_trained(exit_code: int, run_name: str) -> None:
 
 
 def stop_unless_swept(exit_code: int, sweep_name: str) -> None:
-    """Nothing when `sweep` finished (exit code 0); else stop the cell with one line: what the
-    exit code means for sweep `sweep_name` and what to do. Every stop keeps the study."""
+    """Stop the cell unless `sweep` exited 0, saying what to do; every stop keeps the study."""
     sweep = f"sweep '{sweep_name}'"
     advice = {
         1: "the hardware or the storage failed (the error above says which); fix it, then run "
@@ -152,7 +140,6 @@ def stop_unless_swept(exit_code: int, sweep_name: str) -> None:
 
 
 def _stop(what: str, exit_code: int, saver: str, advice: dict[int, str]) -> None:
-    """Raise NotebookStop with the advice for `exit_code` (those of 1, 130 and 143 shared)."""
     advice = {
         1: "the hardware or the storage failed (the error above says which); fix it, then run "
         "this cell again",
@@ -173,7 +160,7 @@ def sync_run_records(runs: Path, kept: Path) -> int:
     for src, dst in ((runs, kept), (kept, runs)):
         for run in sorted(p for p in src.iterdir() if (p / "manifest.json").is_file()):
             if not (dst / run.name).exists():
-                # Copied beside, then renamed: a half-copied run never looks like a run record.
+                # Renamed when whole: a half-copied run never looks like a run record.
                 partial = dst / f".{run.name}.partial"
                 shutil.rmtree(partial, ignore_errors=True)
                 shutil.copytree(run, partial)
@@ -183,9 +170,8 @@ def sync_run_records(runs: Path, kept: Path) -> int:
 
 
 def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None = None) -> bool:
-    """Record `stage` (just run by the package) in `dvc.lock` and push its outputs and the run
-    cache to the DVC remote; True when pushed. A run with values other than params.yaml's
-    (`overrides`, the notebook's parameters) is not the stage: the note says which differ."""
+    """Commit `stage` to dvc.lock and push it with its run cache; True when pushed. A run whose
+    `overrides` differ from params.yaml is not the stage: a note says which."""
     project_dir = Path(project_dir)
     saved = flat(yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8")))
     differ = [
@@ -216,10 +202,8 @@ def run_notebooks(
     only: list[str] | None = None,
     timeout_s: int = 1800,
 ) -> list[Path]:
-    """Execute the numbered notebooks (`only`: those with these prefixes, e.g. ["01", "02"]) in
-    order; return the HTML reports written. Each gets those of the `parameters` (`NAME=VALUE`,
-    as `-p` takes them) that its parameters cell declares."""
-    # Only this command needs them (about 2 s to import): not every notebook's setup.
+    """Run the numbered notebooks (`only`: by prefix) with the `-p` they declare; the reports."""
+    # About 2 s to import, for this command only.
     import papermill
     from nbconvert import HTMLExporter
 
@@ -235,15 +219,14 @@ def run_notebooks(
             f"--only {' '.join(only or [])}: no notebook starts with it (they are: "
             f"{', '.join(nb.name for nb in notebooks)}; example: --only 01 02)"
         )
-    notebooks = chosen
-    declared = {nb: papermill.inspect_notebook(str(nb)) for nb in notebooks}
+    declared = {nb: papermill.inspect_notebook(str(nb)) for nb in chosen}
     every = {name: found for names in declared.values() for name, found in names.items()}
     parameters = typed_parameters(parameters or [], every)
     out_dir = project_dir / REPORTS
     out_dir.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
     reports = []
-    for nb in notebooks:
+    for nb in chosen:
         executed = out_dir / nb.name
         started = time.monotonic()
         print(f"Running {nb.relative_to(project_dir)} ...", flush=True)
@@ -274,9 +257,7 @@ def run_notebooks(
 
 
 def typed_parameters(items: list[str], declared: dict[str, Any]) -> dict[str, Any]:
-    """`NAME=VALUE` items (`-p`) as {name: value}, VALUE read as the type that `declared`
-    (papermill's `inspect_notebook`) gives NAME, else as YAML reads it. A name no notebook declares
-    (a typo would be ignored) or a value its type refuses is a one-line ConfigError."""
+    """`-p NAME=VALUE` items typed as papermill's `declared` says; a typo is a ConfigError."""
     typed = {}
     for item in items:
         name, value = parse_assignment(item, "-p", "epochs=1")

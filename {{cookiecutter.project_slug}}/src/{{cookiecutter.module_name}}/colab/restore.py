@@ -1,17 +1,9 @@
-"""What a new Colab VM brings back before a notebook trains or evaluates.
+"""What a new Colab VM brings back before a notebook trains or evaluates, in one line.
 
-A new VM has a fresh clone: no data (a DVC output), no `results/models`. What it needs lives in
-the storage folder (Drive on Colab) and the DVC remote: each checkpoint's fingerprint names the
-hash of its run's data (training/fingerprint.py); `<storage>/manifests/<data hash>.json` is that
-data's manifest; the DVC remote holds every data file under its MD5 (01's `push_stage`, or `dvc
-push`); `<storage>/models/<run_name>/` the trained model with `model.json` and `train.json`
-(`keep_model`, 02's last cell); `<storage>/runs/` the run records, whose `facts` name a model's
-run and data.
-`restore_for_training` (02), `restore_for_sweep` (04) and `restore_for_evaluation` (03) bring back
-what is missing and say what they did in one line. Data comes from DVC's cache or remote when they
-hold every file, else `prepare` runs again (deterministic: the line says whether it made exactly
-the recorded data). Nothing on the VM is overwritten.
-"""
+A fresh clone has no data and no model. A checkpoint's fingerprint names its data's hash,
+`<storage>/manifests/<hash>.json` that data's manifest, whose files DVC's cache or remote hold;
+`<storage>/models/<run_name>/` keeps a trained model (`keep_model`). Missing data is fetched from
+DVC, else prepared again. Nothing on the VM is overwritten."""
 
 from __future__ import annotations
 
@@ -37,30 +29,27 @@ KEPT_FILES = {"model.keras": MODEL_FILE, "model.json": SIDECAR_FILE, "train.json
 
 
 def load_run_params(project_dir: Path, overrides: dict[str, Any] | None = None) -> Params:
-    """params.yaml with a notebook's overrides ({"run_name": "x", "train.epochs": 3})."""
+    """params.yaml with a notebook's overrides ({"run_name": "x"})."""
     items = [f"{key}={value}" for key, value in (overrides or {}).items()]
     return load_params(Path(project_dir) / "params.yaml", items)
 
 
 def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
-    """Before 02 trains: the data run `run_name` was trained on (its newest checkpoint's
-    fingerprint), or for a new run the data dvc.lock records; one line saying what was done."""
+    """Before 02 trains: the data run `run_name` was trained on, or for a new run dvc.lock's."""
     params = load_run_params(project_dir, overrides)
     name = params.run_name
     return _restore_trained_on(project_dir, params, re.escape(name), f"run '{name}'")
 
 
 def restore_for_sweep(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
-    """Before 04 searches: the data the sweep's trials were trained on (the newest checkpoint of
-    its runs `<sweep.name>-<n>`), or for a new sweep the data dvc.lock records; one line."""
+    """Before 04 searches: the data the trials `<sweep.name>-<n>` were trained on, or dvc.lock's."""
     params = load_run_params(project_dir, overrides)
     name = params.sweep.name  # its trials only: not those of a sweep named `<name>-more`
     return _restore_trained_on(project_dir, params, rf"{re.escape(name)}-\d+", f"sweep '{name}'")
 
 
 def _restore_trained_on(project_dir: Path, params: Params, runs: str, whose: str) -> str:
-    """`restore_data` for the data the runs whose names match the pattern `runs` were trained on
-    (the first newest checkpoint's fingerprint found), or the data dvc.lock records."""
+    """`restore_data` for the data in the fingerprint of the runs matching `runs`, if any."""
     storage = storage_root(Path(project_dir))
     folders = sorted((storage / "checkpoints").glob("*"))
     metas = (newest_meta(run) or {} for run in folders if re.fullmatch(runs, run.name))
@@ -70,17 +59,14 @@ def _restore_trained_on(project_dir: Path, params: Params, runs: str, whose: str
 
 
 def run_facts(project_dir: Path, storage: Path | None = None) -> dict[str, Any]:
-    """The facts (run_name, data_hash, ...) of the run that trained results/models/model.keras:
-    those of its run record, in results/runs/ or `<storage>/runs/`; {} when none wrote this very
-    file. Keys may be missing: read them with `.get`."""
+    """The facts (run_name, data_hash, ...) of the run record that wrote this model.keras, or {}."""
     elsewhere = (Path(storage) / "runs",) if storage else ()
     record = find_run(results_root(Path(project_dir)), MODEL_FILE, elsewhere)
     return (record or {}).get("facts") or {}
 
 
 def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> str:
-    """Before 03 evaluates: the model (this VM's, else run `run_name`'s from the storage folder)
-    and the data it was trained on; one line saying what was done."""
+    """Before 03 evaluates: the model (this VM's, else `run_name`'s kept one) and its data."""
     project_dir = Path(project_dir)
     params = load_run_params(project_dir, {"run_name": run_name} if run_name else None)
     storage, results = storage_root(project_dir), results_root(project_dir)
@@ -105,9 +91,8 @@ def restore_for_evaluation(project_dir: Path, run_name: str | None = None) -> st
 def restore_data(
     project_dir: Path, params: Params, storage: Path, data_hash: str | None, whose: str
 ) -> str:
-    """data/manifest.json and its files on this VM: kept when there; else the data `data_hash`
-    names (None: dvc.lock's) from DVC's cache or remote; else `prepare` again, saying whether it
-    made exactly that data."""
+    """Keep this VM's data; else fetch `data_hash`'s (None: dvc.lock's) from DVC; else prepare
+    again, saying whether it made exactly that data."""
     here = manifest.load(project_dir)
     if here is not None:
         mine = manifest.data_hash(here)
@@ -130,8 +115,7 @@ def restore_data(
             digest = manifest.data_hash(wanted)
             return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
         why = source
-    # Here, not at the top: prepare imports TensorFlow (the readers, the tasks), and a notebook's
-    # setup cell imports this module before it checks the runtime (a TPU one has none).
+    # Here: it imports TensorFlow, absent on a TPU runtime whose setup imports this module.
     from ..data.prepare import prepare
 
     prepare(params, project_dir)  # deterministic: the same sources and code make the same files
@@ -148,7 +132,7 @@ def restore_data(
 
 
 def dvc_lock_manifest(project_dir: Path, storage: Path) -> Path | None:
-    """The kept manifest that the checkout's dvc.lock records as `prepare`'s, or None."""
+    """The kept manifest that dvc.lock records as `prepare`'s, or None."""
     lock = Path(project_dir) / "dvc.lock"
     try:
         outs = yaml.safe_load(lock.read_text())["stages"]["prepare"]["outs"]
@@ -159,9 +143,8 @@ def dvc_lock_manifest(project_dir: Path, storage: Path) -> Path | None:
 
 
 def fetch_from_dvc(project_dir: Path, doc: dict[str, Any]) -> tuple[int, str]:
-    """Copy every file of the manifest `doc` from DVC's cache or default remote (under its MD5)
-    into place, checking its SHA-256: (files copied, where from), or (0, why not) with nothing
-    written when a file is missing or another is in the way."""
+    """Copy the manifest's files from DVC's cache or remote, SHA-256 checked: (count, where
+    from), or (0, why not) with nothing written when one is missing or in the way."""
     try:
         from dvc.repo import Repo
 
@@ -207,8 +190,7 @@ def _copy_from_stores(project_dir: Path, doc: dict[str, Any], stores: list) -> t
 
 
 def kept_model_folder(storage: Path, run_name: str) -> Path:
-    """`<storage>/models/<run_name>`; a swap that a VM's end cut off between its two renames (in
-    `keep_model`) is undone first, so the model kept before it is found again."""
+    """`<storage>/models/<run_name>`, after undoing a `keep_model` swap cut off between renames."""
     target = Path(storage) / MODELS / run_name
     old = target.with_name(f".{run_name}.old")
     if old.is_dir() and not target.exists():
@@ -217,8 +199,7 @@ def kept_model_folder(storage: Path, run_name: str) -> Path:
 
 
 def keep_model(project_dir: Path, storage: Path) -> str | None:
-    """Copy the trained model (results/models/model.keras, model.json) and train.json to
-    `<storage>/models/<its run_name>/`, swapped in whole; one line, or None without a model."""
+    """Swap the trained model's files into `<storage>/models/<run_name>/`; one line, or None."""
     results = results_root(Path(project_dir))
     files = {name: results / rel for name, rel in KEPT_FILES.items()}
     if not all(path.is_file() for path in files.values()):

@@ -1,11 +1,7 @@
 """Before anything is installed on Colab: can this runtime run the project as locked?
 
-Installing a lock that differs from the runtime's preinstalled packages would replace them and
-need a restart: `check_runtime` stops first, in one line naming the differences and the ways out,
-and saves this runtime's `pip freeze` to the storage folder (docs/troubleshooting.md). Colab's
-TPU runtimes have had no TensorFlow since 2025-03 (`stop_on_tpu`). Off Colab both do nothing.
-The standard library only (core.hardware too): it runs from the checkout before any install.
-"""
+A lock that differs from the preinstalled packages would replace them and need a restart, so
+`check_runtime` stops first. Standard library only: it runs from the checkout before any install."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ TPU_STOP = (
     "Colab's TPU runtimes have no TensorFlow; pick a GPU runtime (Runtime > Change runtime type "
     "> T4 GPU), then run the notebook again."
 )
-# Colab's past runtime versions that a notebook can pin (Runtime > Change runtime type >
-# Runtime version), from googlecolab/backend-info: Python minor, tensorflow, numpy.
+# Past Colab runtimes a notebook can pin (googlecolab/backend-info): Python, tensorflow, numpy.
 PINNED_RUNTIMES = {
     "2026.01": ("3.12", "2.19.0", "2.0.2"),
     "2025.10": ("3.12", "2.19.0", "2.0.2"),
@@ -39,8 +34,7 @@ SHOWN = 6  # differences named in the line; the rest are counted
 
 
 class NotebookStop(Exception):
-    """Stops a notebook run with one line: the message alone, no traceback (IPython shows what
-    `_render_traceback_` returns)."""
+    """Stops a notebook with its message alone: IPython shows what `_render_traceback_` returns."""
 
     def _render_traceback_(self) -> list[str]:
         return [str(self)]
@@ -60,10 +54,8 @@ def same_version(a: str | None, b: str | None) -> bool:
 
 
 def read_pins(path: Path, python: str | None = None) -> dict[str, str]:
-    """`name==version` lines of a requirements or freeze file, by normalized name; with `python`
-    (X.Y[.Z]), only the lines whose marker holds there."""
-    # packaging is preinstalled on Colab; imported here so that the module itself needs only the
-    # standard library.
+    """`name==version` pins by normalized name; with `python` (X.Y), those whose marker holds."""
+    # Preinstalled on Colab; here so that the module needs only the standard library.
     from packaging.requirements import InvalidRequirement, Requirement
 
     where = {"python_version": ".".join(python.split(".")[:2])} if python else None
@@ -80,9 +72,7 @@ def read_pins(path: Path, python: str | None = None) -> dict[str, str]:
 
 
 def lock_settings(project_dir: Path) -> tuple[dict[str, str], str]:
-    """tools/lock.py's OVERRIDES (Colab pins replaced on purpose) and the Python of the Colab
-    runtime the lock was made for (its header's `# Colab runtime: Python 3.13, ...` line, else
-    the snapshot's own)."""
+    """tools/lock.py's OVERRIDES and the Python of the runtime the lock was made for."""
     tool = runpy.run_path(str(Path(project_dir) / "tools" / "lock.py"))  # its globals
     overrides = {normalize(name): version for name, version in tool["OVERRIDES"].items()}
     header = (Path(project_dir) / "requirements.txt").read_text(encoding="utf-8")
@@ -99,7 +89,7 @@ def on_colab_tpu(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def stop_on_tpu(environ: Mapping[str, str] | None = None) -> None:
-    """Stop (NotebookStop, one line) on a Colab TPU runtime; nothing elsewhere."""
+    """Stop on a Colab TPU runtime: they have had no TensorFlow since 2025-03."""
     if on_colab_tpu(environ):
         raise NotebookStop(TPU_STOP)
 
@@ -122,9 +112,8 @@ def differences(
     overrides: Mapping[str, str],
     lock_python: str,
 ) -> list[str]:
-    """What differs between this runtime and the one the lock was made for, one item each:
-    the Python minor version; tensorflow, keras and numpy against the snapshot; any other
-    installed package pinned at another version in the lock (but the OVERRIDES)."""
+    """Python's minor, HEADLINE against the snapshot, other installed packages against the lock
+    (but the OVERRIDES): one item per difference."""
     found = []
     if python.split(".")[:2] != lock_python.split(".")[:2]:
         found.append(f"Python {python} (lock: {lock_python})")
@@ -134,22 +123,19 @@ def differences(
             found.append(f"{name} {have or 'not installed'} (lock: {want or 'not installed'})")
     for name, pin in sorted(lock.items()):
         have = installed.get(name)
-        if name in HEADLINE or name in overrides or have is None:
-            continue
-        if not same_version(have, pin):
+        if have is not None and name not in (*HEADLINE, *overrides) and not same_version(have, pin):
             found.append(f"{name} {have} (lock: {pin})")
     return found
 
 
 def matching_runtimes(lock_python: str, snapshot: Mapping[str, str]) -> list[str]:
-    """The pinnable past runtime versions whose Python, TensorFlow and NumPy are the lock's."""
+    """The pinnable past runtimes whose Python, TensorFlow and NumPy are the lock's."""
     want = (lock_python, snapshot.get("tensorflow"), snapshot.get("numpy"))
     return [version for version, have in PINNED_RUNTIMES.items() if have == want]
 
 
 def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
-    """Where this runtime's freeze is saved: the storage root (storage.py's rule, without its
-    imports): $PROJECT_STORAGE_DIR, else the Drive folder when mounted, else the project."""
+    """storage.py's storage root, without its imports: where the freeze is saved."""
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
         return Path(env).expanduser()
@@ -203,9 +189,7 @@ def check_runtime(
     installed: Mapping[str, str] | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """On Colab: stop on a TPU runtime; compare this runtime with the lock's snapshot and stop
-    (NotebookStop, one line) where they differ, unless `allow_reinstall`. Returns the
-    differences ([] off Colab)."""
+    """On Colab, stop where the runtime differs from the lock, unless `allow_reinstall`; those."""
     environ = os.environ if environ is None else environ
     if "COLAB_RELEASE_TAG" not in environ:
         return []
@@ -231,5 +215,4 @@ def check_runtime(
         freeze = str(save_freeze(storage_folder(project_dir, environ), environ))
     except OSError as exc:
         freeze = f"<file> (saving this runtime's pip freeze failed: {exc}; `pip freeze > <file>`)"
-    runtimes = matching_runtimes(lock_python, snapshot)
-    raise NotebookStop(refusal(found, freeze, runtimes))
+    raise NotebookStop(refusal(found, freeze, matching_runtimes(lock_python, snapshot)))

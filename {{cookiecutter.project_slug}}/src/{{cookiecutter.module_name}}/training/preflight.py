@@ -1,9 +1,4 @@
-"""Checks before the first training step, one line per finding (docs/training-faults.md).
-
-Stops, as nothing useful can come of the run: Drive's path with Drive not mounted, no accelerator
-under `distribute.require_accelerator`, a `train.class_weight` that cannot apply. Warns: space for
-the checkpoints kept, memory for the data path. Notes a training split that is imbalanced.
-"""
+"""Checks before the first training step, one line per finding (docs/training-faults.md)."""
 
 from __future__ import annotations
 
@@ -53,19 +48,18 @@ def check_accelerator(params: Params, info: StrategyInfo) -> str:
 
 
 def variable_bytes(variables: Iterable[Any]) -> int:
-    """Bytes of a list of TensorFlow/Keras variables: about the size of their checkpoint."""
+    """About the size of the variables' checkpoint."""
     return sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables)
 
 
 def data_bytes(input_shape: tuple[int, ...], global_batch: int, window: int = 1024) -> int:
-    """What the streaming input pipeline holds in memory: a shuffle window of examples and a
-    few decoded float32 batches in flight (prefetch, parallel decode); not the data set."""
+    """What the input pipeline holds: a shuffle window and a few float32 batches in flight."""
     example = 4 * math.prod(input_shape)
     return window * example + 8 * global_batch * example
 
 
 def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:
-    """One line: free space at the storage root against the checkpoints the run will keep."""
+    """Free space at `checkpoints` against the checkpoints the run will keep."""
     need = checkpoint_bytes * (keep + 1)  # `keep` kept plus the one being written
     free = free_bytes(checkpoints)
     what = f"checkpoints of ~{checkpoint_bytes / MIB:,.1f} MiB x ({keep} kept + 1 being written)"
@@ -81,7 +75,7 @@ def space_finding(checkpoints: Path, checkpoint_bytes: int, keep: int) -> str:
 
 
 def memory_finding(held_bytes: int) -> str:
-    """One line: available memory (psutil's `available`) against what the data path holds."""
+    """Available memory against what the data path holds."""
     available = psutil.virtual_memory().available
     if held_bytes > 0.8 * available:
         return (
@@ -96,8 +90,7 @@ def memory_finding(held_bytes: int) -> str:
 
 
 def class_balance_finding(params: Params, spec: DataSpec) -> str:
-    """One line on the training split's class balance and the loss's class weights ('' when
-    balanced and unweighted); a `train.class_weight` that cannot apply stops the run."""
+    """The class weights, or a note on an imbalanced split, or ''; a bad class_weight stops."""
     task = make_task(params, spec)  # refuses a bad train.class_weight
     found = {n: c for n, c in spec.train_counts.items() if n in spec.names}
     if task.class_weights:
@@ -122,8 +115,7 @@ def class_balance_finding(params: Params, spec: DataSpec) -> str:
 def before_training(
     params: Params, info: StrategyInfo, storage: Path, spec: DataSpec | None = None
 ) -> None:
-    """The checks that need no model (`spec`: the prepared data's, None for the bundled digits
-    that `train` splits itself)."""
+    """The checks that need no model (`spec` None: the bundled digits, split by `train`)."""
     check_storage_root(storage)
     lines = [check_accelerator(params, info)]
     if spec is not None:
@@ -134,13 +126,9 @@ def before_training(
 
 
 def before_first_step(
-    params: Params,
-    info: StrategyInfo,
-    checkpoints: Path,
-    variables: Iterable[Any],
-    held_bytes: int,
+    params: Params, info: StrategyInfo, checkpoints: Path, variables: Iterable[Any], held_bytes: int
 ) -> None:
-    """The checks that need the built model and the data (warnings only), printed."""
+    """The checks that need the built model and the data (warnings only)."""
     if info.is_chief:
         space = space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints)
         print(space, memory_finding(held_bytes), sep="\n", flush=True)

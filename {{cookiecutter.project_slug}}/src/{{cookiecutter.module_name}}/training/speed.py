@@ -1,11 +1,7 @@
-"""`python -m <module> speed`: is training waiting for its input or for its compute?
+"""`speed`: is training waiting for its input or for its compute? (docs/training.md)
 
-Three timings of `steps` steps each (the input path alone, training steps on a batch already on
-the devices, both together) with `train`'s strategy, global batch, model and
-`train.steps_per_execution`; the slower of the first two is the bottleneck. It builds its own model
-and datasets (no run's checkpoints are touched) and records a run record of kind "speed". How to
-read the figures: docs/training.md ("Where the time goes").
-"""
+Times the input path, training steps on a batch already on the devices, and both, as `train`
+runs them (its own model and data); the slower of the first two is the bottleneck."""
 
 from __future__ import annotations
 
@@ -44,11 +40,10 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
         rates = measure(params, strategy, info, data, steps)
     bottleneck = "input" if rates["input"] < rates["compute"] else "compute"
     figures = {f"{k}_examples_per_sec": round(v, 1) for k, v in rates.items()}
+    result = {"bottleneck": bottleneck, **figures}
     if info.is_chief:
         try:
-            record(
-                params, project_dir, info, {"bottleneck": bottleneck, **figures}, started, command
-            )
+            record(params, project_dir, info, result, started, command)
         except Exception as exc:  # a full or dropped disk: the figures are on screen all the same
             if not is_storage_fault(exc):
                 raise
@@ -59,13 +54,13 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
             )
     print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}", flush=True)
     print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
-    return {"bottleneck": bottleneck, **figures}
+    return result
 
 
 def measure(
     params: Params, strategy: Any, info: StrategyInfo, data: Prepared, steps: int
 ) -> dict[str, float]:
-    """Examples/s of the three measurements, printed as they come."""
+    """Examples/s of the three ways, printed as they come."""
     cfg = params.train
     plan = make_plan(params, info, data)
     parts = build_parts(params, strategy, info, data, plan)
@@ -106,8 +101,10 @@ def measure(
 
         return run, real.args
 
-    def compute_alone() -> tuple[Any, Any]:
-        batch = device_batch(strategy, data, plan.global_batch // info.replicas)
+    def compute_alone() -> tuple[Any, Any]:  # one training batch on every replica, again and again
+        size = plan.global_batch // info.replicas
+        x, y = next(iter(eval_dataset(data, "train", size).unbatch().repeat().batch(size)))
+        batch = on_replicas(strategy, x), on_replicas(strategy, y)
         return make_chunk_function(parts, cfg, lambda fed, i: fed), lambda step: batch
 
     def together() -> tuple[Any, Any]:
@@ -130,8 +127,7 @@ def measure(
 
 
 def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> float:
-    """Steps per second of `fn(args(step), n)` over `steps` steps after a warm-up chunk; chunks
-    as `train` cuts them (never across an epoch end)."""
+    """Steps/s of `fn(args(step), n)` after a warm-up chunk, in `train`'s chunks."""
     step = 0
 
     def run(count: int) -> None:
@@ -145,14 +141,6 @@ def _rate(fn: Any, args: Any, steps: int, per_call: int, per_epoch: int) -> floa
     started = time.perf_counter()
     run(steps)
     return steps / (time.perf_counter() - started)
-
-
-def device_batch(strategy: Any, data: Prepared, batch: int) -> Any:
-    """One batch of the training split as the pipeline gives it (token ids for text), on every
-    replica: what the compute measurement trains on, again and again."""
-    examples = eval_dataset(data, "train", batch).unbatch().repeat().batch(batch)
-    x, y = next(iter(examples))
-    return on_replicas(strategy, x), on_replicas(strategy, y)
 
 
 def advice(
@@ -196,18 +184,14 @@ def advice(
 def record(
     params: Params, project_dir: Path, info: StrategyInfo, figures: dict, started: Any, command: str
 ) -> None:
-    """A run record of kind "speed" and TensorBoard scalars `speed/*` (its own folder under
-    the run's, step = the number of earlier speed records of this run_name)."""
-    earlier = [
-        r
-        for r in list_runs(project_dir)
-        if r.get("kind") == "speed" and r.get("run_name") == params.run_name
-    ]
+    """A run record of kind "speed" and TensorBoard scalars `speed/*`, one step per record."""
+    mine = [r for r in list_runs(project_dir) if r.get("run_name") == params.run_name]
+    step = sum(r.get("kind") == "speed" for r in mine)  # its earlier speed records
     logdir = results_root(project_dir) / "tensorboard" / params.run_name / "speed"
     writer = tf.summary.create_file_writer(str(logdir))
     with writer.as_default():
         for key in [k for k in figures if k.endswith("_examples_per_sec")]:
-            tf.summary.scalar(f"speed/{key}", figures[key], step=len(earlier))
+            tf.summary.scalar(f"speed/{key}", figures[key], step=step)
     writer.close()
     metrics = {
         **figures,

@@ -1,23 +1,19 @@
 """Hardware discovery and the choice of a tf.distribute strategy.
 
-`choose_plan` is a pure function of what was found and of `distribute.*`, so the rules can be
-tested with faked hardware. `make_strategy` applies the plan. Call it first in a program: device
-settings (logical CPUs, visible GPUs, memory growth) only work before TensorFlow initialises,
-and MultiWorkerMirroredStrategy must exist before any other TensorFlow op runs.
-"""
+`choose_plan` (the rules, testable with faked hardware) is applied by `make_strategy`: call it
+first, as device settings and MultiWorkerMirroredStrategy must precede any other TensorFlow op."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..config import DistributeConfig
 from ..core.hardware import tpu_present
 
-# TensorFlow is imported where it is used: the command line imports this module for its errors,
-# and the notebooks' runtime check runs before TensorFlow is installed.
-
+# TensorFlow is imported where used: the command line and notebooks' setup import this module.
 
 TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", '
@@ -31,8 +27,6 @@ class StrategyError(RuntimeError):
 
 @dataclass(frozen=True)
 class Hardware:
-    """What this machine offers, found without initialising TensorFlow."""
-
     gpus: int = 0
     tpu: bool = False
     tf_config: dict | None = None
@@ -45,7 +39,7 @@ class DevicePlan:
     kind: str  # "tpu" | "multiworker" | "mirrored" | "default"
     gpus: tuple[int, ...] = ()  # physical GPU indices made visible (all when empty)
     logical_cpus: int = 0  # split the CPU into this many devices (mirrored on CPU)
-    notes: tuple[str, ...] = field(default=())  # messages to print
+    notes: tuple[str, ...] = ()  # messages to print
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ class StrategyInfo:
 
 
 def detect_hardware() -> Hardware:
-    """List GPUs (this does not initialise TensorFlow), look for a TPU and read TF_CONFIG."""
+    """GPUs (listing them does not initialise TensorFlow), a TPU, TF_CONFIG."""
     import tensorflow as tf
 
     tf_config = None
@@ -116,7 +110,7 @@ def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]
 
 
 def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[object, StrategyInfo]:
-    """Detect the hardware, choose a plan, configure the devices and build the strategy."""
+    """Choose a plan for `hw` (None: detect it), configure the devices, build the strategy."""
     import tensorflow as tf
 
     hw = hw or detect_hardware()
@@ -137,9 +131,9 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
         if plan.kind == "multiworker":
             strategy = tf.distribute.MultiWorkerMirroredStrategy()
         elif plan.kind == "mirrored":
-            found = tf.config.list_logical_devices("GPU" if hw.gpus else "CPU")
+            found = tf.config.list_logical_devices(device)
             strategy = _mirrored(
-                tf, [d.name for d in found[: None if hw.gpus else max(plan.logical_cpus, 1)]]
+                tf, tuple(d.name for d in found[: None if hw.gpus else max(plan.logical_cpus, 1)])
             )
         else:
             strategy = tf.distribute.get_strategy()
@@ -156,32 +150,25 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
     return strategy, info
 
 
-# What the log calls the strategies whose class names say little.
 _NAMES = {
     "CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy",
     "_DefaultDistributionStrategy": "the default strategy",
 }
-_MIRRORED: dict[tuple[str, ...], object] = {}
 
 
-def _mirrored(tf, devices: list[str]) -> object:
-    """One MirroredStrategy per device set and process: a second one (a second `train` in one
-    kernel) would number its all-reduces from the start again, and TensorFlow matches them by
-    number ("Shape mismatch in the collective instance")."""
-    key = tuple(devices)
-    if key not in _MIRRORED:
-        _MIRRORED[key] = tf.distribute.MirroredStrategy(devices)
-    return _MIRRORED[key]
+@functools.cache
+def _mirrored(tf, devices: tuple[str, ...]) -> object:
+    """One MirroredStrategy per device set and process: a second (a second `train` in a kernel)
+    would renumber its all-reduces ("Shape mismatch in the collective instance")."""
+    return tf.distribute.MirroredStrategy(list(devices))
 
 
-# tf.distribute.MultiWorkerMirroredStrategy is an alias: the object's class is
-# CollectiveAllReduceStrategy, so a check on the public name alone never matches.
+# The public name is an alias of the class CollectiveAllReduceStrategy.
 _MULTIWORKER_CLASSES = ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
 
 
 def cluster_role(strategy: object) -> tuple[bool, int]:
-    """Whether this worker is the chief, which writes checkpoints and results (`chief`, else
-    worker 0: TF's convention), and how many workers train."""
+    """(whether this worker is the chief: `chief`, else worker 0; how many workers train)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if type(strategy).__name__ not in _MULTIWORKER_CLASSES or resolver is None:
         return True, 1
@@ -201,8 +188,7 @@ def _configure_devices(tf, plan: DevicePlan, memory_growth: bool) -> None:
             chosen = [gpus[i] for i in plan.gpus] if plan.gpus else gpus
             tf.config.set_visible_devices(chosen, "GPU")
             for gpu in chosen:
-                # Grow on demand instead of taking all memory at start: lets a notebook kernel
-                # and this run share the GPU. Turn off with distribute.memory_growth: false.
+                # On demand, not all at start: a notebook kernel and this run share the GPU.
                 tf.config.experimental.set_memory_growth(gpu, memory_growth)
         if plan.logical_cpus >= 2:
             cpu = tf.config.list_physical_devices("CPU")[0]
