@@ -142,6 +142,15 @@ def test_lint_clean(project: Path, python: Path) -> None:
     assert (check.returncode, form.returncode) != (2, 2), check.stderr + form.stderr  # ruff itself failed
 
 
+def test_lint_clean_with_vertex(tmp_path_factory: pytest.TempPathFactory, python: Path) -> None:
+    """vertex_ai's non-default answer (no) leaves its code out above; with the long names and the
+    default (yes), the code that renders the slug into Vertex AI's job specs is linted too."""
+    project = project_env.bake(tmp_path_factory.mktemp("odd-vertex"), **{**ANSWERS, "vertex_ai": True})
+    for command in (["ruff", "check"], ["ruff", "format", "--check"]):
+        run = run_in(project, python, *command, "--output-format", "concise", "src", "tests")
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_name_dependent_tests_pass(project: Path, python: Path) -> None:
     deselect = [arg for test in KNOWN_FAILING for arg in ("--deselect", test)]
     run = run_in(project, python, str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECT,

@@ -41,7 +41,8 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     if sweep.pruner == "median":
         study["medianAutomatedStoppingSpec"] = {"useElapsedDuration": False}  # by epoch
     return {
-        "displayName": f"{{ cookiecutter.project_slug }}-sweep-{sweep.name}",  # its length: Vertex AI checks it
+        # Vertex AI checks the name's length when the job is submitted.
+        "displayName": f"{{ cookiecutter.project_slug }}-sweep-{sweep.name}",
         "studySpec": study,
         "maxTrialCount": sweep.n_trials,
         "parallelTrialCount": params.vertex.parallel_trials,
