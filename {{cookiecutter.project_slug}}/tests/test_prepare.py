@@ -95,6 +95,21 @@ def test_a_source_registered_as_the_others_are_reads_its_path(tmp_path: Path, mo
     assert sum(info["counts"].values()) == 20
 
 
+def test_an_alias_of_a_built_in_reader_keeps_what_it_reads(monkeypatch) -> None:
+    """`register("source", "my_digits")(read_digits)` names a built-in again: it neither takes
+    nor changes the reader's options (digits reads no data.path; csv takes a file)."""
+    from {{ cookiecutter.module_name }}.readers.csv_rows import read_csv
+    from {{ cookiecutter.module_name }}.readers.digits import read_digits
+    from {{ cookiecutter.module_name }}.registry import _ENTRIES, register
+
+    for name, reader in {"my_digits": read_digits, "my_csv": read_csv}.items():
+        monkeypatch.setitem(_ENTRIES["source"], name, None)  # gone again after this test
+        before = (reader.reads_path, reader.patterns, reader.takes, reader.example)
+        register("source", name)(reader)
+        assert (reader.reads_path, reader.patterns, reader.takes, reader.example) == before
+    assert (read_digits.reads_path, read_csv.takes) == (False, "file")
+
+
 def test_split_is_seeded_and_stratified() -> None:
     y = np.repeat(np.arange(3), 20)
     a = split_indices(y, 0.25, 0.25, seed=1)

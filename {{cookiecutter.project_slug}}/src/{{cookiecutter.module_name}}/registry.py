@@ -30,21 +30,24 @@ KINDS = {
 FIXED = {"source": 3, "augmentation": 2, "architecture": 3}  # (path, data, kind), (image, key), ...
 # Where a component's own arguments are given, and the kind of that component.
 ARGUMENTS = {"model.args": "architecture", "data.args": "source"}
+# A source's options (`sources.source` says what they mean) and their defaults.
+SOURCE_OPTIONS = {"reads_path": True, "patterns": False, "takes": "", "example": ""}
 _ENTRIES: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
 
 
-def register(
-    kind: str,
-    name: str,
-    reads_path: bool = True,
-    patterns: bool = False,
-    takes: str = "",
-    example: str = "",
-) -> Callable[[Any], Any]:
+def register(kind: str, name: str, **options: Any) -> Callable[[Any], Any]:
     """Decorator: make a function or class available as `name` for `kind` (see KINDS). A source
-    gets the other arguments as attributes (`sources.source` says what they mean)."""
+    gets `options` (SOURCE_OPTIONS) as attributes; one not given keeps the reader's own (an
+    alias of a built-in reader) or its default."""
     if kind not in KINDS:
         raise ValueError(f"register: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    unknown = sorted(set(options) - set(SOURCE_OPTIONS if kind == "source" else ()))
+    if unknown:
+        raise ValueError(
+            f"register({kind!r}, {name!r}): no option {unknown[0]!r} (a source's options: "
+            f"{', '.join(SOURCE_OPTIONS)}; example: @source({name!r}, takes='file'))"
+        )
+    takes = options.get("takes", "")
     if takes not in ("", "file", "folder"):  # a typo would refuse what the reader reads
         raise ValueError(
             f"@source({name!r}): takes={takes!r} is not 'file', 'folder' or '' (either) "
@@ -62,10 +65,8 @@ def register(
                 f"@register({kind!r}, 'my_{name}'))"
             )
         if kind == "source":
-            obj.reads_path = reads_path
-            obj.patterns = patterns
-            obj.takes = takes
-            obj.example = example
+            for option, default in SOURCE_OPTIONS.items():
+                setattr(obj, option, options.get(option, getattr(obj, option, default)))
         _ENTRIES[kind][name] = obj
         return obj
 
