@@ -7,6 +7,7 @@ under its own number; the study is Optuna's (sweep_study.py). docs/training.md, 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -21,7 +22,6 @@ from optuna.trial import TrialState
 
 from ..config import ConfigError, Params, flat, yaml_text
 from ..registry import check
-from .checkpoints import first_line
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
@@ -60,9 +60,7 @@ def run_sweep(
             "distribute.strategy: multiworker, but a sweep runs its trials one at a time on this "
             "machine (example: --set distribute.strategy=auto)"
         )
-    # Each trial builds its model and training function afresh, on purpose: TensorFlow counts
-    # their traces as one function's and, from the sixth trial on, warns of excessive retracing.
-    tf.get_logger().addFilter(lambda record: "tf.function retracing" not in record.getMessage())
+    tf.get_logger().addFilter(_not_retracing)  # the same object: added once per process
     lease = None if cfg.storage else _sweep_lease(project_dir, cfg.name, take_over)
     try:
         sweep = Sweep(params, params_file, project_dir, overrides, lease)
@@ -83,6 +81,12 @@ def run_sweep(
             lease.release()
     summary(sweep, table)
     return code
+
+
+def _not_retracing(record: logging.LogRecord) -> bool:
+    """Each trial builds its model and training function afresh, on purpose: TensorFlow counts
+    their traces as one function's and, from the sixth trial on, warns of excessive retracing."""
+    return "triggered tf.function retracing" not in record.getMessage()
 
 
 def _sweep_lease(project_dir: Path, name: str, take_over: bool) -> Lease:
@@ -185,7 +189,8 @@ def run_trial(
             raise  # the setup's fault (data, params file): fix it and run the sweep again
         return _failed(sweep, trial, str(exc))  # the point's fault
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:  # the point does not fit
-        return _failed(sweep, trial, first_line(exc))  # else taken up again, and again
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return _failed(sweep, trial, f"{type(exc).__name__}: {first}")  # else taken up again
     finally:
         stop.set()
         keras.backend.clear_session()  # the next trial builds its model afresh
