@@ -86,7 +86,8 @@ class Task:
     def report(
         self, scores: dict[str, float], y_true: np.ndarray, outputs: np.ndarray
     ) -> Evaluation:
-        """`evaluate`'s Evaluation from every test target and output and the keras `scores`."""
+        """`evaluate`'s Evaluation from every test target and output and `scores` (the keras
+        metrics' results, `test_loss`, `test_examples`)."""
         raise NotImplementedError
 
     def predictions(self, outputs: np.ndarray) -> dict[str, list[Any]]:
@@ -203,7 +204,12 @@ class Task:
 
     def update_metrics(self, metrics: Sequence[Any], y_true: Any, logits: Any) -> None:
         """Update every metric from targets and logits; call inside the (replica) step."""
-        outputs = self.outputs(logits)
+        self.update_metrics_from_outputs(metrics, y_true, self.outputs(logits))
+
+    def update_metrics_from_outputs(
+        self, metrics: Sequence[Any], y_true: Any, outputs: Any
+    ) -> None:
+        """The same from what the saved model gives (probabilities or values): `evaluate`."""
         for metric in metrics:
             metric.update_state(self.metric_targets(metric, y_true), outputs)
 
@@ -219,8 +225,7 @@ class Task:
 
             @tf.function(input_signature=[targets, outputs])
             def update(y_true: Any, outputs: Any) -> None:
-                for metric in metrics:
-                    metric.update_state(self.metric_targets(metric, y_true), outputs)
+                self.update_metrics_from_outputs(metrics, y_true, outputs)
 
             _TEST_METRICS[key] = metrics, update
         return _TEST_METRICS[key]

@@ -30,6 +30,10 @@ class Regression(Task):
         "predictions.csv": ["actual", "predicted", "residual"]
     }
 
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
     def loss(self, y_true: Any, logits: Any) -> Any:
         standard = (keras.ops.cast(y_true, "float32") - self.target_mean) / self.target_std
         fn = keras.losses.MeanSquaredError(reduction="none")
