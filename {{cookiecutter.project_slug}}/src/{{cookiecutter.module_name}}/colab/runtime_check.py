@@ -189,7 +189,8 @@ def check_runtime(
     installed: Mapping[str, str] | None = None,
     python: str | None = None,
 ) -> list[str]:
-    """On Colab, stop where the runtime differs from the lock, unless `allow_reinstall`; those."""
+    """On Colab: stop on a TPU runtime, and where this runtime differs from the lock (saving
+    its pip freeze) unless `allow_reinstall`. Returns the differences ([] off Colab)."""
     environ = os.environ if environ is None else environ
     if "COLAB_RELEASE_TAG" not in environ:
         return []

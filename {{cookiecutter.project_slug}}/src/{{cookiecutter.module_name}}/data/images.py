@@ -34,7 +34,8 @@ def _orientation(image: Any) -> int:
 
 
 def load_image(payload: Any, size: tuple[int, int] | None, channels: int) -> Any:
-    """Steps 1-5 of docs/data.md's recipe: bytes, a PIL image or a uint8 array -> a PIL image."""
+    """Steps 1-5 of docs/data.md's recipe: bytes, a PIL image or a uint8 array -> a PIL image
+    of `channels` at `size` (height, width, not PIL's order; None: as it is)."""
     if isinstance(payload, bytes | Image.Image):
         image = _open(payload) if isinstance(payload, bytes) else payload
         if _orientation(image) in TRANSFORMS:
@@ -67,7 +68,8 @@ def _kept_as_is(image: Any, size: tuple[int, int], channels: int, fmt: str) -> b
 
 
 def stored_image(payload: Any, size: tuple[int, int], channels: int, fmt: str, where: str) -> bytes:
-    """An image as the shards hold it (the original bytes when steps 2-5 would not change them)."""
+    """An image as the shards hold it, at `size` (height, width) as `fmt`: the original bytes
+    when steps 2-5 would not change them."""
     try:
         decoded = _open(payload) if isinstance(payload, bytes) else payload
         if isinstance(payload, bytes) and _kept_as_is(decoded, size, channels, fmt):

@@ -1,7 +1,10 @@
 """The tf.data input pipeline: shard order -> read -> shuffle -> decode -> augment -> batch.
 
-An epoch's order is a pure function of (seed, epoch) (stateless shuffles: nothing for a
-checkpoint to hold), so a resumed run continues exactly. docs/data.md ("The input pipeline").
+Exact resume: the order of an epoch is a pure function of (seed, epoch), made of stateless
+shuffles (no buffer state for a checkpoint to hold), cut into GLOBAL batches, and a resumed run
+`skip`s its done steps while they are still serialized. Every worker builds the same global order
+and keeps its slice of each batch, so a step's examples do not depend on the number of workers or
+replicas. More in docs/data.md ("The input pipeline").
 """
 
 from __future__ import annotations
@@ -124,7 +127,8 @@ def decoder(spec: DataSpec, vectorize: Any = None):
 
 
 def epoch_windows(shards: list[str], seed: int, epoch: Any) -> Any:
-    """(positions in the epoch, records) in shuffled windows: a pure function of (seed, epoch)."""
+    """(positions in the epoch, records) in shuffled windows: a pure function of (seed, epoch).
+    Windows all the way: tf.data's cost per element is paid per window, not per record."""
     epoch = tf.cast(epoch, tf.int64)
     key = tf.stack([tf.constant(seed, tf.int64), epoch])
     order = tf.random.experimental.stateless_shuffle(tf.range(len(shards)), seed=key)
@@ -155,7 +159,8 @@ def train_dataset(
     epochs: int,
     augment: list[Any],
 ) -> Any:
-    """This worker's batches of every training step from `start_step` on, one replica's each."""
+    """This worker's batches of every training step from `start_step` on, one replica's each:
+    the same global batches on every worker, each keeping its slice (`ctx`)."""
     per_epoch = data.count("train") // global_batch
     first_epoch, first_step = divmod(start_step, per_epoch)  # a resumed run skips the done steps
     per_worker = global_batch // ctx.num_input_pipelines

@@ -4,7 +4,8 @@ Why not `model.fit`: in Keras 3 it fails under MultiWorkerMirroredStrategy, and 
 `BackupAndRestore` resumes only at an epoch start. A `Run` holds the parts built once; its
 `RunState`, all that changes as it trains, is in every checkpoint: a resumed run continues at the
 very next batch and ends with the uninterrupted run's weights and train.json. A resume with other
-data or settings is refused (fingerprint.py); only `--fresh` deletes a run's checkpoints.
+data or settings is refused (fingerprint.py); nothing here deletes a run's checkpoints but
+`--fresh`.
 """
 
 from __future__ import annotations
