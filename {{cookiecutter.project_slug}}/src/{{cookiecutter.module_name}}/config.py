@@ -46,15 +46,19 @@ class ConfigError(ValueError):
 
 def _number_from_text(value: Any) -> Any:
     """YAML reads `3e-4` (no dot) as text; accept it as the number it is."""
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _text_from_number(value: Any) -> Any:
     """`run_name: 2024` is a name, not a number."""
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
 
 
 # Strict: YAML already gives typed values, so `true` is not 1 and `2.5` is not an integer.

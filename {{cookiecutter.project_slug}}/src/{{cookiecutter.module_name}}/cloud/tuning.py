@@ -109,7 +109,8 @@ def run_tuning_trial(
     sets = [f"{k}={yaml_text(v)}" for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)
-    reporter, monitor = hypertune.HyperTune(), params.train.monitor
+    reporter = hypertune.HyperTune()
+    monitor = params.train.monitor
 
     def on_epoch(record: dict[str, Any]) -> str:
         """Report `monitor` to Vertex AI (cloudml-hypertune writes it to a file on each replica;

@@ -133,8 +133,10 @@ def job_spec(
         "workerPoolSpecs": pools,
         "baseOutputDirectory": {"outputUriPrefix": bucket},
     }
-    # A replaced worker cannot rejoin; every replica resumes from the chief's checkpoint.
-    scheduling: dict[str, Any] = {"restartJobOnWorkerRestart": True} if cfg.worker_replicas else {}
+    scheduling: dict[str, Any] = {}
+    if cfg.worker_replicas:
+        # A replaced worker cannot rejoin; every replica resumes from the chief's checkpoint.
+        scheduling["restartJobOnWorkerRestart"] = True
     if cfg.spot:
         scheduling["strategy"] = "SPOT"
     if scheduling:

@@ -125,10 +125,11 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
     refuse_unrecorded(project_dir, read_from, recorded)
     # mirror: a file gone from data.path (left out after a failed prepare) leaves the copy too.
     stage(local, read_from if local.is_dir() else raw_dir, mirror=local.is_dir())
-    return str(read_from), {
-        (read_from / Path(p).relative_to(local)).relative_to(project_dir).as_posix(): p
-        for p in locations.walk_files(str(local))
-    }
+    copies: dict[str, str] = {}  # {the staged copy, relative to the project: its source}
+    for file in locations.walk_files(str(local)):
+        copy = read_from / Path(file).relative_to(local)
+        copies[copy.relative_to(project_dir).as_posix()] = file
+    return str(read_from), copies
 
 
 def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> None:

@@ -256,7 +256,8 @@ def export_litert(
     spec = load_spec(prepared) if (prepared / SPEC).is_file() else None
     model, info = load_for_users(results / "models", spec)
     found = (la for la in layers(model) if isinstance(la, keras.layers.TextVectorization))
-    vectorizer, network, vocabulary = next(found, None), model, None
+    vectorizer = next(found, None)
+    network, vocabulary = model, None
     if vectorizer is not None:  # a text model: the .tflite takes its token ids
         network, vocabulary = on_token_ids(model, vectorizer), output.parent / VOCABULARY
         _check_replaceable(results, vocabulary, example, beside=output)
