@@ -359,6 +359,51 @@ def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], both
 
 
+class Killed(BaseException):
+    """A SIGKILL at a chosen point: nothing after it runs (no `except Exception` takes it)."""
+
+
+def test_a_trial_killed_after_it_is_pruned_is_told_pruned_without_training_again(
+    tmp_path: Path, tiny_project: Path, monkeypatch, capsys
+) -> None:
+    """The session dies after trial 1's run stopped as pruned at epoch 1 (its epoch-end
+    checkpoint saved) and before the study is told: the sweep started again tells it pruned at
+    epoch 1 and trains no epoch 2 of it."""
+    grid = [
+        "sweep.sampler=grid",
+        "sweep.n_trials=2",
+        "sweep.startup_trials=1",
+        "sweep.warmup_epochs=1",
+        "sweep.name=killed",
+        "train.epochs=3",
+        *SMALL,
+        "sweep.space={train.learning_rate: {choices: [3.0e-3, 1.0e-5, 2.0e-5]}}",
+    ]
+    args = ["--params", str(tiny_project / "params.yaml"), *sets(grid)]
+    prepare(load_params(tiny_project / "params.yaml"), tiny_project)
+    real_train = sweep_module.train
+
+    def train_then_die(params, project_dir, **kwargs):
+        result = real_train(params, project_dir, **kwargs)
+        if params.run_name == "killed-1":
+            raise Killed  # before run_trial tells the study
+        return result
+
+    monkeypatch.setattr(sweep_module, "train", train_then_die)
+    with pytest.raises(Killed):
+        main(["sweep", *args])
+    first = capsys.readouterr().out
+    assert "Stopped early: trial 1 pruned" in first, first
+    monkeypatch.setattr(sweep_module, "train", real_train)
+    assert main(["sweep", *args]) == 0
+    second = capsys.readouterr().out
+    assert "Resuming run 'killed-1'" not in second, second
+    assert re.search(r"Trial 1 \(killed-1\) pruned: val_loss \S+ at epoch 1 ", second), second
+    storage = journal_storage(study_folder(tiny_project, "killed"), mend=False)
+    trial = optuna.load_study(study_name="killed", storage=storage).trials[1]
+    assert (trial.state, list(trial.intermediate_values)) == (TrialState.PRUNED, [1]), second
+
+
 def _python_first(tmp_path: Path) -> str:
     """PATH with a `python` that is this interpreter (dvc.yaml's stages run `python`)."""
     bindir = tmp_path / "bin"

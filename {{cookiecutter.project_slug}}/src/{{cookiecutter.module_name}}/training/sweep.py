@@ -151,6 +151,10 @@ def run_trial(
     run = trial.user_attrs.get("run") or f"{sweep.cfg.name}-{trial.number}"
     trial.set_user_attr("run", run)  # a retry trains as its original's run
     trial.set_user_attr("overrides", sweep.overrides)
+    if "pruned" in trial.user_attrs:  # its session died after the pruner's verdict: no more epochs
+        print(f"\nTrial {trial.number} ({run}) pruned: {trial.user_attrs['pruned']}", flush=True)
+        sweep.study.tell(trial, state=TrialState.PRUNED)
+        return 0
     values = sweep.values(trial.params)
     how = " was cut off; resuming it with its values" if resumed else ""
     retried = sweep.storage.get_trial_system_attrs(trial._trial_id)
@@ -158,7 +162,7 @@ def run_trial(
         how = f", the retry of trial {retried['failed_trial']} (its worker stopped)"
     shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
     print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
-    stop, pruned = threading.Event(), []
+    stop = threading.Event()
     if sweep.lease is None:  # a database: Optuna's heartbeat (one session: the lease beats)
         threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
 
@@ -170,11 +174,12 @@ def run_trial(
         trial.report(value, epoch)
         if record.get("last") or not trial.should_prune():
             return ""
-        pruned.append(epoch)
-        return (
-            f"trial {trial.number} pruned: {sweep.monitor} {value:.4g} at epoch {epoch} is "
-            "worse than the median of the other trials at that epoch"
+        why = (
+            f"{sweep.monitor} {value:.4g} at epoch {epoch} is worse than the median of the other "
+            "trials at that epoch"
         )
+        trial.set_user_attr("pruned", why)  # the verdict, for a session killed before the tell
+        return f"trial {trial.number} pruned: {why}"
 
     again = sweep.command()
     results = sweep.results / run.rsplit("-", 1)[1]
@@ -196,7 +201,7 @@ def run_trial(
         keras.backend.clear_session()  # the next trial builds its model afresh
     value = result.metrics.get(sweep.monitor)
     lost = sweep.lease is not None and sweep.lease.lost  # the session that took over tells it
-    if pruned and not lost:  # also when a stop (Ctrl-C, the budget) came at the epoch end
+    if "pruned" in trial.user_attrs and not lost:  # also when a stop came at the epoch end
         sweep.study.tell(trial, state=TrialState.PRUNED)
         return result.exit_code
     if result.status != "completed":
