@@ -71,6 +71,14 @@ def git(repo: Path, *args: str, env: dict | None = None) -> str:
     return run.stdout
 
 
+def ignored(folder: Path, ignore_file: str, paths: list[str]) -> list[str]:
+    """Which of `paths` git leaves out in a new repository at `folder` whose .gitignore is the
+    project's `ignore_file`."""
+    shutil.copy(PROJECT / ignore_file, folder / ".gitignore")
+    git(folder, "init", "-q")
+    return git(folder, "check-ignore", *paths).split()
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A fresh clone-like copy of the project with `make hooks` run in it."""
@@ -212,34 +220,24 @@ def test_a_checkout_copy_has_what_a_clone_has_and_none_of_the_users_outputs(tmp_
 def test_what_a_local_run_keeps_in_the_storage_root_stays_out_of_git(tmp_path):
     """Off Colab the storage root is the project folder: its checkpoints, caches and a sweep's
     study (journal and lease) are one machine's state, never for `git add -A`."""
-    shutil.copy(PROJECT / ".gitignore", tmp_path / ".gitignore")
-    git(tmp_path, "init", "-q")
     state = [
         "checkpoints/baseline/meta.json",
         "cache/tfds/mnist/x",
         "sweeps/lr-dropout/journal.log",
         "sweeps/lr-dropout/lease.json",
     ]
-    run = subprocess.run(
-        ["git", "check-ignore", *state], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert run.stdout.split() == state, run.stderr
+    assert ignored(tmp_path, ".gitignore", state) == state
 
 
 def test_what_a_killed_write_or_export_leaves_stays_out_of_git_and_dvc(tmp_path):
     """A killed atomic write's temporary file, and a killed export's staging folder beside an
     `--output` of the user's choosing (this version's name and an earlier one's): the next write
     or export there removes them; until then neither git nor DVC looks at them."""
-    for ignore in (".gitignore", ".dvcignore"):
-        shutil.copy(PROJECT / ignore, tmp_path / ".gitignore")  # the same syntax
-        git(tmp_path, "init", "-q")
-        left = [
-            "exports/.metrics.json-0123456789abcdef.tmp",
-            "exports/.saved_model-export-k2_9xq0z/new/saved_model.pb",
-            "exports/.saved_model-k2_9xq0z/new/saved_model.pb",
-            "exports/.phone.tflite-export-k2_9xq0z/new",
-        ]
-        run = subprocess.run(
-            ["git", "check-ignore", *left], cwd=tmp_path, capture_output=True, text=True
-        )
-        assert run.stdout.split() == left, (ignore, run.stderr)
+    left = [
+        "exports/.metrics.json-0123456789abcdef.tmp",
+        "exports/.saved_model-export-k2_9xq0z/new/saved_model.pb",
+        "exports/.saved_model-k2_9xq0z/new/saved_model.pb",
+        "exports/.phone.tflite-export-k2_9xq0z/new",
+    ]
+    for ignore in (".gitignore", ".dvcignore"):  # .dvcignore: the same syntax
+        assert ignored(tmp_path, ignore, left) == left, ignore
