@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from {{ cookiecutter.module_name }}.colab.runtime_check import storage_folder
 from {{ cookiecutter.module_name }}.config import ConfigError
 from {{ cookiecutter.module_name }}.core import storage
 from {{ cookiecutter.module_name }}.training.run_record import find_run
@@ -45,7 +46,21 @@ TINY = [
 ]  # fmt: skip
 
 
-# --- storage: gs:// locations ---------------------------------------------------------------
+# --- storage: relative and gs:// locations --------------------------------------------------
+
+
+def test_a_relative_location_is_in_the_project_from_any_folder(tmp_path, monkeypatch):
+    """As `data.path`: a command run from notebooks/ (papermill's folder) finds the checkpoints a
+    command run from the project folder wrote, and the results."""
+    project = tmp_path / "project"
+    (project / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(project / "notebooks")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", "storage")
+    monkeypatch.setenv("PROJECT_RESULTS_DIR", "out")
+    paths = storage.run_paths(project, "r1")
+    assert paths.checkpoints == project / "storage/checkpoints/r1"
+    assert paths.model_file == project / "out/models/model.keras"
+    assert storage_folder(project, {"PROJECT_STORAGE_DIR": "storage"}) == project / "storage"
 
 
 def test_gs_location_maps_to_the_fuse_mount(tmp_path, monkeypatch):

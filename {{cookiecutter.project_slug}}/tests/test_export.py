@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +28,7 @@ import pytest
 import tensorflow as tf
 from conftest import MODULE, PROJECT, cli_env, save_for_users
 
-from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.__main__ import main, storage_fault
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.data.pipeline import read_split
@@ -379,6 +380,58 @@ def test_the_command_line(trained, capsys) -> None:
     assert (project / "mine.tflite").read_text() == "not a model"
     with pytest.raises(SystemExit):
         main(["export", "--format", "onnx", *at])
+
+
+def wrapped(op: str) -> str:
+    """How TensorFlow's message of an error in op `op` begins (its two opening braces written
+    apart: no generated file holds the template's marker)."""
+    name = f"function_node __wrapped__{op}_device_/job:localhost/replica:0/task:0/device:CPU:0"
+    return "{" * 2 + name + "}} "
+
+
+# What TensorFlow raised when a SavedModel's variables did not fit (one line: its op's name around
+# the file and the cause), and when TensorBoard's events did not (the op's name, then more lines).
+SAVE_FULL = wrapped("SaveV2_dtypes_15") + (
+    "/out/.saved_model-export-ne5pp8z7/new/variables/variables_temp/part-00000-of-00001"
+    ".data-00000-of-00001.tempstate7479096070449478696; No space left on device [Op:SaveV2]"
+)
+FLUSH_FULL = wrapped("WriteSummary") + (
+    "results/tensorboard/events.out.tfevents.1.v2; No space left on device\n\tFailed to flush 11"
+    " events to results/tensorboard/events.out.tfevents.1.v2 [Op:WriteSummary] name: "
+)
+
+
+def test_a_full_disk_is_one_line_that_starts_with_the_file(
+    tmp_path: Path, small_storage: tuple[Path, bool], monkeypatch, capsys
+) -> None:
+    """`export` to a full disk: one line, the file and its cause, then how to go on; not
+    TensorFlow's traceback, nor its op's name."""
+    project, _ = _small_project(tmp_path / "project")
+    storage, mounted = small_storage
+    if mounted:  # filled to the last byte
+        with open(storage / "filler", "wb") as filler, pytest.raises(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+    else:
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise tf.errors.ResourceExhaustedError(None, None, SAVE_FULL)
+
+        monkeypatch.setattr(keras.Model, "export", full)
+    capsys.readouterr()
+    argv = ["export", "--output", str(storage / "saved_model")]
+    assert main([*argv, "--params", str(project / "params.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        r"error: /\S+/variables_temp/part-\S+: No space left on device; free some space "
+        r"\(`df -h` shows each disk's free space\), then run the same command again\n",
+        err,
+    ), err
+    assert storage_fault(tf.errors.ResourceExhaustedError(None, None, FLUSH_FULL)) == (
+        "results/tensorboard/events.out.tfevents.1.v2: No space left on device; free some "
+        "space (`df -h` shows each disk's free space)"
+    )
 
 
 def test_only_the_xnnpack_line_of_the_litert_runtime_is_dropped(capfd) -> None:

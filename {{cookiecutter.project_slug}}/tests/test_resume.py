@@ -20,6 +20,7 @@ from conftest import PROJECT, TINY, cli, cli_env, sets
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.feed import Resident
 from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
+from {{ cookiecutter.module_name }}.registry import register
 from {{ cookiecutter.module_name }}.spec import load_spec
 from {{ cookiecutter.module_name }}.training import trainer
 from {{ cookiecutter.module_name }}.training.checkpoints import (
@@ -194,6 +195,28 @@ def test_another_setting_is_refused_by_name_and_the_checkpoints_stay(
     resumed = train(load_params(tiny_project / "params.yaml", [*base, *how]), tiny_project)
     assert "Resuming run 'm' from its checkpoint at step 5" in capsys.readouterr().out
     assert resumed.status == "stopped" and resumed.step > 5
+
+
+@register("architecture", "test_capped")
+def capped(inputs, spec, cfg, cap: float = 6.0):  # noqa: ANN001, ANN201
+    """A user's architecture whose argument may be infinite (`.inf`: no cap)."""
+    return keras.layers.ReLU(max_value=cap)(keras.layers.Flatten()(inputs))
+
+
+def test_an_infinite_setting_resumes_and_a_change_from_it_is_named(
+    tiny_project: Path, capsys
+) -> None:
+    """meta.json is standard JSON, which has no infinity: a run of `model.args.cap=.inf` still
+    finds its own settings there, and another value is named."""
+    capped = ["run_name=inf", "model.architecture=test_capped", "model.args.cap=.inf"]
+    base = stop_early(tiny_project, *capped)
+    capsys.readouterr()
+    resumed = train(load_params(tiny_project / "params.yaml", base), tiny_project)
+    assert "Resuming run 'inf' from its checkpoint at step 5" in capsys.readouterr().out
+    assert resumed.status == "stopped" and resumed.step > 5
+    finite = load_params(tiny_project / "params.yaml", [*base, "model.args.cap=6.0"])
+    with pytest.raises(CheckpointMismatch, match=r"\(model.args.cap was Infinity, now 6.0\)"):
+        train(finite, tiny_project)
 
 
 def test_a_run_past_its_epochs_is_refused(tiny_project: Path) -> None:

@@ -21,7 +21,7 @@ from .core.environment import log_environment
 from .core.storage import results_root
 from .data.manifest import ManifestMismatch
 from .data.staging import StagingError, stage
-from .training.checkpoints import CheckpointMismatch, ResultsWriteError
+from .training.checkpoints import CheckpointMismatch, ResultsWriteError, without_op
 from .training.lease import EXIT_LEASE_HELD, LeaseHeld
 from .training.strategy import StrategyError
 
@@ -340,8 +340,8 @@ def storage_fault(exc: Exception) -> str | None:
     """`FILE: cause; how to go on` for a full disk or a refused permission, else None."""
     if isinstance(exc, OSError):
         lines = [f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)]
-    else:  # TensorFlow's errors say `FILE; cause` on one of their lines
-        lines = [line.strip().replace("; ", ": ") for line in str(exc).splitlines()]
+    else:  # TensorFlow's errors say `FILE; cause` on one of their lines, with its op's name
+        lines = [without_op(line).replace("; ", ": ") for line in str(exc).splitlines()]
     for line in lines:
         for words, fix in STORAGE_FIXES.items():
             if line.endswith(words):

@@ -138,7 +138,7 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
     """storage.py's storage root, without its imports: where the freeze is saved."""
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
-        return Path(env).expanduser()
+        return Path(project_dir) / Path(env).expanduser()
     drive = Path("/content/drive/MyDrive")
     return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
 

@@ -5,7 +5,8 @@
 - Checkpoints: `<storage>/checkpoints/<run_name>/` (they must survive a disconnect).
 - Results (model, metrics, TensorBoard logs): `<project>/results/`, tracked by DVC and git;
   `$PROJECT_RESULTS_DIR` instead when set{% if cookiecutter.vertex_ai %} (a Vertex AI job sets it to its bucket){% endif %}.
-- Either variable may be `gs://bucket/prefix`: read through Cloud Storage FUSE (`/gcs/...`).
+- Either variable may be `gs://bucket/prefix`: read through Cloud Storage FUSE (`/gcs/...`);
+  a relative path is relative to the project folder, as `data.path` is.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ def on_colab() -> bool:
         return False
 
 
-def local_path(location: str, variable: str = "PROJECT_STORAGE_DIR") -> Path:
-    """A folder given as a path or as `gs://bucket/prefix`: a bucket is read through Cloud
-    Storage FUSE at `/gcs/<bucket>`{% if cookiecutter.vertex_ai %} (Vertex AI mounts it in every replica){% endif %}, where plain file I/O
-    (atomic renames, fsync) works unchanged; `$PROJECT_GCS_MOUNT` moves that root."""
+def local_path(location: str, variable: str, project_dir: Path) -> Path:
+    """The folder `$variable` gives: a path, relative to the project folder as `data.path` is
+    (every command finds it, whatever folder it runs in), or `gs://bucket/prefix`, read
+    through Cloud Storage FUSE at `/gcs/<bucket>`{% if cookiecutter.vertex_ai %} (Vertex AI mounts it in every replica){% endif %},
+    where plain file I/O (atomic renames, fsync) works unchanged; `$PROJECT_GCS_MOUNT` moves
+    that root."""
     if not location.startswith("gs://"):
-        return Path(location).expanduser()
+        return project_dir / Path(location).expanduser()
     bucket_and_prefix = location[len("gs://") :].strip("/")
     mount = Path(os.environ.get("PROJECT_GCS_MOUNT", "/gcs"))
     if not bucket_and_prefix or not mount.is_dir():
@@ -61,7 +64,7 @@ def storage_root(project_dir: Path) -> Path:
     mounts Drive first (consent is asked once) when it is not mounted yet."""
     env = os.environ.get("PROJECT_STORAGE_DIR")
     if env:
-        return local_path(env, "PROJECT_STORAGE_DIR")
+        return local_path(env, "PROJECT_STORAGE_DIR", project_dir)
     if not on_colab():
         return project_dir
     why = f"no {COLAB_DRIVE} after mounting"
@@ -88,7 +91,7 @@ def results_root(project_dir: Path) -> Path:
     """`$PROJECT_RESULTS_DIR` if set, else `<project>/results`: set it to a bucket when the
     machine's own disk does not last{% if cookiecutter.vertex_ai %} (a Vertex AI job sets it){% endif %}."""
     env = os.environ.get("PROJECT_RESULTS_DIR")
-    return local_path(env, "PROJECT_RESULTS_DIR") if env else project_dir / "results"
+    return local_path(env, "PROJECT_RESULTS_DIR", project_dir) if env else project_dir / "results"
 
 
 @dataclass(frozen=True)

@@ -265,9 +265,14 @@ def first_line(exc: BaseException) -> str:
     text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     first = next((line for line in lines if "; " in line), (lines or [""])[0])
-    first = re.sub(r"\s*\[Op:\w+\]$", "", first).rsplit("; ", 1)[-1]
-    first = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", first)
-    return f"{type(exc).__name__}: {first[:160]}"
+    return f"{type(exc).__name__}: {without_op(first).rsplit('; ', 1)[-1][:160]}"
+
+
+def without_op(line: str) -> str:
+    """A line of TensorFlow's message without its op's name: the `function_node ...` in double
+    braces before the file, `[Op:SaveV2]` after the cause."""
+    line = re.sub(r"\s*\[Op:\w+\]$", "", line.strip())
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
 
 
 def _crc32(path: Path) -> int:

@@ -53,15 +53,18 @@ def settings(params: Params) -> dict[str, Any]:
 
 def of(params: Params, data_hash: str, replicas: int) -> dict[str, Any]:
     """The fingerprint of training `params` on the data `data_hash` with `replicas` replicas
-    (`with_variables` adds the model's once it is built)."""
+    (`with_variables` adds the model's once it is built), as a checkpoint's meta.json holds it,
+    so that the two compare equal: lists, not tuples, and a float JSON has no number for as text
+    (`.inf` is "Infinity", where json_text would write null, another value)."""
     cfg = params.train
     scaled = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
-    return {
+    found = {
         DATA: data_hash,
         **settings(params),
         "global_batch": cfg.batch_size * replicas,
         "learning_rate_applied": scaled,
     }
+    return json.loads(json.dumps(found, default=str), parse_constant=str)
 
 
 def with_variables(fingerprint: dict[str, Any], variables: list[Any]) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     found, derived = [], []
     for key in [*current, *(k for k in recorded if k not in current)]:
         was, now = recorded.get(key), current.get(key)
-        if _same(was, now) or (key in DERIVED and None in (was, now)):  # not known on one side
+        if was == now or (key in DERIVED and None in (was, now)):  # not known on one side
             continue
         if key == DATA:
             line = f"the data (data/manifest.json's files) was {was[:12]}, now {now[:12]}"
@@ -93,10 +96,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
             line = f"{key} was {_shown(was)}, now {_shown(now)}"
         (derived if key in DERIVED else found).append(line)
     return found or derived
-
-
-def _same(a: Any, b: Any) -> bool:
-    return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
 
 
 def _shown(value: Any) -> str:
