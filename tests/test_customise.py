@@ -43,26 +43,35 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
     (project / "data" / "external" / "rows.jsonl").write_text(lines)
     (project / "tests" / "inputs").mkdir()
     (project / "tests" / "inputs" / "jsonl.jsonl").write_text(lines)  # the sample the page asks for
-    # A user's line that is no JSON: one line naming the file and the line, no traceback.
-    broken = lines.splitlines(keepends=True)
-    broken[2] = '{"x": [1, 2], "label": "odd"\n'
-    (project / "data" / "external" / "broken.jsonl").write_text("".join(broken))
-    bad = ["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/broken.jsonl"]
+    # A user's line that is no JSON, has a word for a number, or more numbers than the first
+    # line: one line naming the file and the line, no traceback.
+    bad_lines = {
+        "broken": '{"x": [1, 2], "label": "odd"\n',
+        "word": '{"x": [1, "two"], "label": "odd"}\n',
+        "longer": '{"x": [1, 2, 3], "label": "odd"}\n',
+    }
+    bad = []
+    for name, bad_line in bad_lines.items():
+        broken = lines.splitlines(keepends=True)
+        broken[2] = bad_line
+        (project / "data" / "external" / f"{name}.jsonl").write_text("".join(broken))
+        bad.append(["prepare", "--set", "data.source=jsonl", "--set", f"data.path=data/external/{name}.jsonl"])
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"codes = [main(args) for args in {calls!r}]\n"
-        f"print('EXIT CODES', codes, 'BROKEN', main({bad!r})); sys.exit(max(codes))"
+        f"print('EXIT CODES', codes, 'BROKEN', [main(args) for args in {bad!r}]); sys.exit(max(codes))"
     )
     env = {**os.environ, "PROJECT_STORAGE_DIR": str(tmp_path / "storage"), "PYTHONPATH": str(project / "src")}
     run = subprocess.run([str(project_python), "-c", script], cwd=project, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
-    assert "BROKEN 2" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
-    assert run.stderr.splitlines()[-1] == (
-        "error: data/external/broken.jsonl line 3: not a JSON object with 'x' and 'label' "
-        '(example: {"x": [0.5, 2.0], "label": "cat"})'
-    )
+    assert "BROKEN [2, 2, 2]" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
+    assert run.stderr.splitlines()[-3:] == [
+        f"error: data/external/{name}.jsonl line 3: not a JSON object with 'x', as many numbers "
+        """as on the first line, and 'label' (example: {"x": [0.5, 2.0], "label": "cat"})"""
+        for name in bad_lines
+    ]
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
     assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
     # `make test` takes each of them, as the README says: the loop's tests of every component.

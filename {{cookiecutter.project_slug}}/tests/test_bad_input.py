@@ -177,7 +177,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "model-of-other-data": (_model_of_other_data, "models/model.keras: trained on vectors 2"),
     "text-column-missing": (_texts(["data.text=body"]), "data.text"),
     "text-column-is-the-label": (_texts(["data.text=label"]), "data.text"),
-    "text-source-on-a-csv": (_texts(["data.source=text"]), "data.path"),
+    "text-source-on-a-csv": (_texts(["data.source=text"]), "--set data.source=csv --set data.text"),
     "text-file-not-utf8": (_text_files, "2.txt: not UTF-8"),
     "mlp-on-text": (_texts(["train.batch_size=4"], "train"), "model.architecture"),
 }

@@ -676,6 +676,13 @@ def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(
         ("data.source=csv", f"data.path={pets}", "data.split=folders"): "data.split: folders "
         "gives data.source csv a folder per split, but it reads a file (example: --set "
         "data.split=files)",
+        # A CSV of texts given to the text source: the csv source reads it, with the text column.
+        ("data.source=text", f"data.path={table}"): f"data.path: {table} is a file; data.source "
+        "text reads a folder (example: --set data.path=data/external/reviews); a CSV with a text "
+        "column: --set data.source=csv --set data.text=review",
+        ("data.source=text", f"data.path={table}", "data.text=x"): f"data.path: {table} is a "
+        "file; data.source text reads a folder (example: --set data.path=data/external/reviews); "
+        "a CSV with a text column: --set data.source=csv --set data.text=x",
     }
     for args, message in refused.items():
         with pytest.raises(ConfigError) as refusal:

@@ -105,9 +105,11 @@ def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
             )
     elif reader.takes and folder != (reader.takes == "folder"):
         example = reader.example or f"data/external/my-{reader.takes}"
+        hint = getattr(reader, "given_a_file", None)  # a reader's own: the source that reads it
         raise ConfigError(
             f"data.path: {data.path} is a {'folder' if folder else 'file'}; data.source "
             f"{data.source} reads a {reader.takes} (example: --set data.path={example})"
+            + (hint(data) if hint and not folder else "")
         )
     return path
 

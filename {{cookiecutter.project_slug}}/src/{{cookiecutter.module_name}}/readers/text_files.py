@@ -28,6 +28,17 @@ def read_text_files(path: str, data: DataConfig, kind: str) -> Source:
     return Source("text", kind, labels, names, load, where, ids, feature_names=["text"])
 
 
+def csv_of_texts(data: DataConfig) -> str:
+    """What prepare's refusal of a file as data.path adds: a CSV of texts is the csv source's."""
+    if not data.path.lower().endswith(".csv"):
+        return ""
+    column = data.text or "review"  # the user's column, when params.yaml names one
+    return f"; a CSV with a text column: --set data.source=csv --set data.text={column}"
+
+
+read_text_files.given_a_file = csv_of_texts  # prepare adds it to its refusal of a file
+
+
 def decode_text(payload: bytes, where: str) -> str:
     """UTF-8 bytes (a byte-order mark dropped) as text; anything else one line naming the file."""
     try:

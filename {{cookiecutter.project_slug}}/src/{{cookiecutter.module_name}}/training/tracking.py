@@ -69,11 +69,16 @@ class Curves:
     """The trainer's curves in TensorBoard (`results/tensorboard/<run_name>/`). A full or dropped
     disk stops them with one warning and the run goes on: curves are not worth a run."""
 
+    # The folders whose curves stopped in this process: the tracker leaves TensorBoard out of
+    # such a run at its end (the same folder, the same disk) rather than warn a second time.
+    stopped: set[Path] = set()
+
     def __init__(self, logdir: Path, enabled: bool, step: int) -> None:
         """`enabled`: this worker writes them (the chief); `step`: the run's first (a resume's)."""
         import tensorflow as tf  # here: the notebooks import the run records for their table only
 
         self.tf, self.logdir, self.writer = tf, logdir, None
+        Curves.stopped.discard(logdir)  # a new run here (space freed since) tries again
         if enabled:
             with self._stop_on_storage_fault(step):
                 self.writer = tf.summary.create_file_writer(str(logdir))
@@ -101,6 +106,7 @@ class Curves:
             if not is_storage_fault(exc):
                 raise
             self.writer = None  # it would fail again at every later value, each said again
+            Curves.stopped.add(self.logdir)
             say(
                 f"WARNING: TensorBoard curves in {self.logdir} stopped at step {step} "
                 f"({why(exc)}); the run goes on without them"
@@ -272,7 +278,10 @@ class Tracker:
         kinds: list[type] = [TensorBoardBackend
 {%- if cookiecutter.tracking == "mlflow" %}, MlflowBackend{% elif cookiecutter.tracking == "wandb" %}, WandbBackend{% endif %}]
         self.backends: list[Any] = []
+        curves = results_root(Path(project_dir)) / "tensorboard" / run_name
         for kind in kinds:
+            if kind is TensorBoardBackend and curves in Curves.stopped:
+                continue  # the curves' warning said why; one line is enough
             try:
                 self.backends.append(kind(Path(project_dir), run_name, run_id))
             except Exception as exc:  # a tracker must never cost a training run
