@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -658,6 +660,29 @@ def test_a_file_left_out_after_a_failed_prepare_is_not_read_again(tmp_path: Path
     names = [f"{i}.{'png' if i % 2 else 'jpg'}" for i in range(6)]  # as _pets names them
     copies = [f"data/raw/pets/{c}/{name}" for c in ("cat", "dog") for name in names]
     assert raw == sorted([*copies, "data/raw/mine/notes.txt"])
+
+
+def test_a_data_path_folder_is_listed_once(tmp_path: Path, monkeypatch) -> None:
+    """On Drive (a slow FUSE mount) each listing of a folder of many images costs seconds: one
+    prepare lists data.path and each folder in it once, staging's listing, which also maps each
+    staged copy back to its source (it was listed 5 times: twice per `rglob`, then again)."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    listed: list[Path] = []
+    scandir = os.scandir
+
+    def listing(path: Any = ".") -> Any:
+        if not isinstance(path, int):  # a file descriptor: rmtree's, not a listing of pets
+            listed.append(Path(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    assert [listed.count(folder) for folder in (pets, pets / "cat", pets / "dog")] == [1, 1, 1]
+    files = json.loads((project / manifest.MANIFEST).read_text())["files"]
+    raw = {e["path"]: e["source"] for e in files if e["path"].startswith("data/raw/")}
+    images = sorted(p.relative_to(pets).as_posix() for p in pets.rglob("*.*"))
+    assert raw == {f"data/raw/pets/{name}": str(pets / name) for name in images}  # each its source
 
 
 def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(

@@ -123,12 +123,12 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
     local = Path(path)
     read_from = raw_dir / local.name
     refuse_unrecorded(project_dir, read_from, recorded)
+    dest = read_from if local.is_dir() else raw_dir
     # mirror: a file gone from data.path (left out after a failed prepare) leaves the copy too.
-    stage(local, read_from if local.is_dir() else raw_dir, mirror=local.is_dir())
+    staged = stage(local, dest, mirror=local.is_dir())
     copies: dict[str, str] = {}  # {the staged copy, relative to the project: its source}
-    for file in locations.walk_files(str(local)):
-        copy = read_from / Path(file).relative_to(local)
-        copies[copy.relative_to(project_dir).as_posix()] = file
+    for file, rel in staged.files:  # staging's listing: on Drive, listing data.path again is slow
+        copies[(dest / rel).relative_to(project_dir).as_posix()] = str(file)
     return str(read_from), copies
 
 
