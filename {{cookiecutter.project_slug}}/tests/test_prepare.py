@@ -235,9 +235,15 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
         run_prepare(project, *args)
     (folder / "bird").rmdir()
 
-    # Switching back to the example removes the old raw files (data/raw is kept between runs).
+    # Switching back to the example removes the old raw files (data/raw is kept between runs) and
+    # the folders that leaves empty; the one Jupyter made stays, as any folder prepare did not make.
     run_prepare(project)
-    assert not (project / "data/raw/pets").exists()
+    left = sorted(p.relative_to(project).as_posix() for p in project.glob("data/raw/pets/**/*"))
+    assert left == [
+        "data/raw/pets/.stage-index.json",
+        "data/raw/pets/cat",
+        "data/raw/pets/cat/.ipynb_checkpoints",
+    ]
     assert manifest.check(project) == 5
 
 
@@ -614,6 +620,24 @@ def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
         run_prepare(project, "data.source=csv", "data.path=data/external/keep.txt")
     after = sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file())
     assert after == before and (project / "data/raw/keep.txt").read_bytes() == b"the user's own"
+
+
+def test_a_folder_the_user_made_in_a_staged_copy_stays_when_the_copy_goes(tmp_path: Path) -> None:
+    """Switching data.path removes the copies of the old one and the folders that leaves empty; a
+    folder the user made in the copy, even empty, stays (it was removed with the copy's)."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    for mine in ("cat/mine", "notes"):
+        (project / "data/raw/pets" / mine).mkdir()
+    run_prepare(project)  # the digits: the copy of pets goes
+    left = [p.relative_to(project / "data/raw") for p in project.glob("data/raw/pets/**/*")]
+    assert sorted(p.as_posix() for p in left if not locations.hidden(p)) == [
+        "pets/cat",
+        "pets/cat/mine",
+        "pets/notes",
+    ]
+    assert manifest.check(project) == 5  # data/raw/digits.csv, 3 shards, spec.json
 
 
 def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path: Path) -> None:

@@ -164,14 +164,15 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             continue
         path.unlink()
         folder = path.parent
-        while folder.resolve() not in outs and _holds_no_files(folder):
+        while folder.resolve() not in outs and _holds_nothing(folder):
             shutil.rmtree(folder)
             folder = folder.parent
 
 
-def _holds_no_files(folder: Path) -> bool:
-    """True when `folder` holds nothing but staging's index and folders without files."""
-    return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
+def _holds_nothing(folder: Path) -> bool:
+    """True when `folder` holds nothing but staging's index: a folder in it, even an empty one, may
+    be the user's."""
+    return all(p.name == INDEX for p in folder.iterdir())
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
@@ -321,9 +322,10 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     try:
         return _prepare(params, project_dir)
     except BaseException:
-        # Deepest first. What staging copied stays, so that a retry copies nothing again.
+        # Deepest first: a folder's new folders are gone before it is looked in. What staging
+        # copied stays, so that a retry copies nothing again.
         for folder in sorted(_folders(project_dir) - before, key=lambda p: len(p.parts))[::-1]:
-            if _holds_no_files(folder):
+            if _holds_nothing(folder):
                 shutil.rmtree(folder)
         raise
 
