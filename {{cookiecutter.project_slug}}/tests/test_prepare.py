@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -233,9 +235,15 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
         run_prepare(project, *args)
     (folder / "bird").rmdir()
 
-    # Switching back to the example removes the old raw files (data/raw is kept between runs).
+    # Switching back to the example removes the old raw files (data/raw is kept between runs) and
+    # the folders that leaves empty; the one Jupyter made stays, as any folder prepare did not make.
     run_prepare(project)
-    assert not (project / "data/raw/pets").exists()
+    left = sorted(p.relative_to(project).as_posix() for p in project.glob("data/raw/pets/**/*"))
+    assert left == [
+        "data/raw/pets/.stage-index.json",
+        "data/raw/pets/cat",
+        "data/raw/pets/cat/.ipynb_checkpoints",
+    ]
     assert manifest.check(project) == 5
 
 
@@ -614,6 +622,24 @@ def test_prepare_never_deletes_data_it_did_not_write(tmp_path: Path) -> None:
     assert after == before and (project / "data/raw/keep.txt").read_bytes() == b"the user's own"
 
 
+def test_a_folder_the_user_made_in_a_staged_copy_stays_when_the_copy_goes(tmp_path: Path) -> None:
+    """Switching data.path removes the copies of the old one and the folders that leaves empty; a
+    folder the user made in the copy, even empty, stays (it was removed with the copy's)."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    for mine in ("cat/mine", "notes"):
+        (project / "data/raw/pets" / mine).mkdir()
+    run_prepare(project)  # the digits: the copy of pets goes
+    left = [p.relative_to(project / "data/raw") for p in project.glob("data/raw/pets/**/*")]
+    assert sorted(p.as_posix() for p in left if not locations.hidden(p)) == [
+        "pets/cat",
+        "pets/cat/mine",
+        "pets/notes",
+    ]
+    assert manifest.check(project) == 5  # data/raw/digits.csv, 3 shards, spec.json
+
+
 def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path: Path) -> None:
     """A data.path that prepare refused (one class) or that is empty was staged into data/raw
     (a retry copies nothing again); the next prepare that succeeds removes those copies: data/raw
@@ -658,6 +684,29 @@ def test_a_file_left_out_after_a_failed_prepare_is_not_read_again(tmp_path: Path
     names = [f"{i}.{'png' if i % 2 else 'jpg'}" for i in range(6)]  # as _pets names them
     copies = [f"data/raw/pets/{c}/{name}" for c in ("cat", "dog") for name in names]
     assert raw == sorted([*copies, "data/raw/mine/notes.txt"])
+
+
+def test_a_data_path_folder_is_listed_once(tmp_path: Path, monkeypatch) -> None:
+    """On Drive (a slow FUSE mount) each listing of a folder of many images costs seconds: one
+    prepare lists data.path and each folder in it once, staging's listing, which also maps each
+    staged copy back to its source (it was listed 5 times: twice per `rglob`, then again)."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    listed: list[Path] = []
+    scandir = os.scandir
+
+    def listing(path: Any = ".") -> Any:
+        if not isinstance(path, int):  # a file descriptor: rmtree's, not a listing of pets
+            listed.append(Path(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    assert [listed.count(folder) for folder in (pets, pets / "cat", pets / "dog")] == [1, 1, 1]
+    files = json.loads((project / manifest.MANIFEST).read_text())["files"]
+    raw = {e["path"]: e["source"] for e in files if e["path"].startswith("data/raw/")}
+    images = sorted(p.relative_to(pets).as_posix() for p in pets.rglob("*.*"))
+    assert raw == {f"data/raw/pets/{name}": str(pets / name) for name in images}  # each its source
 
 
 def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(

@@ -80,8 +80,9 @@ def source(
     glob pattern of several files (`data.split: files` with `train-*.tfrecord`). `takes`: "file"
     or "folder" when `data.path` must be one ("": either), `example` a valid one: `prepare`
     checks it before it copies anything."""
-    options = {"reads_path": reads_path, "patterns": patterns, "takes": takes, "example": example}
-    return register("source", name, **options)
+    return register(
+        "source", name, reads_path=reads_path, patterns=patterns, takes=takes, example=example
+    )
 
 
 @source("images", takes="folder", example="data/external/pets")

@@ -125,12 +125,12 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
     local = Path(path)
     read_from = raw_dir / local.name
     refuse_unrecorded(project_dir, read_from, recorded)
+    dest = read_from if local.is_dir() else raw_dir
     # mirror: a file gone from data.path (left out after a failed prepare) leaves the copy too.
-    stage(local, read_from if local.is_dir() else raw_dir, mirror=local.is_dir())
+    staged = stage(local, dest, mirror=local.is_dir())
     copies: dict[str, str] = {}  # {the staged copy, relative to the project: its source}
-    for file in locations.walk_files(str(local)):
-        copy = read_from / Path(file).relative_to(local)
-        copies[copy.relative_to(project_dir).as_posix()] = file
+    for file, rel in staged.files:  # staging's listing: on Drive, listing data.path again is slow
+        copies[(dest / rel).relative_to(project_dir).as_posix()] = str(file)
     return str(read_from), copies
 
 
@@ -166,14 +166,15 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             continue
         path.unlink()
         folder = path.parent
-        while folder.resolve() not in outs and _holds_no_files(folder):
+        while folder.resolve() not in outs and _holds_nothing(folder):
             shutil.rmtree(folder)
             folder = folder.parent
 
 
-def _holds_no_files(folder: Path) -> bool:
-    """True when `folder` holds nothing but staging's index and folders without files."""
-    return all(p.name == INDEX or (p.is_dir() and _holds_no_files(p)) for p in folder.iterdir())
+def _holds_nothing(folder: Path) -> bool:
+    """True when `folder` holds nothing but staging's index: a folder in it, even an empty one, may
+    be the user's."""
+    return all(p.name == INDEX for p in folder.iterdir())
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
@@ -323,9 +324,10 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     try:
         return _prepare(params, project_dir)
     except BaseException:
-        # Deepest first. What staging copied stays, so that a retry copies nothing again.
+        # Deepest first: a folder's new folders are gone before it is looked in. What staging
+        # copied stays, so that a retry copies nothing again.
         for folder in sorted(_folders(project_dir) - before, key=lambda p: len(p.parts))[::-1]:
-            if _holds_no_files(folder):
+            if _holds_nothing(folder):
                 shutil.rmtree(folder)
         raise
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import locations
@@ -32,6 +32,7 @@ class StageReport:
     skipped: int = 0
     resumed: int = 0
     bytes_copied: int = 0
+    files: list[tuple[Path, str]] = field(default_factory=list)  # (source, path relative to DEST)
 
     def summary(self) -> str:
         return (
@@ -40,21 +41,27 @@ class StageReport:
         )
 
 
-def _source_files(src: Path) -> list[tuple[Path, str]]:
-    """(path, path relative to DEST) of every file to stage."""
+def _listing(src: Path) -> tuple[list[tuple[Path, str]], list[str]]:
+    """(path, path relative to DEST) of every file to stage, and the folders to make, relative to
+    DEST: `src` listed once (on Drive each listing of a folder is slow), but the hidden names,
+    which `prepare`'s readers leave out too."""
     if src.is_file():
-        return [(src, src.name)]
+        return [(src, src.name)], []
     if not src.is_dir():
         raise StagingError(
             f"stage: {src} does not exist "
             "(example: stage /content/drive/MyDrive/data /content/data)"
         )
-    return [(p, p.relative_to(src).as_posix()) for p in _visible(src) if p.is_file()]
-
-
-def _visible(src: Path) -> list[Path]:
-    """What is under `src` but the hidden names, which `prepare`'s readers leave out too."""
-    return [p for p in sorted(src.rglob("*")) if not locations.hidden(p.relative_to(src))]
+    files: list[tuple[Path, str]] = []
+    folders: list[str] = []
+    for top, subfolders, names in os.walk(src):
+        subfolders[:] = sorted(name for name in subfolders if not locations.hidden(name))
+        rel = Path(top).relative_to(src)
+        folders += [(rel / name).as_posix() for name in subfolders]
+        for name in names:  # not a broken link, a socket: what is no file is not copied
+            if not locations.hidden(name) and Path(top, name).is_file():
+                files.append((Path(top, name), (rel / name).as_posix()))
+    return sorted(files), folders
 
 
 def _partial_name(dest: Path, st: os.stat_result) -> Path:
@@ -101,11 +108,11 @@ def stage(
     """Copy the file or folder `src` into the folder `dest`, skipping unchanged files and resuming
     big ones. `mirror`: the copies of files `src` no longer has go too."""
     src, dest = Path(src).expanduser(), Path(dest).expanduser()
-    files = _source_files(src)
+    files, folders = _listing(src)
     index = load_index(dest)
     if mirror:  # before the folders are made below: an empty class folder `src` has stays
         _remove_copies(dest, index, {rel for _, rel in files})
-    report = StageReport()
+    report = StageReport(files=files)
     # Partial copies, listed once: a listing per file copied would read a folder of N files N times.
     partials: dict[Path, list[Path]] = {}
     for found in dest.rglob(".*.partial"):
@@ -134,10 +141,8 @@ def stage(
             "space or stage to another disk"
         )
     dest.mkdir(parents=True, exist_ok=True)
-    if src.is_dir():  # empty folders too: a reader must see a class folder that has no files
-        for folder in _visible(src):
-            if folder.is_dir():
-                (dest / folder.relative_to(src)).mkdir(parents=True, exist_ok=True)
+    for folder in folders:  # empty ones too: a reader must see a class folder that has no files
+        (dest / folder).mkdir(parents=True, exist_ok=True)
 
     bar = progress_bar(needed, disable=not progress, unit="B", unit_scale=True, desc="stage")
     try:
