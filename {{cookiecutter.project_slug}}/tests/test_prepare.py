@@ -26,7 +26,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 )
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
-from {{ cookiecutter.module_name }}.data.staging import StagingError
+from {{ cookiecutter.module_name }}.data.staging import INDEX, StagingError
 from {{ cookiecutter.module_name }}.sources import source
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
@@ -236,14 +236,11 @@ def test_own_images_resized_once_and_a_bad_file_named(tmp_path: Path) -> None:
     (folder / "bird").rmdir()
 
     # Switching back to the example removes the old raw files (data/raw is kept between runs) and
-    # the folders that leaves empty; the one Jupyter made stays, as any folder prepare did not make.
+    # the folders that leaves empty; the one Jupyter made stays, as any folder prepare did not make,
+    # and no index of staging's with it.
     run_prepare(project)
     left = sorted(p.relative_to(project).as_posix() for p in project.glob("data/raw/pets/**/*"))
-    assert left == [
-        "data/raw/pets/.stage-index.json",
-        "data/raw/pets/cat",
-        "data/raw/pets/cat/.ipynb_checkpoints",
-    ]
+    assert left == ["data/raw/pets/cat", "data/raw/pets/cat/.ipynb_checkpoints"]
     assert manifest.check(project) == 5
 
 
@@ -638,6 +635,35 @@ def test_a_folder_the_user_made_in_a_staged_copy_stays_when_the_copy_goes(tmp_pa
         "pets/notes",
     ]
     assert manifest.check(project) == 5  # data/raw/digits.csv, 3 shards, spec.json
+
+
+def test_a_file_the_user_puts_where_a_removed_copy_was_is_never_deleted(tmp_path: Path) -> None:
+    """A staged copy's folder that holds a folder of the user's outlives the copy, and staging's
+    index in it listed the removed copies still: a file the user put at one of those paths later
+    was taken for prepare's and deleted by the next prepare. The same in data/raw, where a staged
+    data.path file's index outlives every copy."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    (project / "data/raw/pets/notes").mkdir()
+    run_prepare(project)  # the digits: the copy of pets goes, notes/ stays
+    mine = project / "data/raw/pets/cat/0.png"
+    mine.parent.mkdir()
+    mine.write_bytes(b"the user's own")
+    run_prepare(project)
+    left = sorted(p.relative_to(project).as_posix() for p in project.glob("data/raw/pets/**/*"))
+    assert left == ["data/raw/pets/cat", "data/raw/pets/cat/0.png", "data/raw/pets/notes"]
+
+    for name in ("a", "b"):
+        lines = ["f1,species"] + [f"{i},{'cat' if i % 2 else 'dog'}" for i in range(20)]
+        (tmp_path / f"{name}.csv").write_text("\n".join(lines) + "\n")
+        run_prepare(
+            project, "data.source=csv", f"data.path={tmp_path / name}.csv", "data.label=species"
+        )
+    (project / "data/raw/a.csv").write_text("the user's own")  # where a.csv's copy was
+    run_prepare(project)
+    assert (project / "data/raw/a.csv").read_text() == "the user's own"
+    assert not (project / "data/raw" / INDEX).exists()  # it listed a.csv and b.csv
 
 
 def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from . import manifest
 from .images import stored_image
 from .pipeline import X, serialize, string_feature
 from .split import origin_of, read_layout, split_examples, summary
-from .staging import INDEX, load_index, stage
+from .staging import INDEX, load_index, save_index, stage
 from .text import RESERVED, VOCABULARY, learn_vocabulary
 
 RAW = "data/raw"
@@ -147,34 +147,45 @@ def refuse_unrecorded(project_dir: Path, target: Path, recorded: set[str]) -> No
             )
 
 
+def _staged_folders(project_dir: Path) -> list[Path]:
+    """The folders staging copied into, each with its index: data/raw and the folders in it."""
+    raw = project_dir / RAW
+    return [raw, *(index.parent for index in raw.glob(f"*/{INDEX}"))]
+
+
 def staged_files(project_dir: Path) -> set[str]:
     """The files staging copied into data/raw (also a failed prepare's: a retry copies none)."""
-    raw = project_dir / RAW
     return {
-        (index.parent / rel).relative_to(project_dir).as_posix()
-        for index in [raw / INDEX, *raw.glob(f"*/{INDEX}")]
-        for rel in load_index(index.parent)
+        (folder / rel).relative_to(project_dir).as_posix()
+        for folder in _staged_folders(project_dir)
+        for rel in load_index(folder)
     }
 
 
 def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> None:
-    """Delete the files `recorded` but not `written` (only in data/raw, data/processed)."""
+    """Delete the files `recorded` but not `written` (only in data/raw, data/processed), then
+    their entries in staging's indexes and the folders that leaves empty."""
     outs = [(project_dir / out).resolve() for out in (RAW, PROCESSED)]
-    for rel in sorted(recorded - written):
-        path = project_dir / rel
-        if not path.is_file() or not any(path.resolve().is_relative_to(o) for o in outs):
-            continue
+    stale = {project_dir / rel for rel in recorded - written}
+    deleted = sorted(
+        p for p in stale if p.is_file() and any(p.resolve().is_relative_to(o) for o in outs)
+    )
+    for path in deleted:
         path.unlink()
+    # An entry left in an index would make a file of the user's, put at its path later, prepare's
+    # to delete. After the files: a stop in between leaves entries the next prepare drops, not
+    # copies no index lists, which would pass for the user's.
+    for folder in _staged_folders(project_dir):
+        index = load_index(folder)
+        kept = {rel: stamp for rel, stamp in index.items() if folder / rel not in stale}
+        if len(kept) < len(index):
+            save_index(folder, kept)
+    for path in deleted:
         folder = path.parent
-        while folder.resolve() not in outs and _holds_nothing(folder):
-            shutil.rmtree(folder)
+        # is_dir: the walk from a copy beside it may have removed it already
+        while folder.is_dir() and folder.resolve() not in outs and not any(folder.iterdir()):
+            folder.rmdir()
             folder = folder.parent
-
-
-def _holds_nothing(folder: Path) -> bool:
-    """True when `folder` holds nothing but staging's index: a folder in it, even an empty one, may
-    be the user's."""
-    return all(p.name == INDEX for p in folder.iterdir())
 
 
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
@@ -327,8 +338,8 @@ def prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         # Deepest first: a folder's new folders are gone before it is looked in. What staging
         # copied stays, so that a retry copies nothing again.
         for folder in sorted(_folders(project_dir) - before, key=lambda p: len(p.parts))[::-1]:
-            if _holds_nothing(folder):
-                shutil.rmtree(folder)
+            if not any(folder.iterdir()):
+                folder.rmdir()
         raise
 
 

@@ -82,6 +82,15 @@ def load_index(dest_dir: Path) -> dict[str, dict]:
         return {}
 
 
+def save_index(dest_dir: Path, index: dict[str, dict]) -> None:
+    """Write `index` as what staging copied to `dest_dir`; none when it lists nothing, so a folder
+    left with only the user's things holds no index of staging's."""
+    if index:
+        atomic_write(dest_dir / INDEX, json.dumps(index))
+    else:
+        (dest_dir / INDEX).unlink(missing_ok=True)
+
+
 def _stamp(st: os.stat_result, target: Path) -> dict[str, list[int]]:
     d = target.stat()
     return {"src": [st.st_size, st.st_mtime_ns], "dest": [d.st_size, d.st_mtime_ns]}
@@ -154,8 +163,7 @@ def stage(
             index[rel] = _stamp(st, target)
     finally:
         bar.close()
-        # Also after an interruption: finished files stay known.
-        atomic_write(dest / INDEX, json.dumps(index))
+        save_index(dest, index)  # also after an interruption: finished files stay known
     return report
 
 
