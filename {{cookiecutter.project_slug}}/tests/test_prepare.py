@@ -3,6 +3,7 @@ TFRecords (vectors and encoded images) and a TFDS data set (offline, `tfds.testi
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -733,6 +734,28 @@ def test_a_data_path_folder_is_listed_once(tmp_path: Path, monkeypatch) -> None:
     raw = {e["path"]: e["source"] for e in files if e["path"].startswith("data/raw/")}
     images = sorted(p.relative_to(pets).as_posix() for p in pets.rglob("*.*"))
     assert raw == {f"data/raw/pets/{name}": str(pets / name) for name in images}  # each its source
+
+
+def test_a_folder_that_cannot_be_listed_stops_prepare_and_keeps_the_copies(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Drive can fail to list a folder (an I/O error): that is no empty class folder, so prepare
+    stops on the error and the staged copies of that class stay."""
+    project, pets = tmp_path / "project", tmp_path / "pets"
+    _pets(pets)
+    run_prepare(project, "data.source=images", f"data.path={pets}")
+    copies = sorted((project / "data/raw/pets/dog").iterdir())
+    scandir = os.scandir
+
+    def listing(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == pets / "dog":
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+    with pytest.raises(OSError, match="Input/output error"):
+        run_prepare(project, "data.source=images", f"data.path={pets}")
+    assert sorted((project / "data/raw/pets/dog").iterdir()) == copies
 
 
 def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(
