@@ -56,6 +56,8 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
         broken[2] = bad_line
         (project / "data" / "external" / f"{name}.jsonl").write_text("".join(broken))
         bad.append(["prepare", "--set", "data.source=jsonl", "--set", f"data.path=data/external/{name}.jsonl"])
+    (project / "data" / "external" / "empty.jsonl").write_text("\n")  # no rows: one line too
+    bad.append(["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/empty.jsonl"])
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"codes = [main(args) for args in {calls!r}]\n"
@@ -66,12 +68,14 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
-    assert "BROKEN [2, 2, 2]" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
-    assert run.stderr.splitlines()[-3:] == [
+    assert "BROKEN [2, 2, 2, 2]" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
+    assert run.stderr.splitlines()[-4:-1] == [
         f"error: data/external/{name}.jsonl line 3: not a JSON object with 'x', as many numbers "
         """as on the first line, and 'label' (example: {"x": [0.5, 2.0], "label": "cat"})"""
         for name in bad_lines
     ]
+    assert run.stderr.splitlines()[-1].startswith("error: data.split: no training examples in "
+                                                  "data/external/empty.jsonl"), run.stderr[-2000:]
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
     assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
     # `make test` takes each of them, as the README says: the loop's tests of every component.
