@@ -329,6 +329,17 @@ def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, 
     assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
 
 
+def test_readme_says_where_the_chosen_tracker_shows_the_runs(baked: tuple[dict, Path]) -> None:
+    """tracking=mlflow or wandb: the README says where those runs are, as reproducibility.md does."""
+    answers, project = baked
+    readme = (project / "README.md").read_text()
+    shows = {"mlflow": "mlflow ui --backend-store-uri sqlite:///results/mlruns/mlflow.db",
+             "wandb": "offline in `results/wandb/`"}  # fmt: skip
+    assert [name for name, line in shows.items() if line in readme] == [
+        name for name in shows if name == answers["tracking"]
+    ]
+
+
 def test_git_repository_on_main(baked: tuple[dict, Path]) -> None:
     _, project = baked
     head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=project, capture_output=True, text=True)
