@@ -317,6 +317,29 @@ def test_answers_reach_the_project(baked: tuple[dict, Path]) -> None:
         assert url.startswith(prefix[answers["dvc_remote"]])
 
 
+def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, Path]) -> None:
+    """The README's storage diagram and its Drive line: the DVC remote on Drive only for
+    dvc_remote=drive, the other remotes outside it, and no push or pull arrow without one."""
+    answers, project = baked
+    readme = (project / "README.md").read_text()
+    drive = readme.split('subgraph Drive["', 1)[1].split("\n    end\n", 1)[0]
+    on_drive = answers["dvc_remote"] == "drive"
+    assert ("(the DVC remote)" in drive, "and the DVC remote" in readme) == (on_drive, on_drive)
+    has_remote = answers["dvc_remote"] != "none"
+    assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
+
+
+def test_readme_says_where_the_chosen_tracker_shows_the_runs(baked: tuple[dict, Path]) -> None:
+    """tracking=mlflow or wandb: the README says where those runs are, as reproducibility.md does."""
+    answers, project = baked
+    readme = (project / "README.md").read_text()
+    shows = {"mlflow": "mlflow ui --backend-store-uri sqlite:///results/mlruns/mlflow.db",
+             "wandb": "offline in `results/wandb/`"}  # fmt: skip
+    assert [name for name, line in shows.items() if line in readme] == [
+        name for name in shows if name == answers["tracking"]
+    ]
+
+
 def test_git_repository_on_main(baked: tuple[dict, Path]) -> None:
     _, project = baked
     head = subprocess.run(["git", "symbolic-ref", "HEAD"], cwd=project, capture_output=True, text=True)

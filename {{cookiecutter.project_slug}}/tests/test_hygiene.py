@@ -229,6 +229,17 @@ def test_what_a_local_run_keeps_in_the_storage_root_stays_out_of_git(tmp_path):
     assert ignored(tmp_path, ".gitignore", state) == state
 
 
+def test_a_sweeps_trial_models_stay_out_of_git_and_its_table_goes_in(tmp_path):
+    """Each trial's model and train.json (results/sweeps/<name>/<number>/) are one machine's, as
+    results/models is: the daily loop's `git add -A` leaves them out and keeps the study's table."""
+    trials = [
+        "results/sweeps/lr-dropout/0/models/model.keras",
+        "results/sweeps/lr-dropout/12/metrics/train.json",
+    ]
+    study = ["results/sweeps/lr-dropout/trials.csv", "results/sweeps/lr-dropout/trials.png"]
+    assert ignored(tmp_path, ".gitignore", [*trials, *study]) == trials
+
+
 def test_what_a_killed_write_or_export_leaves_stays_out_of_git_and_dvc(tmp_path):
     """A killed atomic write's temporary file, and a killed export's staging folder beside an
     `--output` of the user's choosing (this version's name and an earlier one's): the next write
