@@ -101,11 +101,13 @@ def locked_python(project: Path) -> Path:
 
 # What a user does in a new project before running its tests again (README's local start): the
 # pipeline with params.yaml as baked, `make train` (resumes the run the pipeline trained), a
-# short sweep. The storage root is the project folder, as on a user's machine.
+# short sweep and its `--best`. The storage root is the project folder, as on a user's machine.
 USE = (
     ["dvc", "repro"],
     ["make", "train"],
     ["python", "-m", "{module}", "sweep", "--set", "sweep.n_trials=2", "--set", "train.epochs=2"],
+    # --best writes the best trial's settings into params.yaml: the tests then read the user's file
+    ["python", "-m", "{module}", "sweep", "--best", "--set", "sweep.n_trials=2", "--set", "train.epochs=2"],
 )
 
 

@@ -1,5 +1,5 @@
-"""`make test` in a project its user has already worked in (`dvc repro`, `make train`, a sweep:
-the `used_project` fixture): it passes, and leaves everything the user made as it was. How long it
+"""`make test` in a project its user has already worked in (`dvc repro`, `make train`, a sweep and
+its `--best`: the `used_project` fixture): it passes, and leaves everything the user made as it was. How long it
 takes is a figure of `make bench` (user_tests), not an assertion here."""
 
 from __future__ import annotations
