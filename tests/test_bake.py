@@ -498,3 +498,39 @@ def test_a_yaml_config_file_sets_every_answer(tmp_path: Path) -> None:
     project = tmp_path / "out" / "crop-yield-model"
     assert project_files(project) == expected_files(expected, "crop_yield")
     assert tomllib.loads((project / "pyproject.toml").read_text())["project"]["requires-python"] == ">=3.13"
+
+
+@pytest.fixture(scope="module")
+def needs_313(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project that needs Python 3.13 (its pyproject.toml's requires-python)."""
+    return project_env.bake(tmp_path_factory.mktemp("bake"), python_version="3.13")
+
+
+def setup_check(project: Path, python: str) -> subprocess.CompletedProcess:
+    """Run what `make setup` runs first, with this Python, and nothing after it."""
+    dry = subprocess.run(["make", "-n", "setup", f"PYTHON={python}"], cwd=project, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    first = dry.stdout.splitlines()[0]
+    assert "pip install" not in first, f"`make setup` installs before it checks the Python: {first}"
+    return subprocess.run(first, shell=True, cwd=project, capture_output=True, text=True)
+
+
+def test_make_setup_refuses_an_older_python_before_installing(needs_313: Path) -> None:
+    """pip installed the whole lock (about a thousand packages) before it refused the package for
+    its requires-python; `make setup` now stops first, in one line that says what to do."""
+    run = setup_check(needs_313, sys.executable)
+    found = sys.version.split()[0]
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr == (
+        f"make setup: {sys.executable} is Python {found}; pyproject.toml requires-python >=3.13. "
+        "Make the venv with that Python: python3.13 -m venv --clear .venv\n"
+    )
+
+
+def test_make_setup_goes_on_with_the_python_the_project_needs(needs_313: Path) -> None:
+    found = sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python3.13"))
+    found += sorted(Path("/opt/hostedtoolcache/Python").glob("3.13*/x64/bin/python3.13"))
+    if not found:
+        pytest.skip("no Python 3.13 on this machine")
+    run = setup_check(needs_313, str(found[0]))
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
