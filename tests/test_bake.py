@@ -63,6 +63,7 @@ COMMON_FILES = {
     "results/models/.gitkeep",
     "results/reports/.gitkeep",
     "results/runs/.gitkeep",
+    "tools/check_python.py",
     "tools/lock.py",
 }
 
