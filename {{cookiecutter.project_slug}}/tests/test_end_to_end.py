@@ -66,6 +66,9 @@ def train_evaluate_predict(project: Path, sets: list[str], data: Path, output: P
     for command, args in (("train", ("--fresh",)), ("evaluate", ())):
         code, printed = run(command, project, *sets, args=args)
         assert code == 0, f"{command}: exit {code}\n{printed}"
+        if command == "train":  # its last line says each figure once (train.monitor: val_loss)
+            done = next(line for line in printed.splitlines() if line.startswith("Done:"))
+            assert done.count("val_loss") == 1, done
     for metrics in ("train.json", "evaluate.json"):
         values = json.loads((project / "results/metrics" / metrics).read_text()).values()
         assert any(isinstance(v, int | float) for v in values), metrics

@@ -237,6 +237,24 @@ def test_the_figure_shows_choices_in_the_spaces_order_numbers_sorted() -> None:
     assert rates.get_xscale() == "log"
 
 
+def test_the_figure_numbers_trials_in_whole_numbers() -> None:
+    """Three trials: ticks 0, 1, 2 (not 0.5, 1.5 between them)."""
+    space = {"train.learning_rate": FloatDistribution(1e-4, 1e-1, log=True)}
+    table = pd.DataFrame(
+        {
+            "number": [0, 1, 2],
+            "state": ["COMPLETE", "COMPLETE", "COMPLETE"],
+            "train.learning_rate": [1e-3, 1e-2, 1e-4],
+            "val_loss": [0.5, 0.4, 0.9],
+        }
+    )
+    sweep = SimpleNamespace(monitor="val_loss", direction="minimize", space=space)
+    figure = plot_trials(sweep, table)
+    figure.draw_without_rendering()  # the labels are set when drawn
+    labels = [t.get_text().lstrip("−") for t in figure.axes[0].get_xticklabels()]
+    assert labels and all(label.isdigit() for label in labels), labels
+
+
 def _trials(path: Path) -> list[dict[str, str]]:
     with open(path) as f:
         return list(csv.DictReader(f))

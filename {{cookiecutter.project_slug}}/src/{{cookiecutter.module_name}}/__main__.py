@@ -160,8 +160,9 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 
 
 def cmd_env(args: argparse.Namespace, params: Params) -> int:
-    """Print the environment (packages, TensorFlow build, devices, git, data) and save it."""
-    log_environment(args.project, args.output, packages=not args.brief)
+    """Print the environment (TensorFlow build, devices, git, data, package count) and save it
+    (every package's version too)."""
+    log_environment(args.project, args.output)
     return 0
 
 
@@ -282,8 +283,7 @@ def _add_other_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     p.add_argument("--output", help="job spec file (default: vertex.output)")
 {%- endif %}
 
-    flags = {"--brief": "print the summary, not every package"}
-    p = command(cmd_env, "print and save the environment", flags)
+    p = command(cmd_env, "print and save the environment")
     p.add_argument("--output", help="file (default: results/environment.json)")
 
     p = command(cmd_notebooks, "run the notebooks, write HTML reports")

@@ -219,14 +219,12 @@ def summary(env: dict[str, Any]) -> str:
     return "\n".join(f"{name:<12}{value}" for name, value in lines)
 
 
-def log_environment(project_dir: Path, output: Path | None = None, packages: bool = False) -> dict:
-    """Collect, print the summary (and every package if asked), save; return the dictionary."""
+def log_environment(project_dir: Path, output: Path | None = None) -> dict:
+    """Collect, print the summary (packages: their count; the list is in the file), save; return
+    the dictionary."""
     env = collect_environment(project_dir)
     output = Path(output) if output else results_root(Path(project_dir)) / "environment.json"
     print(summary(env))
-    if packages:
-        print("Installed packages:")
-        print("\n".join(f"  {name}=={version}" for name, version in env["packages"].items()))
     save_json(env, output)
     print(f"Saved {output}")
     return env

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from ruamel.yaml import YAML
@@ -69,6 +70,7 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
     axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
     axes[0].set(xlabel="trial", ylabel=monitor, title=f"{sweep.direction} {monitor}")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # trial numbers, not 0.5
     axes[0].legend(fontsize="small")
     return figure
 

@@ -623,12 +623,11 @@ def _finish(run: Run, digest: str) -> dict[str, Any]:
     write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
         say(f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
-    shown = f"{params.train.monitor} {final.get(params.train.monitor, float('nan')):.4f}"
-    say(
-        f"Done: step {state.step}, {shown} (best, step {state.early.best_step}), "
-        f"val_loss {final['val_loss']:.4f}, {speed:,.0f} examples/s; "
-        f"final weights sha256 {digest}"
-    )
+    monitor = params.train.monitor
+    shown = f"{monitor} {final.get(monitor, float('nan')):.4f} (best, step {state.early.best_step})"
+    if monitor != "val_loss":  # val_loss is said too, once
+        shown += f", val_loss {final['val_loss']:.4f}"
+    say(f"Done: step {state.step}, {shown}, {speed:,.0f} examples/s; final weights sha256 {digest}")
     return metrics
 
 
