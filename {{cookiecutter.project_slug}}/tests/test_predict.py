@@ -14,10 +14,13 @@ import tensorflow as tf
 from conftest import PROJECT, main_in_fresh_process, save_for_users
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.export import export_saved_model
 from {{ cookiecutter.module_name }}.evaluation.predict import predict
 from {{ cookiecutter.module_name }}.model import build_model
-from {{ cookiecutter.module_name }}.spec import DataSpec
+from {{ cookiecutter.module_name }}.registry import _ENTRIES, register
+from {{ cookiecutter.module_name }}.sources import Source, encode
+from {{ cookiecutter.module_name }}.spec import DataSpec, load_spec
 from {{ cookiecutter.module_name }}.task import task_class
 from {{ cookiecutter.module_name }}.training.saved_model import (
     load_for_users,
@@ -145,6 +148,39 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no saved model"):
         load_for_users(tmp_path / "nowhere")
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_source_without_column_names_predicts_a_csv_of_x0_x1(tmp_path: Path, monkeypatch) -> None:
+    """A vector source of yours gives no `feature_names` (docs/customise.md's jsonl): prepare
+    names its columns x0, x1, ..., and predict reads a CSV of them, or says they are missing."""
+
+    def read_rows(path, data, kind):  # noqa: ANN001, ANN202
+        y, names = encode(kind, ["a", "b"] * 10, data.label)
+        x = np.arange(60, dtype=np.float32).reshape(20, 3)
+        return Source("vector", kind, y, names, x.__getitem__, str, input_shape=(3,))
+
+    monkeypatch.setitem(_ENTRIES["source"], "rows", None)  # gone again after this test
+    register("source", "rows")(read_rows)
+    (tmp_path / "rows.txt").write_text("rows\n")
+    params = load_params(
+        PROJECT / "params.yaml", ["data.source=rows", f"data.path={tmp_path / 'rows.txt'}"]
+    )
+    prepare(params, tmp_path)
+    spec = load_spec(tmp_path / "data" / "processed")
+    task = task_class(spec.task)(names=spec.names)
+    models = tmp_path / "results" / "models"
+    save_for_users(build_model(spec, task.num_outputs, params.model), task, spec, models)
+    source = tmp_path / "new.csv"
+    source.write_text("id,x0,x1,x2\n7,0.5,1,2\n8,3,4,5\n")
+    assert predict(source, tmp_path / "out.csv", models) == 2
+    rows = list(csv.DictReader((tmp_path / "out.csv").open()))
+    assert [row["id"] for row in rows] == ["1", "2"] and rows[0]["prediction"] in ("a", "b")
+    source.write_text("a,b,c\n0.5,1,2\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"new.csv: missing feature column 'x0' \(the training features: x0, x1, x2\)",
+    ):
+        predict(source, tmp_path / "out2.csv", models)
 
 
 def test_an_input_of_the_other_kind_says_what_the_model_takes(tmp_path: Path) -> None:

@@ -272,6 +272,9 @@ def write_processed(
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
+    names = list(source.feature_names)
+    if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns
+        names = [f"x{i}" for i in range(int(np.prod(shape)))]
     spec = DataSpec(
         kind=source.kind,
         task=source.task,
@@ -279,7 +282,7 @@ def write_processed(
         names=list(source.names),
         counts={s: int(len(idx[s])) for s in SPLITS},
         split=record or {},
-        feature_names=list(source.feature_names),
+        feature_names=names,
         extra={
             "shards": shards,
             "encoding": source.encoding if image else {"text": "utf-8"}.get(source.kind, "float"),
