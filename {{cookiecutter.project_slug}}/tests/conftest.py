@@ -145,6 +145,14 @@ def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return project
 
 
+def fill(folder: Path) -> None:
+    """Fill the disk `folder` is on to its last byte (a small tmpfs: `small_storage`)."""
+    with open(folder / "filler", "wb") as filler, pytest.raises(OSError):
+        while True:
+            filler.write(b"\0" * 65536)
+            filler.flush()
+
+
 @pytest.fixture
 def small_storage(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
     """A 6 MiB tmpfs (True), or a plain folder where mounting is refused (False)."""

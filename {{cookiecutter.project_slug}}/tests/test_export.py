@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import MODULE, PROJECT, cli_env, save_for_users
+from conftest import MODULE, PROJECT, cli_env, fill, save_for_users
 
 from {{ cookiecutter.module_name }}.__main__ import main, storage_fault
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
@@ -408,11 +408,8 @@ def test_a_full_disk_is_one_line_that_starts_with_the_file(
     TensorFlow's traceback, nor its op's name."""
     project, _ = _small_project(tmp_path / "project")
     storage, mounted = small_storage
-    if mounted:  # filled to the last byte
-        with open(storage / "filler", "wb") as filler, pytest.raises(OSError):
-            while True:
-                filler.write(b"\0" * 65536)
-                filler.flush()
+    if mounted:
+        fill(storage)
     else:
 
         def full(*args: object, **kwargs: object) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, sets
+from conftest import PROJECT, cli, cli_env, fill, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import checkpoints
@@ -211,11 +211,8 @@ def test_a_full_disk_turns_tensorboard_tracking_off_in_one_line(
     a run): one line that says why, not the writer's four; the run goes on without it."""
     storage, mounted = small_storage
     monkeypatch.setenv("PROJECT_RESULTS_DIR", str(storage / "results"))
-    if mounted:  # filled to the last byte
-        with open(storage / "filler", "wb") as filler, pytest.raises(OSError):
-            while True:
-                filler.write(b"\0" * 65536)
-                filler.flush()
+    if mounted:
+        fill(storage)
     else:
 
         def full(*args: object, **kwargs: object) -> None:

@@ -333,6 +333,21 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     assert json.loads(done.stdout or "{}") == {}  # `dvc repro` would not train again
 
 
+def pruning_grid(name: str, n_trials: int) -> list[str]:
+    """A grid whose first trial learns (3e-3) and whose later ones barely move: the pruner prunes
+    trial 1 at epoch 1, after one startup trial and one warm-up epoch."""
+    return [
+        "sweep.sampler=grid",
+        f"sweep.n_trials={n_trials}",
+        "sweep.startup_trials=1",
+        "sweep.warmup_epochs=1",
+        f"sweep.name={name}",
+        "train.epochs=3",
+        *SMALL,
+        "sweep.space={train.learning_rate: {choices: [3.0e-3, 1.0e-5, 2.0e-5]}}",
+    ]
+
+
 def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
     tmp_path: Path, tiny_project: Path, monkeypatch, capsys
 ) -> None:
@@ -340,16 +355,7 @@ def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
     epoch's last chunk; sent here at that epoch's end, before the trainer looks): the sweep stops
     (exit 130) with trial 1 pruned at epoch 1, as without the Ctrl-C; the sweep started again
     goes on with trial 2 and trains no epoch 2 of trial 1."""
-    grid = [
-        "sweep.sampler=grid",
-        "sweep.n_trials=3",
-        "sweep.startup_trials=1",
-        "sweep.warmup_epochs=1",
-        "sweep.name=ctrl-c",
-        "train.epochs=3",
-        *SMALL,
-        "sweep.space={train.learning_rate: {choices: [3.0e-3, 1.0e-5, 2.0e-5]}}",
-    ]
+    grid = pruning_grid("ctrl-c", n_trials=3)
     args = ["--params", str(tiny_project / "params.yaml"), *sets(grid)]
     prepare(load_params(tiny_project / "params.yaml"), tiny_project)
     real_train, sent = sweep_module.train, []
@@ -387,16 +393,7 @@ def test_a_trial_killed_after_it_is_pruned_is_told_pruned_without_training_again
     """The session dies after trial 1's run stopped as pruned at epoch 1 (its epoch-end
     checkpoint saved) and before the study is told: the sweep started again tells it pruned at
     epoch 1 and trains no epoch 2 of it."""
-    grid = [
-        "sweep.sampler=grid",
-        "sweep.n_trials=2",
-        "sweep.startup_trials=1",
-        "sweep.warmup_epochs=1",
-        "sweep.name=killed",
-        "train.epochs=3",
-        *SMALL,
-        "sweep.space={train.learning_rate: {choices: [3.0e-3, 1.0e-5, 2.0e-5]}}",
-    ]
+    grid = pruning_grid("killed", n_trials=2)
     args = ["--params", str(tiny_project / "params.yaml"), *sets(grid)]
     prepare(load_params(tiny_project / "params.yaml"), tiny_project)
     real_train = sweep_module.train
