@@ -509,8 +509,9 @@ def needs_313(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def setup_check(project: Path, python: str) -> subprocess.CompletedProcess:
     """Run what `make setup` runs first, with this Python, and nothing after it."""
-    dry = subprocess.run(["make", "-n", "setup", f"PYTHON={python}"], cwd=project, capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    # --no-print-directory: under another make (CI's `make test`) the first line is make's own
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "setup", f"PYTHON={python}"], cwd=project,
+                         capture_output=True, text=True, check=True)  # fmt: skip
     first = dry.stdout.splitlines()[0]
     assert "pip install" not in first, f"`make setup` installs before it checks the Python: {first}"
     return subprocess.run(first, shell=True, cwd=project, capture_output=True, text=True)
