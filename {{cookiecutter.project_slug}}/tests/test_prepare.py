@@ -494,7 +494,9 @@ def test_a_continuous_target_is_refused_as_classes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["classes", "multilabel", "regression"])
-def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: str) -> None:
+def test_evaluate_reports_the_task_of_a_saved_users_model(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """evaluate over the test shards with a model saved as users get it (model.json beside)."""
     from conftest import save_for_users
 
@@ -539,6 +541,14 @@ def test_evaluate_reports_the_task_of_a_saved_users_model(tmp_path: Path, kind: 
     assert len(rows) == tested and rows == sorted(rows) and 1 <= rows[0] <= rows[-1] <= 60
     compared = task.compared(metrics, "test")  # the kind's headline metrics
     assert json.loads((project / "results/metrics/evaluate.json").read_text()) == compared
+    # Its line names the kind's own plot files, not the other kinds' header-only ones.
+    own = {
+        "classes": ["plots/confusion_matrix.csv", "plots/per_class.csv"],
+        "multilabel": ["plots/per_label.csv"],
+        "regression": ["plots/predictions.csv"],
+    }[kind]
+    wrote = ["metrics/evaluate.json", *own, "plots/training_curve.csv", "predictions/test.csv"]
+    assert f"; wrote {', '.join(wrote)}, reports/model_card.md in " in capsys.readouterr().out
 
 
 def test_csv_vectors_train_and_evaluate_end_to_end(tmp_path: Path, monkeypatch) -> None:

@@ -1,7 +1,8 @@
 """`evaluate`: the trained model on the test split; the task computes, this module writes.
 
-`results/plots/` holds every registered kind's files, the others' with their header only:
-dvc.yaml is static, and an empty file draws an empty plot where a missing one is an error.
+`results/plots/` holds every registered kind's files, the others' with their header only (and
+unnamed in the printed line): dvc.yaml is static, and DVC leaves out a plot whose file has no
+rows, where a missing file makes each `dvc plots show` say it "failed to load some plots".
 """
 
 from __future__ import annotations
@@ -33,22 +34,23 @@ TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_predictions reads it
 
 
 def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[Path]:
-    """Write evaluate.json and the plot tables; the training curve's columns are each number
-    `train` recorded per epoch and each kind's training metric."""
+    """Write evaluate.json and the plot tables, and return the task's own files (the other
+    kinds' are header only); the training curve's columns are each number `train` recorded per
+    epoch and each kind's training metric."""
     compared = task.compared(evaluation.metrics, "test")
     written = [save_json(compared, results / TEST_METRICS)]
-    tables = dict(evaluation.plots)
-    for kind in kinds():
-        for name, header in kind.plot_columns.items():
-            tables.setdefault(name, pd.DataFrame(columns=header))
     history = pd.DataFrame(read_json(results / TRAIN_METRICS).get("history") or [])
     plotted = {
         f"{v}{m}" for k in kinds() for m in ("loss", k.train_metric_name) for v in ("", "val_")
     }
     columns = ["epoch", *sorted((set(history.columns) | plotted) - {"epoch"})]
-    tables[Path(CURVE).name] = history.reindex(columns=columns)
+    tables = {**evaluation.plots, Path(CURVE).name: history.reindex(columns=columns)}
     for name, table in tables.items():
         written.append(atomic_write(results / PLOTS / name, table.to_csv(index=False)))
+    for kind in kinds():
+        for name, header in kind.plot_columns.items():
+            if name not in tables:
+                atomic_write(results / PLOTS / name, ",".join(header) + "\n")
     return written
 
 
