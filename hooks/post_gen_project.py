@@ -54,6 +54,7 @@ def git_init() -> str | None:
 
 def next_steps(answers: dict, git_note: str) -> str:
     slug, owner = answers["project_slug"], answers["github_owner"]
+    python = answers["python_version"]  # the one requires-python names
     vertex = ""
     if answers["vertex_ai"]:
         vertex = "\nBeyond Colab: Vertex AI jobs (`make image`, `make vertex`; docs/scaling.md)."
@@ -62,7 +63,7 @@ Created {slug}/. {git_note}
 
 Next steps:
   cd {slug}
-  python3 -m venv .venv && . .venv/bin/activate
+  python{python} -m venv .venv && . .venv/bin/activate    # a newer Python does too
   make setup        # pinned requirements, editable install, git hooks
   make test
   git add -A && git commit -m "Start from cookiecutter-colab"

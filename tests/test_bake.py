@@ -6,6 +6,7 @@ import ast
 import configparser
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -529,10 +530,29 @@ def test_make_setup_refuses_an_older_python_before_installing(needs_313: Path) -
     )
 
 
-def test_make_setup_goes_on_with_the_python_the_project_needs(needs_313: Path) -> None:
+def python_313() -> str:
+    """A Python 3.13 of this machine (pyenv's, or the CI runner's tool cache); the test skips without one."""
     found = sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python3.13"))
     found += sorted(Path("/opt/hostedtoolcache/Python").glob("3.13*/x64/bin/python3.13"))
     if not found:
         pytest.skip("no Python 3.13 on this machine")
-    run = setup_check(needs_313, str(found[0]))
+    return str(found[0])
+
+
+def test_make_setup_goes_on_with_the_python_the_project_needs(needs_313: Path) -> None:
+    run = setup_check(needs_313, python_313())
+    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_local_start_makes_the_venv_with_the_python_the_project_needs(needs_313: Path, tmp_path: Path) -> None:
+    """The README's Local start and the hook's next steps said `python3 -m venv .venv`: where python3
+    is older than requires-python, `make setup` then stopped. They name the answer's Python, and the
+    venv that command makes passes setup's check."""
+    local_start = (needs_313 / "README.md").read_text().split("## Local start", 1)[1]
+    make_venv = next(line for line in local_start.splitlines() if " -m venv " in line).split(" && ")[0]
+    command = shlex.split(make_venv)
+    assert command[0] == "python3.13", make_venv
+    assert f"\n  {make_venv} && " in cookiecutter_cli(tmp_path, "python_version=3.13").stdout
+    subprocess.run([python_313(), *command[1:]], cwd=needs_313, check=True)  # python3.13 on PATH
+    run = setup_check(needs_313, str(needs_313 / ".venv" / "bin" / "python"))
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")

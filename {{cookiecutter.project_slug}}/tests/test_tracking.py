@@ -7,7 +7,14 @@ import inspect
 import json
 {%- if cookiecutter.tracking == "mlflow" %}
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 {%- elif cookiecutter.tracking == "wandb" %}
 import sys
 import types
@@ -103,6 +110,62 @@ def test_mlflow_run_is_logged_to_the_local_store(tmp_path, monkeypatch):
     assert "manifest.json" in artifacts
     stored = list((store / "artifacts").rglob("manifest.json"))
     assert stored and "manifest-marker" in stored[0].read_text()
+
+
+# The README's command (and docs/reproducibility.md's), run from the project folder as they say.
+MLFLOW_UI = "mlflow ui --backend-store-uri sqlite:///results/mlruns/mlflow.db"
+
+
+def ask_mlflow_ui(server: subprocess.Popen, url: str, body: dict | None = None) -> dict:
+    """The answer of the `mlflow ui` server to one REST call, once it has started."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    deadline = time.monotonic() + 300  # it starts in about half a minute on a busy 2-core machine
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return json.load(answer)
+        except urllib.error.HTTPError:
+            raise  # it has started, and refused
+        except (urllib.error.URLError, ConnectionError):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+@pytest.mark.slow
+def test_the_readmes_mlflow_ui_lists_the_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow_command = Path(sys.executable).parent / "mlflow"  # the environment's, after `make setup`
+    if not mlflow_command.exists():
+        pytest.skip(f"mlflow is not installed beside {sys.executable}")
+    project = tmp_path / "project"
+    log_a_run(project)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    # One worker and no job runner: the same server, started in seconds rather than a minute.
+    command = [str(mlflow_command), *MLFLOW_UI.split()[1:], "--port", str(port), "--workers", "1"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with open(tmp_path / "ui.log", "wb") as log:
+        server = subprocess.Popen(
+            command, cwd=project, env=env, stdout=log, stderr=log, start_new_session=True
+        )
+    api = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow"  # what the UI's pages ask
+    try:
+        found = ask_mlflow_ui(
+            server, f"{api}/experiments/get-by-name?experiment_name={{ cookiecutter.project_slug }}"
+        )
+        experiment_id = found["experiment"]["experiment_id"]
+        listed = ask_mlflow_ui(server, f"{api}/runs/search", {"experiment_ids": [experiment_id]})
+    except Exception:
+        print((tmp_path / "ui.log").read_text()[-3000:])
+        raise
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers
+        server.wait(timeout=60)
+    runs = [(run["info"]["run_name"], run["info"]["status"]) for run in listed["runs"]]
+    assert runs == [("20260101T000000Z-r1-abcd", "FINISHED")]
 
 
 @pytest.mark.slow
