@@ -620,7 +620,7 @@ def test_make_notebooks_on_text_files(tmp_path):
     ]
     outputs = [o for c in executed["01"].cells for o in c.get("outputs", [])]
     printed = "".join(o.get("text", "") for o in outputs)
-    assert "classification: 2 classes, labels or target; texts of 8 to 8 words" in printed
+    assert "classification: 2 class names; texts of 8 to 8 words" in printed
     shown = [re.sub(" +", " ", s) for s in shown]  # tabulate pads the cells
     assert any(s.startswith("| target | text |\n|:-") and "\n| food | " in s for s in shown)
     assert any("| id | text | target | prediction | loss |" in s for s in shown)

@@ -71,7 +71,10 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     state = json.loads((newest / "meta.json").read_text())["state"]["early"]
     assert state["best_step"] == per_epoch and state["epochs_without_improvement"] == 1
     again = train(params, tiny_project)
-    assert again.step == result.step and "already complete" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert again.step == result.step and "already complete" in out
+    # Its checkpoint ends epoch 2: not "epoch 3, batch 0", an epoch that never runs.
+    assert f"at step {result.step} (the end of epoch 2) in " in out, out
 
 
 def test_a_misspelt_monitor_is_refused_before_the_first_step(tiny_project: Path) -> None:

@@ -432,10 +432,14 @@ def _restore(run: Run, fresh: bool) -> None:
         return
     run.state.resumes += 1
     run.last_saved = run.started_at_step = run.state.step
+    epoch, batch = divmod(run.state.step, plan.per_epoch)
+    # At an epoch's end (a complete run's last checkpoint too), not "epoch E+1, batch 0".
+    where = f"epoch {epoch + 1}, batch {batch} of {plan.per_epoch}"
+    if batch == 0 and epoch > 0:
+        where = f"the end of epoch {epoch}"
     say(
         f"Resuming run '{params.run_name}' from its checkpoint at step {run.state.step} "
-        f"(epoch {run.state.step // plan.per_epoch + 1}, batch {run.state.step % plan.per_epoch} "
-        f"of {plan.per_epoch}) in {paths.restore_from}"
+        f"({where}) in {paths.restore_from}"
     )
 
 
