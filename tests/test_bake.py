@@ -331,6 +331,24 @@ def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, 
     assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
 
 
+# What the template's README says a Colab user does with each dvc_remote, as the baked data.md says it.
+ON_COLAB = {"drive": "mount Drive first", "gcs": "authenticate_user()", "gdrive": "use the service account",
+            "local": "gone with the VM", "none": "no DVC remote"}  # fmt: skip
+
+
+def test_the_template_readme_says_what_each_dvc_remote_takes_on_colab(baked: tuple[dict, Path]) -> None:
+    """The front door's promise per answer, not "works from Colab" for all: its `dvc_remote` row
+    says, for every choice, what the baked project's docs/data.md has a Colab user do."""
+    answers, project = baked
+    assert set(ON_COLAB) == set(DEFAULTS["dvc_remote"])
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `dvc_remote` |"))
+    on_colab = row.partition("on Colab, ")[2].rstrip(" |").split("; ")
+    said = dict(part.partition(": ")[::2] for part in on_colab if ": " in part)
+    assert said.keys() == ON_COLAB.keys() and all(ON_COLAB[a] in said[a] for a in said), row
+    remote = (project / "docs" / "data.md").read_text().split("\n## Remote storage for data and models\n")[1]
+    assert [answer for answer, says in ON_COLAB.items() if says in remote] == [answers["dvc_remote"]]
+
+
 def test_readme_says_where_the_chosen_tracker_shows_the_runs(baked: tuple[dict, Path]) -> None:
     """tracking=mlflow or wandb: the README says where those runs are, as reproducibility.md does."""
     answers, project = baked

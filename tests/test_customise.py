@@ -56,28 +56,45 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
         broken[2] = bad_line
         (project / "data" / "external" / f"{name}.jsonl").write_text("".join(broken))
         bad.append(["prepare", "--set", "data.source=jsonl", "--set", f"data.path=data/external/{name}.jsonl"])
+    # JSON's null, which the page's reader reads as NaN: prepare checks every source's numbers.
+    with_null = lines.splitlines(keepends=True)
+    with_null[2] = '{"x": [1, null], "label": "odd"}\n'
+    (project / "data" / "external" / "null.jsonl").write_text("".join(with_null))
+    bad.append(["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/null.jsonl"])
     (project / "data" / "external" / "empty.jsonl").write_text("\n")  # no rows: one line too
     bad.append(["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/empty.jsonl"])
+    # Nested lists read, train and predict as flat vectors: x0..x3, row by row.
+    nested = [{"x": [[i % 7, i % 2], [i % 3, 1]], "label": "odd" if i % 2 else "even"} for i in range(60)]
+    (project / "data" / "external" / "nested.jsonl").write_text("".join(json.dumps(r) + "\n" for r in nested))
+    (project / "new.csv").write_text("x0,x1,x2,x3\n1,1,2,1\n4,0,1,1\n")
+    flat = [["prepare", "--set", "data.source=jsonl", "--set", "data.path=data/external/nested.jsonl"],
+            ["train", *(f"--set={item}" for item in [*TINY, "train.batch_size=16", "run_name=nested"])], ["predict", "new.csv"]]
     script = (
         f"import sys; from {MODULE}.__main__ import main\n"
         f"codes = [main(args) for args in {calls!r}]\n"
-        f"print('EXIT CODES', codes, 'BROKEN', [main(args) for args in {bad!r}]); sys.exit(max(codes))"
+        f"print('EXIT CODES', codes, 'BROKEN', [main(args) for args in {bad!r}])\n"
+        f"codes += [main(args) for args in {flat!r}]; sys.exit(max(codes))"
     )
     env = {**os.environ, "PROJECT_STORAGE_DIR": str(tmp_path / "storage"), "PYTHONPATH": str(project / "src")}
     run = subprocess.run([str(project_python), "-c", script], cwd=project, env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls)
-    assert "BROKEN [2, 2, 2, 2]" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
-    assert run.stderr.splitlines()[-4:-1] == [
-        f"error: data/external/{name}.jsonl line 3: not a JSON object with 'x', as many numbers "
-        """as on the first line, and 'label' (example: {"x": [0.5, 2.0], "label": "cat"})"""
-        for name in bad_lines
-    ]
-    assert run.stderr.splitlines()[-1].startswith("error: data.split: no training examples in "
-                                                  "data/external/empty.jsonl"), run.stderr[-2000:]
+    assert run.stdout.count("Done: step") == sum(call[0] == "train" for call in calls) + 1
+    assert "BROKEN [2, 2, 2, 2, 2]" in run.stdout and "Traceback" not in run.stderr, run.stderr[-4000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert errors[:-1] == [
+        *(f"error: data/external/{name}.jsonl line 3: not a JSON object with 'x', as many numbers "
+          """as on the first line, and 'label' (example: {"x": [0.5, 2.0], "label": "cat"})"""
+          for name in bad_lines),
+        "error: data/external/null.jsonl line 3: nan among its 2 numbers; fill in the missing or "
+        "infinite values, or leave the example out (example: [0.5, 0.5])",
+    ], run.stderr[-4000:]
+    assert errors[-1].startswith("error: data.split: no training examples in data/external/empty.jsonl")
+    assert "Prepared 60 examples from jsonl (classification: 2 class names; vectors 2)" in run.stdout
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
-    assert spec["names"] == ["even", "odd"] and spec["input_shape"] == [2]  # the jsonl source
+    assert spec["input_shape"] == [4] and spec["feature_names"] == ["x0", "x1", "x2", "x3"]
+    predictions = (project / "results" / "predictions.csv").read_text().splitlines()
+    assert predictions[0].startswith("id,prediction,prob_even,prob_odd") and len(predictions) == 3
     # `make test` takes each of them, as the README says: the loop's tests of every component.
     names = " or ".join(sorted(Path(path).stem for path, _, _ in found))
     loop = subprocess.run([str(project_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", names,

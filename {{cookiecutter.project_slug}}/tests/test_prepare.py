@@ -98,6 +98,53 @@ def test_a_source_registered_as_the_others_are_reads_its_path(tmp_path: Path, mo
     assert sum(info["counts"].values()) == 20
 
 
+def register_pairs(folder: Path, monkeypatch, x: np.ndarray) -> tuple[str, str]:  # noqa: ANN001
+    """A source of the user's own, as docs/customise.md registers one, of the vectors `x` (20 of
+    them); the overrides that prepare it."""
+    from {{ cookiecutter.module_name }}.registry import _ENTRIES
+    from {{ cookiecutter.module_name }}.sources import Source, encode
+
+    monkeypatch.setitem(_ENTRIES["source"], "pairs", None)  # gone again after this test
+    (folder / "pairs.jsonl").write_text("pairs\n")
+
+    @source("pairs", takes="file")
+    def read_pairs(path, data, kind):  # noqa: ANN001, ANN202
+        y, names = encode(kind, ["a", "b"] * 10, data.label)
+        where = lambda i: f"pairs.jsonl line {i + 1}"  # noqa: E731
+        return Source("vector", kind, y, names, x.__getitem__, where, input_shape=x.shape[1:])
+
+    return "data.source=pairs", f"data.path={folder / 'pairs.jsonl'}"
+
+
+def test_a_missing_number_in_a_users_source_is_refused_naming_its_example(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """JSON's null read as a number is NaN: a model trained on it learns NaN. prepare checks
+    every vector source's examples, not only the CSV reader's, and writes nothing."""
+    x = np.arange(60, dtype=np.float32).reshape(20, 3)
+    x[7, 1] = np.nan
+    args = register_pairs(tmp_path, monkeypatch, x)
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(tmp_path, *args)
+    assert str(refused.value) == (
+        "pairs.jsonl line 8: nan among its 3 numbers; fill in the missing or infinite values, "
+        "or leave the example out (example: [0.5, 0.5, 0.5])"
+    )
+    assert not processed(tmp_path).exists()
+
+
+def test_a_users_source_of_nested_lists_is_prepared_flat(tmp_path: Path, monkeypatch) -> None:
+    """Each example's numbers row by row, as the shards hold them: the spec, the statistics and
+    predict's CSV columns (x0..x3) take the same flat vector the model is trained on."""
+    x = np.arange(80, dtype=np.float32).reshape(20, 2, 2)
+    run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, x))
+    spec = load_spec(processed(tmp_path))
+    assert spec.input_shape == (4,) and spec.feature_names == ["x0", "x1", "x2", "x3"]
+    assert np.array(spec.feature_mean).shape == (4,)
+    inputs, _, _ = read_split(processed(tmp_path), "train")
+    assert inputs.shape[1:] == (4,) and set(map(tuple, inputs)) <= set(map(tuple, x.reshape(20, 4)))
+
+
 def test_an_alias_of_a_built_in_reader_keeps_what_it_reads(monkeypatch) -> None:
     """`register("source", "my_digits")(read_digits)` names a built-in again: it neither takes
     nor changes the reader's options (digits reads no data.path; csv takes a file)."""
@@ -297,8 +344,13 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         label = tf.train.BytesList(value=[b"odd"])
         writer.write(_example({"pixels": tf.train.Feature(float_list=pixels),
                                "label": tf.train.Feature(bytes_list=label)}))  # fmt: skip
-    with pytest.raises(ConfigError, match=r"^data.features: record 20 in .*: 'pixels' holds nan"):
+    with pytest.raises(ConfigError) as refused:  # by prepare, as any source's numbers
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    assert str(refused.value) == (
+        f"{folder}: record 20: nan among its 3 numbers; fill in the missing or infinite values, "
+        "or leave the example out (example: [0.5, 0.5, 0.5])"
+    )
+    assert load_spec(processed(project)).kind == "image"  # the images prepared before, as they were
     (folder / "part-2.tfrecord").unlink()
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.

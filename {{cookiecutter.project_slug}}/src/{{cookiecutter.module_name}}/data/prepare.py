@@ -188,13 +188,28 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             folder = folder.parent
 
 
+def _vector(source: Source, i: int) -> np.ndarray:
+    """Example `i` of a vector source as flat float32 numbers, or one line naming it when one is
+    missing or infinite (a reader's `None` or `1e39`: the model would learn NaN)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(source.load(i), np.float32).reshape(-1)
+    if not np.isfinite(x).all():
+        example = ", ".join(["0.5"] * min(len(x), 3)) + (", ..." if len(x) > 3 else "")
+        raise ConfigError(
+            f"{source.where(i)}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the "
+            f"missing or infinite values, or leave the example out (example: [{example}])"
+        )
+    return x
+
+
 def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
     """The encoded x of each example in `order` (images re-encoded in threads, chunk by chunk)."""
     if image is None:
         for i in order:
-            x = source.load(int(i))
-            text = source.kind == "text"
-            yield str(x).encode("utf-8") if text else np.asarray(x, np.float32).reshape(-1)
+            if source.kind == "vector":
+                yield _vector(source, int(i))
+            else:
+                yield str(source.load(int(i))).encode("utf-8")
         return
 
     def one(i: int) -> bytes:
@@ -267,11 +282,14 @@ def write_processed(
     # Vectors: the training split's feature mean and variance, which the model standardises with.
     stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
     if source.kind == "vector":
-        train = np.stack([source.load(int(i)) for i in idx["train"]]).astype(np.float64)
+        train = np.stack([_vector(source, int(i)) for i in idx["train"]]).astype(np.float64)
         stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
-    shape = image or ((cfg.sequence_length,) if source.kind == "text" else source.input_shape)
+    # Vectors flat, as the shards hold them (a reader's nested lists row by row): one CSV column
+    # each for predict, one input each for the model.
+    flat = (int(np.prod(source.input_shape)),)
+    shape = image or ((cfg.sequence_length,) if source.kind == "text" else flat)
     names = list(source.feature_names)
     if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns
         names = [f"x{i}" for i in range(int(np.prod(shape)))]

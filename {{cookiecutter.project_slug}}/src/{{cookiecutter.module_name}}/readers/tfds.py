@@ -62,11 +62,11 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
-    shape = np.asarray(inputs[0]).reshape(-1).shape if what == "vector" else ()
+    shape = np.shape(inputs[0]) if what == "vector" else ()  # prepare stores vectors flat
     load = {
         "image": inputs.__getitem__,
         "text": lambda i: inputs[i].decode("utf-8"),
-        "vector": lambda i: np.asarray(inputs[i], np.float32).ravel(),
+        "vector": inputs.__getitem__,
     }[what]
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
