@@ -10,7 +10,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tensorflow as tf
@@ -335,3 +337,39 @@ def test_a_dropped_drive_is_one_line_that_says_to_remount_it(
         "force_remount=True)), then run the same command again"
     ], err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("code", list(TF_ERRORS), ids=errno.errorcode.get)
+def test_data_on_a_dropped_drive_is_not_taken_for_a_missing_path(
+    code: int, tiny_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """data.path on a Drive whose mount dropped: the path is right, every file call under it
+    fails. prepare says to remount Drive, not that data.path does not exist."""
+    data = tmp_path / "drive/MyDrive/digits.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
+    drive = str(data.parent.parent)
+
+    def dropped(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith(drive):
+                raise OSError(code, os.strerror(code), os.fspath(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    for name in ("stat", "lstat", "scandir", "open"):
+        monkeypatch.setattr(os, name, dropped(getattr(os, name)))
+    monkeypatch.setattr("builtins.open", dropped(open))
+    monkeypatch.chdir(tiny_project)
+    capsys.readouterr()
+    args = ["prepare", "--params", str(tiny_project / "params.yaml")]
+    returned = main([*args, *sets(["data.source=csv", f"data.path={data}"])])
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("error")]
+    assert said == [
+        f"error: {data}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
+        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
+        "force_remount=True)), then run the same command again"
+    ], err
+    assert returned == 1
