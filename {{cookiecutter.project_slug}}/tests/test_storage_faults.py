@@ -10,13 +10,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, fill, sets
+from conftest import PROJECT, cli, cli_env, drop, fill, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
@@ -348,19 +346,7 @@ def test_data_on_a_dropped_drive_is_not_taken_for_a_missing_path(
     data = tmp_path / "drive/MyDrive/digits.csv"
     data.parent.mkdir(parents=True)
     data.write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
-    drive = str(data.parent.parent)
-
-    def dropped(real: Callable[..., Any]) -> Callable[..., Any]:
-        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith(drive):
-                raise OSError(code, os.strerror(code), os.fspath(path))
-            return real(path, *args, **kwargs)
-
-        return call
-
-    for name in ("stat", "lstat", "scandir", "open"):
-        monkeypatch.setattr(os, name, dropped(getattr(os, name)))
-    monkeypatch.setattr("builtins.open", dropped(open))
+    drop(data.parent.parent, code, monkeypatch)
     monkeypatch.chdir(tiny_project)
     capsys.readouterr()
     args = ["prepare", "--params", str(tiny_project / "params.yaml")]
