@@ -22,9 +22,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,6 +152,23 @@ def fill(folder: Path) -> None:
         while True:
             filler.write(b"\0" * 65536)
             filler.flush()
+
+
+def drop(folder: Path, code: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file call under `folder` fails with `code` as on a Google Drive whose mount dropped
+    (ENOTCONN, EIO, ESTALE): the path is right, nothing under it answers."""
+
+    def dropped(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(path, str | os.PathLike) and os.fspath(path).startswith(str(folder)):
+                raise OSError(code, os.strerror(code), os.fspath(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    for name in ("stat", "lstat", "scandir", "open"):
+        monkeypatch.setattr(os, name, dropped(getattr(os, name)))
+    monkeypatch.setattr("builtins.open", dropped(open))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ classification, the same class on at least 95% of the test examples.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -429,6 +430,37 @@ def test_a_full_disk_is_one_line_that_starts_with_the_file(
         "results/tensorboard/events.out.tfevents.1.v2: No space left on device; free some "
         "space (`df -h` shows each disk's free space)"
     )
+
+
+class _FullDisk(str):
+    """The converter's bytes, whose write fails as on a full disk: the OSError names no file."""
+
+    def encode(self, *args: object) -> bytes:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_litert_export_to_a_full_disk_names_the_file_it_could_not_write(
+    tmp_path: Path, small_storage: tuple[Path, bool], monkeypatch, capsys
+) -> None:
+    """`export --format litert` to a full disk: one line that starts with the `.tflite` it was
+    writing (staged beside --output), then how to go on; nothing of it is left there."""
+    project, _ = _small_project(tmp_path / "project")
+    storage, mounted = small_storage
+    if mounted:
+        fill(storage)
+    else:
+        monkeypatch.setattr(export, "to_litert", lambda *args: _FullDisk())
+    capsys.readouterr()
+    argv = ["export", "--format", "litert", "--output", str(storage / "model.tflite")]
+    assert main([*argv, "--params", str(project / "params.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        rf"error: {re.escape(str(storage))}/\.model\.tflite-export-\w+/new: No space left on "
+        r"device; free some space \(`df -h` shows each disk's free space\), then run the same "
+        r"command again\n",
+        err,
+    ), err
+    assert [p.name for p in storage.iterdir()] == (["filler"] if mounted else [])
 
 
 def test_only_the_xnnpack_line_of_the_litert_runtime_is_dropped(capfd) -> None:

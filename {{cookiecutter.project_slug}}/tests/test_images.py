@@ -6,6 +6,7 @@ test split's source files; notebook 03's worst examples."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import shutil
@@ -15,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, main_in_fresh_process, sets
+from conftest import PROJECT, drop, main_in_fresh_process, sets
 from PIL import Image
 
 from {{ cookiecutter.module_name }}.config import load_params
@@ -281,3 +282,31 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     figure = tmp_path / "kept/figures/03_worst_examples.png"
     assert not (tmp_path / "results").exists()
     assert figure.is_file() and Image.open(io.BytesIO(figure.read_bytes())).width > 100
+
+
+def test_worst_examples_on_a_dropped_drive_are_drawn_from_the_test_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notebook 03's figure with data.path on a Drive whose mount dropped: the test shards'
+    pictures, as when the files are gone, not the mount's error."""
+    _shapes(tmp_path / "drive/shapes", 4)
+    drop(tmp_path / "drive", errno.ENOTCONN, monkeypatch)
+    (tmp_path / "results/predictions").mkdir(parents=True)
+    rows = "id,target,prediction,loss\nsquare/0.png,square,circle,4.605\n"
+    (tmp_path / "results/predictions/test.csv").write_text(rows)
+    (tmp_path / "data/processed").mkdir(parents=True)
+    spec = {"kind": "image", "input_shape": [16, 16, 3], "task": "classification",
+            "names": ["circle", "square"]}  # fmt: skip
+    (tmp_path / "data/processed/spec.json").write_text(json.dumps(spec))
+    asked = []
+
+    def shards(project_dir: Path, ids: set[str]) -> dict[str, np.ndarray]:
+        asked.extend(ids)
+        return {i: np.zeros((16, 16, 3), np.uint8) for i in ids}
+
+    monkeypatch.setattr(report, "_test_examples", shards)
+    path = tmp_path / "drive/shapes"
+    params = load_params(PROJECT / "params.yaml", ["data.source=images", f"data.path={path}"])
+    report.worst_examples(tmp_path, params)
+    assert asked == ["square/0.png"]
+    assert (tmp_path / "results/figures/03_worst_examples.png").is_file()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, fill, sets
+from conftest import PROJECT, cli, cli_env, drop, fill, sets
 
+from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import checkpoints
 from {{ cookiecutter.module_name }}.training.checkpoints import (
@@ -289,3 +291,71 @@ def test_a_full_tensorboard_disk_stops_the_curves_in_one_line_and_the_run_comple
     assert (int(step[1]) == 0) == (when == "before the run"), said[0]
     assert "Traceback" not in out and "function_node" not in out
     assert (project / "results/models/model.keras").is_file()
+
+
+# What TensorFlow's file ops raise for each errno (tensorflow/core/platform/error.cc): its words
+# after the file.
+TF_ERRORS = {
+    errno.EIO: tf.errors.UnknownError,
+    errno.ENOTCONN: tf.errors.FailedPreconditionError,
+    errno.ESTALE: tf.errors.AbortedError,
+}
+
+
+@pytest.mark.parametrize("raised_by", ["python", "tensorflow"])
+@pytest.mark.parametrize("code", list(TF_ERRORS), ids=errno.errorcode.get)
+def test_a_dropped_drive_is_one_line_that_says_to_remount_it(
+    code: int, raised_by: str, tiny_project: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Google Drive's FUSE mount, dropped under any command (here `prepare`): its file calls fail
+    with one of these errnos. One line: the file, its cause, and how to go on (remount Drive,
+    then the same command again), not a traceback."""
+    monkeypatch.chdir(tiny_project)
+    if raised_by == "python":
+        file = tiny_project / "data/raw/digits.csv"
+
+        def dropped(target: Path, data: object) -> Path:
+            raise OSError(code, os.strerror(code), str(target))
+
+        monkeypatch.setattr("{{ cookiecutter.module_name }}.data.prepare.atomic_write", dropped)
+    else:
+        file = tiny_project / "data/processed/train-00000-of-00001.tfrecord"
+
+        def dropped(*args: object) -> None:
+            raise TF_ERRORS[code](None, None, f"{file}; {os.strerror(code)}")
+
+        monkeypatch.setattr("{{ cookiecutter.module_name }}.data.prepare.write_shards", dropped)
+    capsys.readouterr()
+    assert main(["prepare", "--params", str(tiny_project / "params.yaml")]) == 1
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("error")]
+    assert said == [
+        f"error: {file}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
+        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
+        "force_remount=True)), then run the same command again"
+    ], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("code", list(TF_ERRORS), ids=errno.errorcode.get)
+def test_data_on_a_dropped_drive_is_not_taken_for_a_missing_path(
+    code: int, tiny_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """data.path on a Drive whose mount dropped: the path is right, every file call under it
+    fails. prepare says to remount Drive, not that data.path does not exist."""
+    data = tmp_path / "drive/MyDrive/digits.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("a,b,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
+    drop(data.parent.parent, code, monkeypatch)
+    monkeypatch.chdir(tiny_project)
+    capsys.readouterr()
+    args = ["prepare", "--params", str(tiny_project / "params.yaml")]
+    returned = main([*args, *sets(["data.source=csv", f"data.path={data}"])])
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("error")]
+    assert said == [
+        f"error: {data}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
+        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
+        "force_remount=True)), then run the same command again"
+    ], err
+    assert returned == 1

@@ -9,6 +9,8 @@ it runs, so that `--help`, `env` or `hooks` start at once, also where TensorFlow
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -28,11 +30,18 @@ from .training.strategy import StrategyError
 # A setting or the data (exit code 2), the hardware or the storage (1): docs/training-faults.md.
 USER_ERRORS = (ConfigError, CheckpointMismatch, ManifestMismatch, StagingError)
 RUN_ERRORS = (StrategyError, ResultsWriteError)
-# A disk or a file's permissions, met by any command: how to go on. TensorFlow's errors for them
-# are no OSErrors, but say the same words.
+# A disk, a file's permissions or Google Drive's connection, met by any command: how to go on, by
+# errno. TensorFlow's errors for them are no OSErrors, but say the same words (`os.strerror`).
+REMOUNT = (
+    "the storage's connection dropped: remount it (Google Drive, in a Colab cell: from "
+    'google.colab import drive; drive.mount("/content/drive", force_remount=True))'
+)
 STORAGE_FIXES = {
-    "No space left on device": "free some space (`df -h` shows each disk's free space)",
-    "Permission denied": "make it yours to read and write (example: chmod u+rw FILE)",
+    errno.ENOSPC: "free some space (`df -h` shows each disk's free space)",
+    errno.EACCES: "make it yours to read and write (example: chmod u+rw FILE)",
+    errno.EIO: REMOUNT,  # what Drive's FUSE mount answers once it dropped
+    errno.ENOTCONN: REMOUNT,
+    errno.ESTALE: REMOUNT,
 }
 Command = Callable[[argparse.Namespace, Params], int]
 
@@ -337,14 +346,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def storage_fault(exc: Exception) -> str | None:
-    """`FILE: cause; how to go on` for a full disk or a refused permission, else None."""
+    """`FILE: cause; how to go on` for a full disk, a refused permission or a dropped mount."""
     if isinstance(exc, OSError):
-        lines = [f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)]
-    else:  # TensorFlow's errors say `FILE; cause` on one of their lines, with its op's name
-        lines = [without_op(line).replace("; ", ": ") for line in str(exc).splitlines()]
-    for line in lines:
-        for words, fix in STORAGE_FIXES.items():
-            if line.endswith(words):
+        fix = STORAGE_FIXES.get(exc.errno or 0)
+        line = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)
+        return f"{line}; {fix}" if fix else None
+    # TensorFlow's errors say `FILE; cause` on one of their lines, with its op's name
+    for line in str(exc).splitlines():
+        line = without_op(line).replace("; ", ": ")
+        for code, fix in STORAGE_FIXES.items():
+            if line.endswith(os.strerror(code)):
                 return f"{line}; {fix}"
     return None
 

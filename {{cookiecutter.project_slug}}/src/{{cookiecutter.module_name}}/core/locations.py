@@ -8,7 +8,7 @@ import os
 import posixpath
 from collections.abc import Iterator
 from pathlib import Path, PurePath
-from typing import IO
+from typing import IO, Any
 
 from fsspec.core import url_to_fs
 
@@ -49,14 +49,26 @@ def open_binary(path: str) -> IO[bytes]:
     return fs.open(inner, "rb")
 
 
-def exists(path: str) -> bool:
+def _info(path: str) -> dict[str, Any] | None:
+    """What the file system knows of `path`; None only where it says nothing is there. Any other
+    error (a dropped Drive's ENOTCONN or EIO) is raised: fsspec's `exists` and `isdir` take it for
+    "absent", which would send the user to fix a path that is right."""
     fs, inner = url_to_fs(path)
-    return fs.exists(inner)
+    try:
+        return fs.info(inner)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def exists(path: str) -> bool:
+    """True if there is a file or folder at `path`."""
+    return _info(path) is not None
 
 
 def isdir(path: str) -> bool:
-    fs, inner = url_to_fs(path)
-    return fs.isdir(inner)
+    """True if `path` is a folder (a prefix, for a bucket)."""
+    info = _info(path)
+    return info is not None and info["type"] == "directory"
 
 
 def join(base: str, *parts: str) -> str:

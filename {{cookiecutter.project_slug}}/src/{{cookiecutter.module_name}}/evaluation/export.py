@@ -267,7 +267,7 @@ def export_litert(
         inputs = f"token ids, int32 [batch, {shape}], with {VOCABULARY} beside it"
     # Checked before it takes the place of the last export: a failed check leaves that one there.
     with _staging(output) as checked:
-        checked.write_bytes(to_litert(network, quantize))
+        atomic_write(checked, to_litert(network, quantize))
         entry = {
             "format": "litert",
             "task": info["task"],

@@ -249,12 +249,14 @@ def _pictures(project_dir: Path, data: Any, spec: Any, ids: list[str]) -> dict[s
     if data.source == "images":
         base = locations.resolved(data.path, project_dir)  # as prepare reads it
         for example_id in ids:
-            path = locations.join(base, example_id)
-            if locations.exists(path):
-                with locations.open_binary(path) as f:
-                    image = load_image(f.read(), None, spec.input_shape[-1])
-                image.thumbnail((256, 256))  # enough to see; a 12-megapixel photo is not
-                found[example_id] = np.asarray(image).reshape(image.height, image.width, -1)
+            try:
+                with locations.open_binary(locations.join(base, example_id)) as f:
+                    payload = f.read()
+            except OSError:  # gone, or on a Drive that dropped: the shards have it too
+                continue
+            image = load_image(payload, None, spec.input_shape[-1])
+            image.thumbnail((256, 256))  # enough to see; a 12-megapixel photo is not
+            found[example_id] = np.asarray(image).reshape(image.height, image.width, -1)
     return {**_test_examples(project_dir, set(ids) - set(found)), **found}
 
 
