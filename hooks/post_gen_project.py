@@ -58,6 +58,16 @@ def next_steps(answers: dict, git_note: str) -> str:
     vertex = ""
     if answers["vertex_ai"]:
         vertex = "\nBeyond Colab: Vertex AI jobs (`make image`, `make vertex`; docs/scaling.md)."
+    # The data set in the DVC remote and its dvc.lock in the first commit: what a teammate's
+    # `dvc pull` needs. Off Colab the Drive remote's /content/drive would be a folder on this disk.
+    data = "  make data         # the example data set (dvc repro prepare)\n"
+    if answers["dvc_remote"] == "drive":
+        data = (
+            f'  dvc remote modify --local storage url "$HOME/Google Drive/My Drive/{slug}/dvc-storage"'
+            "  # off Colab: Drive for desktop's folder, as your OS shows it\n"
+        ) + data
+    if answers["dvc_remote"] != "none":
+        data += "  dvc push          # to the DVC remote (docs/data.md): what teammates `dvc pull`\n"
     return f"""
 Created {slug}/. {git_note}
 
@@ -66,7 +76,7 @@ Next steps:
   python{python} -m venv .venv && . .venv/bin/activate    # a newer Python does too
   make setup        # pinned requirements, editable install, git hooks
   make test
-  git add -A && git commit -m "Start from cookiecutter-colab"
+{data}  git add -A && git commit -m "Start from cookiecutter-colab"   # with dvc.lock
   git remote add origin git@github.com:{owner}/{slug}.git
   git push -u origin main
 

@@ -574,3 +574,49 @@ def test_local_start_makes_the_venv_with_the_python_the_project_needs(needs_313:
     subprocess.run([python_313(), *command[1:]], cwd=needs_313, check=True)  # python3.13 on PATH
     run = setup_check(needs_313, str(needs_313 / ".venv" / "bin" / "python"))
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+
+
+def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, project_python: Path) -> None:
+    """A newcomer's walk: the README's Local start had no `git clone` and no `dvc pull`, and the
+    bake's next steps committed no dvc.lock, so a teammate's `dvc pull` stopped ("Checkout failed
+    ... Is your cache up to date?"); off Colab `dvc push` wrote to /content/drive on this disk.
+    The baker's printed steps, then the README's joining lines, run as written (GitHub a local bare
+    repository, Drive for desktop a folder in HOME): the teammate has the data set. A commit with
+    no dvc.lock fails in the words the README quotes, beside what to do then."""
+    home, origin = tmp_path / "home", tmp_path / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    subprocess.run(["git", "symbolic-ref", "HEAD", "refs/heads/main"], cwd=origin, check=True)  # as GitHub's
+    home.mkdir()
+    repo = f"github.com/{DEFAULTS['github_owner']}/colab-project.git"
+    (home / ".gitconfig").write_text(
+        f'[user]\n name = t\n email = t@example.org\n[url "{origin}"]\n'
+        f" insteadOf = https://{repo}\n insteadOf = git@{repo.replace('/', ':', 1)}\n"
+    )
+    printed = cookiecutter_cli(tmp_path).stdout
+    steps = printed.split("Next steps:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    skipped = (" -m venv ", "make setup", "make test")  # the interpreter: the fixture's
+    baker = [line.strip() for line in steps if not any(s in line for s in skipped)]
+    local_start = (tmp_path / "out" / "colab-project" / "README.md").read_text().split("## Local start", 1)[1]
+    block = local_start.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    pull = next(line for line in block if line.startswith("dvc pull"))
+    joiner = [line for line in block[: block.index(pull) + 1] if not any(s in line for s in skipped)]
+
+    def run(lines: list[str], cwd: Path, project: Path) -> subprocess.CompletedProcess:
+        """The lines as one shell script in `cwd`, with `project`'s package and HOME's git config."""
+        env = {**project_env.project_command_env(project, project_python), "HOME": str(home)}
+        env["GIT_CONFIG_GLOBAL"] = str(home / ".gitconfig")
+        script = "set -e\n" + "\n".join(lines)
+        return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+    done = run(baker, tmp_path / "out", tmp_path / "out" / "colab-project")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (home / "Google Drive" / "My Drive" / "colab-project" / "dvc-storage" / "files").is_dir()
+    clone = tmp_path / "mate" / "colab-project"
+    clone.parent.mkdir()
+    done = run(joiner, clone.parent, clone)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (clone / "data" / "processed" / "spec.json").is_file()
+    subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=clone, check=True)  # a commit nobody pushed data for
+    done = run(joiner[1:], clone, clone)
+    quoted = re.search(r'"([^"]+)" with no dvc.lock: nothing pushed yet, so `make data && dvc push`', pull)
+    assert quoted and done.returncode != 0 and quoted.group(1) in done.stderr + done.stdout, done.stderr
