@@ -255,6 +255,25 @@ def test_the_figure_numbers_trials_in_whole_numbers() -> None:
     assert labels and all(label.isdigit() for label in labels), labels
 
 
+def test_the_figures_value_axis_spans_the_complete_trials_pruned_ones_at_its_edge() -> None:
+    """A pruned trial's value is of an early epoch, often far off: the axis is the complete
+    trials' (0.07 to 0.23), not squashed at its bottom by a pruned 2.2 drawn in full."""
+    space = {"train.learning_rate": FloatDistribution(1e-4, 1e-1, log=True)}
+    table = pd.DataFrame(
+        {
+            "number": [0, 1, 2, 3],
+            "state": ["COMPLETE", "PRUNED", "COMPLETE", "PRUNED"],
+            "train.learning_rate": [1e-3, 1e-4, 1e-2, 1e-1],
+            "val_loss": [0.07, 2.2, 0.23, 0.15],
+        }
+    )
+    sweep = SimpleNamespace(monitor="val_loss", direction="minimize", space=space)
+    for ax in plot_trials(sweep, table).axes:
+        low, high = ax.get_ylim()
+        assert 0.05 < low < 0.07 and 0.23 < high < 0.3, (low, high)
+        assert ax.collections[1].get_offsets()[:, 1].tolist() == [high, 0.15]  # 2.2 at the edge
+
+
 def _trials(path: Path) -> list[dict[str, str]]:
     with open(path) as f:
         return list(csv.DictReader(f))
