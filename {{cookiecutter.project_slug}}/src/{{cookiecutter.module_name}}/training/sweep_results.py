@@ -24,7 +24,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .checkpoints import CheckpointStore
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, numbers_sorted, study_folder
+from .sweep_study import JOURNAL, Sweep, numbers_sorted, shown, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -84,10 +84,10 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     return figure
 
 
-def keep_best_checkpoints(sweep: Sweep) -> None:
+def keep_best_checkpoints(sweep: Sweep) -> list[str]:
     """Delete the checkpoints of finished runs (complete, pruned, failed) but the
     `sweep.keep_best` best (Drive's quota): their checkpoints and free lease, nothing the project
-    did not write; says which."""
+    did not write; returns those runs (`summary` says them)."""
     trials = sweep.study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     complete.sort(key=lambda t: t.value, reverse=sweep.direction == "maximize")
@@ -105,23 +105,28 @@ def keep_best_checkpoints(sweep: Sweep) -> None:
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
         deleted.append(run)
-    if deleted:
-        print(f"Checkpoints deleted for finished runs {', '.join(deleted)}.", flush=True)
+    return deleted
 
 
-def summary(sweep: Sweep, table: pd.DataFrame) -> None:
-    """Where the sweep stands, in a few lines."""
+def summary(sweep: Sweep, table: pd.DataFrame, deleted: list[str]) -> None:
+    """Where the sweep stands, in a few lines (`deleted`: runs whose checkpoints went)."""
     counts = ", ".join(f"{v} {k.lower()}" for k, v in table.state.value_counts().items())
     print(
         f"\nSweep '{sweep.cfg.name}': {len(table)} trials ({counts}) for {sweep.cfg.n_trials} "
         f"wanted; table {sweep.results / 'trials.csv'}, figure {sweep.results / 'trials.png'}",
         flush=True,
     )
+    if deleted:
+        print(
+            f"Checkpoints deleted for {len(deleted)} finished runs; kept for the "
+            f"{sweep.cfg.keep_best} best (sweep.keep_best: Drive's quota).",
+            flush=True,
+        )
     with contextlib.suppress(ValueError):  # no complete trial yet
         best = sweep.study.best_trial
-        shown = " ".join(f"{k}={yaml_text(v)}" for k, v in sweep.values(best.params).items())
         print(
-            f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
+            f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} "
+            f"({shown(sweep.values(best.params))}); "
             f"`{sweep.command('--best')}` promotes it.",
             flush=True,
         )
