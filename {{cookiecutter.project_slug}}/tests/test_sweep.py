@@ -255,6 +255,25 @@ def test_the_figure_numbers_trials_in_whole_numbers() -> None:
     assert labels and all(label.isdigit() for label in labels), labels
 
 
+def test_the_figures_value_axis_spans_the_complete_trials_pruned_ones_at_its_edge() -> None:
+    """A pruned trial's value is of an early epoch, often far off: the axis is the complete
+    trials' (0.07 to 0.23), not squashed at its bottom by a pruned 2.2 drawn in full."""
+    space = {"train.learning_rate": FloatDistribution(1e-4, 1e-1, log=True)}
+    table = pd.DataFrame(
+        {
+            "number": [0, 1, 2, 3],
+            "state": ["COMPLETE", "PRUNED", "COMPLETE", "PRUNED"],
+            "train.learning_rate": [1e-3, 1e-4, 1e-2, 1e-1],
+            "val_loss": [0.07, 2.2, 0.23, 0.15],
+        }
+    )
+    sweep = SimpleNamespace(monitor="val_loss", direction="minimize", space=space)
+    for ax in plot_trials(sweep, table).axes:
+        low, high = ax.get_ylim()
+        assert 0.05 < low < 0.07 and 0.23 < high < 0.3, (low, high)
+        assert ax.collections[1].get_offsets()[:, 1].tolist() == [high, 0.15]  # 2.2 at the edge
+
+
 def _trials(path: Path) -> list[dict[str, str]]:
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -298,7 +317,7 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     assert [r["number"] for r in rows] == ["0", "1", "2"]
     assert list(rows[0]) == ["number", "state", "train.learning_rate", "val_loss"]
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], out
-    assert "Stopped early: trial 1 pruned" in out
+    assert "Trial 1 (lr-dropout-1): train.learning_rate=1e-05 -> pruned: val_loss " in out, out
     assert f"`{COMMAND} sweep --best --set=sweep.sampler=grid --set=sweep.n_trials=3 " in out
     assert (project / "results/sweeps/lr-dropout/trials.png").stat().st_size > 1000
     assert (project / "results/sweeps/lr-dropout/1/models/model.keras").is_file()
@@ -377,7 +396,7 @@ def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
     first = capsys.readouterr().out
     assert main(["sweep", *args]) == 0
     both = first + capsys.readouterr().out
-    assert re.findall(r"trial 1 pruned: val_loss \S+ at epoch (\d+)", both) == ["1"], both
+    assert re.findall(r"Trial 1 \(ctrl-c-1\).* pruned: val_loss \S+ at epoch (\d+)", both) == ["1"]
     assert "Trial 1 (ctrl-c-1) was cut off" not in both
     rows = _trials(tiny_project / "results/sweeps/ctrl-c/trials.csv")
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], both
@@ -407,14 +426,14 @@ def test_a_trial_killed_after_it_is_pruned_is_told_pruned_without_training_again
     monkeypatch.setattr(sweep_module, "train", train_then_die)
     with pytest.raises(Killed):
         main(["sweep", *args])
-    first = capsys.readouterr().out
-    assert "Stopped early: trial 1 pruned" in first, first
+    storage = journal_storage(study_folder(tiny_project, "killed"), mend=False)
+    trial = optuna.load_study(study_name="killed", storage=storage).trials[1]
+    assert "pruned" in trial.user_attrs and trial.state == TrialState.RUNNING
     monkeypatch.setattr(sweep_module, "train", real_train)
     assert main(["sweep", *args]) == 0
     second = capsys.readouterr().out
     assert "Resuming run 'killed-1'" not in second, second
     assert re.search(r"Trial 1 \(killed-1\) pruned: val_loss \S+ at epoch 1 ", second), second
-    storage = journal_storage(study_folder(tiny_project, "killed"), mend=False)
     trial = optuna.load_study(study_name="killed", storage=storage).trials[1]
     assert (trial.state, list(trial.intermediate_values)) == (TrialState.PRUNED, [1]), second
 
@@ -474,8 +493,8 @@ def test_sigkill_in_the_middle_of_trial_2_then_the_sweep_finishes_it_and_the_res
     assert resumed and int(resumed.group(1)) == killed_at, second  # not from scratch
     assert "Trial 0 " not in second  # finished before the kill: not run again
     both = first + second
-    for n in range(4):  # each trial's run started from step 0 exactly once
-        assert both.count(f"Starting run 'kill-{n}' from step 0") == 1, n
+    for n in range(4):  # each trial ended once, in one line
+        assert both.count(f"Trial {n} (kill-{n}): ") == 1, n
     rows = _trials(project / "results/sweeps/kill/trials.csv")
     assert [(r["number"], r["state"]) for r in rows] == [(str(n), "COMPLETE") for n in range(4)]
     values = {tuple(r.values())[2:-1] for r in rows}
@@ -484,18 +503,29 @@ def test_sigkill_in_the_middle_of_trial_2_then_the_sweep_finishes_it_and_the_res
 
 
 @pytest.mark.slow
-def test_a_sweep_of_many_trials_prints_no_retracing_warning(
+def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning(
     tmp_path: Path, monkeypatch, capsys, caplog
 ) -> None:
-    """Each trial builds its model and training function afresh, on purpose: TensorFlow's warning
-    of excessive retracing, from the sixth trial on, is not shown."""
+    """One line per trial (its values to 4 significant digits, its result), train's preamble
+    once, no epoch lines, the checkpoints deleted said once. Each trial builds its model and
+    training function afresh, on purpose: TensorFlow's warning of excessive retracing, from the
+    sixth trial on, is not shown."""
     project = copy_checkout(tmp_path / "project")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     many = ["sweep.n_trials=7", "sweep.pruner=none", "train.epochs=1", *SMALL]
     args = ["--params", str(project / "params.yaml"), *sets(many)]
     assert main(["prepare", *args]) == 0
     assert main(["sweep", *args]) == 0
-    assert "Sweep 'lr-dropout': 7 trials (7 complete)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Sweep 'lr-dropout': 7 trials (7 complete)" in out
+    lines = out.splitlines()
+    trials = [line for line in lines if line.startswith("Trial ")]
+    said = (len(trials), out.count("Seed 42"), out.count("epoch 1/1"), out.count("Checkpoints"))
+    assert said == (7, 1, 0, 1) and len(lines) < 20, out
+    assert all(re.fullmatch(r"Trial \d \(lr-dropout-\d\): .* -> val_loss \S+", t) for t in trials)
+    rates = re.findall(r"train\.learning_rate=(\S+)", out)
+    assert rates and all(rate == f"{float(rate):.4g}" for rate in rates), rates
+    assert "kept for the 3 best (sweep.keep_best: Drive's quota)" in out
     assert not [r for r in caplog.records if "retracing" in r.getMessage()]  # TensorFlow's logger
 
 
@@ -577,7 +607,9 @@ def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert sweep_module.run_trial(sweep, trial, False, None, False) == 0
     assert sweep.study.get_trials()[0].state == optuna.trial.TrialState.FAIL
     out = capsys.readouterr().out
-    assert "Trial 0 failed: ResourceExhaustedError: OOM when allocating tensor" in out
+    assert "-> failed: ResourceExhaustedError: OOM when allocating tensor" in out, out
+    rate = re.search(r"Trial 0 \(lr-dropout-0\): train\.learning_rate=(\S+) ", out)
+    assert rate and rate.group(1) == f"{float(rate.group(1)):.4g}", out  # 4 significant digits
 
 
 def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did_not_write(
@@ -618,7 +650,7 @@ def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did
             (folder / name).mkdir(parents=True)
             (folder / name / "ckpt.index").write_bytes(b"x")
     (storage / "checkpoints" / "mine" / "notes.md").write_text("kept")
-    keep_best_checkpoints(sweep)
+    assert sorted(keep_best_checkpoints(sweep)) == ["mine", "nan", "worse"]
     left = sorted(p.relative_to(storage).as_posix() for p in storage.glob("checkpoints/*/*"))
     best = [p for p in left if p.startswith("checkpoints/best/")]
     assert len(best) == 4 and sorted(set(left) - set(best)) == ["checkpoints/mine/notes.md"]

@@ -25,7 +25,7 @@ from ..registry import check
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
-from .sweep_study import Sweep, quiet_optuna, searched, study_folder
+from .sweep_study import Sweep, quiet_optuna, searched, shown, study_folder
 from .trainer import train
 
 # Keys that may differ between the sessions of one study: they do not change what a trial learns.
@@ -73,13 +73,14 @@ def run_sweep(
         )
         budget = cfg.time_budget_minutes * 60
         deadline = time.monotonic() + budget if budget else None
+        deleted: list[str] = []  # the runs whose checkpoints went, said once at the end
         with quiet_optuna():
-            code = _trials(sweep, deadline, take_over)
+            code = _trials(sweep, deadline, take_over, deleted)
             table = write_trials(sweep)
     finally:
         if lease is not None:
             lease.release()
-    summary(sweep, table)
+    summary(sweep, table, deleted)
     return code
 
 
@@ -103,9 +104,11 @@ def _sweep_lease(project_dir: Path, name: str, take_over: bool) -> Lease:
         ) from None
 
 
-def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
-    """The session's loop: the next trial, train it, tidy up; returns the exit code."""
+def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list[str]) -> int:
+    """The session's loop: the next trial, train it, tidy up (the runs whose checkpoints it
+    deletes go in `deleted`); returns the exit code."""
     said = False
+    preamble = True  # the first trial's strategy, seed and preflight lines hold for every trial
     while deadline is None or time.monotonic() < deadline:
         if sweep.lease is not None and sweep.lease.lost:  # `sweep --take-over` elsewhere
             print(f"Stopped: {sweep.lease.lost}.", flush=True)
@@ -130,9 +133,10 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
             trial, resumed = optuna.trial.Trial(sweep.study, running[0]._trial_id), True
         else:
             trial, resumed = sweep.study.ask(sweep.space), False
-        code = run_trial(sweep, trial, resumed, deadline, take_over and resumed)
+        code = run_trial(sweep, trial, resumed, deadline, take_over and resumed, preamble)
+        preamble = False
         write_trials(sweep)
-        keep_best_checkpoints(sweep)
+        deleted += keep_best_checkpoints(sweep)
         if code:
             return code
     print(
@@ -144,24 +148,31 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool) -> int:
 
 
 def run_trial(
-    sweep: Sweep, trial: optuna.Trial, resumed: bool, deadline: float | None, take_over: bool
+    sweep: Sweep,
+    trial: optuna.Trial,
+    resumed: bool,
+    deadline: float | None,
+    take_over: bool,
+    preamble: bool = True,
 ) -> int:
-    """Train `trial` as its run and tell the study how it ended (a stopped trial stays running:
-    it resumes later); returns train's exit code."""
+    """Train `trial` as its run (`preamble`: with train's first lines) and tell the study how it
+    ended, in one line (a stopped trial stays running: it resumes later); returns train's exit
+    code."""
     run = trial.user_attrs.get("run") or f"{sweep.cfg.name}-{trial.number}"
     trial.set_user_attr("run", run)  # a retry trains as its original's run
     trial.set_user_attr("overrides", sweep.overrides)
     if "pruned" in trial.user_attrs:  # its session died after the pruner's verdict: no more epochs
-        print(f"\nTrial {trial.number} ({run}) pruned: {trial.user_attrs['pruned']}", flush=True)
+        print(f"Trial {trial.number} ({run}) pruned: {trial.user_attrs['pruned']}", flush=True)
         sweep.study.tell(trial, state=TrialState.PRUNED)
         return 0
     values = sweep.values(trial.params)
-    how = " was cut off; resuming it with its values" if resumed else ""
+    how = ""
     retried = sweep.storage.get_trial_system_attrs(trial._trial_id)
     if "failed_trial" in retried:
         how = f", the retry of trial {retried['failed_trial']} (its worker stopped)"
-    shown = " ".join(f"{k}={yaml_text(v)}" for k, v in values.items())
-    print(f"\nTrial {trial.number} ({run}){how}: {shown}", flush=True)
+    if resumed:  # train's line follows: from which step
+        print(f"Trial {trial.number} ({run}) was cut off; resuming it with its values", flush=True)
+    line = f"Trial {trial.number} ({run}){how}: {shown(values)} ->"  # its result follows
     stop = threading.Event()
     if sweep.lease is None:  # a database: Optuna's heartbeat (one session: the lease beats)
         threading.Thread(target=_beat, args=(sweep, trial._trial_id, stop), daemon=True).start()
@@ -183,7 +194,7 @@ def run_trial(
 
     again = sweep.command()
     results = sweep.results / run.rsplit("-", 1)[1]
-    hooks = RunHooks(results=results, on_epoch=on_epoch, deadline=deadline)
+    hooks = RunHooks(results, on_epoch, deadline, say_preamble=preamble, say_epochs=False)
     try:
         params = sweep.trial_params(values, run, sweep.overrides)
         result = train(
@@ -192,10 +203,10 @@ def run_trial(
     except ConfigError as exc:
         if not str(exc).startswith(tuple(f"{k}:" for k in values)):
             raise  # the setup's fault (data, params file): fix it and run the sweep again
-        return _failed(sweep, trial, str(exc))  # the point's fault
+        return _failed(sweep, trial, line, str(exc))  # the point's fault
     except (tf.errors.ResourceExhaustedError, MemoryError) as exc:  # the point does not fit
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        return _failed(sweep, trial, f"{type(exc).__name__}: {first}")  # else taken up again
+        return _failed(sweep, trial, line, f"{type(exc).__name__}: {first}")  # else taken up again
     finally:
         stop.set()
         keras.backend.clear_session()  # the next trial builds its model afresh
@@ -203,19 +214,21 @@ def run_trial(
     lost = sweep.lease is not None and sweep.lease.lost  # the session that took over tells it
     if "pruned" in trial.user_attrs and not lost:  # also when a stop came at the epoch end
         sweep.study.tell(trial, state=TrialState.PRUNED)
+        print(f"{line} pruned: {trial.user_attrs['pruned']}", flush=True)
         return result.exit_code
     if result.status != "completed":
+        print(f"{line} stopped: {result.reason}", flush=True)
         return result.exit_code  # stopped: it resumes later
     if not isinstance(value, (int, float)) or not math.isfinite(value):
-        return _failed(sweep, trial, f"{sweep.monitor} is {value}")
+        return _failed(sweep, trial, line, f"{sweep.monitor} is {value}")
     sweep.study.tell(trial, value)
-    print(f"Trial {trial.number}: {sweep.monitor} {value:.4g}", flush=True)
+    print(f"{line} {sweep.monitor} {value:.4g}", flush=True)
     return 0
 
 
-def _failed(sweep: Sweep, trial: optuna.Trial, why: str) -> int:
-    """Tell the study that `trial` failed, saying why; the sweep goes on (exit code 0)."""
-    print(f"Trial {trial.number} failed: {why}", flush=True)
+def _failed(sweep: Sweep, trial: optuna.Trial, line: str, why: str) -> int:
+    """Tell the study that `trial` failed, saying why after its `line`; the sweep goes on (0)."""
+    print(f"{line} failed: {why}", flush=True)
     sweep.study.tell(trial, state=TrialState.FAIL)
     return 0
 

@@ -24,7 +24,7 @@ from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root
 from .checkpoints import CheckpointStore
 from .lease import LEASE_FILE, read_lease, why_free
 from .policy import RunHooks
-from .sweep_study import JOURNAL, Sweep, numbers_sorted, study_folder
+from .sweep_study import JOURNAL, Sweep, numbers_sorted, shown, study_folder
 from .trainer import train
 
 PROMOTED = (MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS)
@@ -45,8 +45,9 @@ def write_trials(sweep: Sweep) -> pd.DataFrame:
 
 def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     """The value per trial with the best so far, then against each searched key (circles
-    complete, crosses pruned; a key's choices in the space's order, numbers sorted). A Figure,
-    no pyplot: no window, any backend."""
+    complete, crosses pruned; a key's choices in the space's order, numbers sorted; the value
+    axis the complete trials': a pruned one's value, of an early epoch, may be far off and is
+    drawn at its edge). A Figure, no pyplot: no window, any backend."""
     monitor, dists = sweep.monitor, sweep.space
     figure = Figure(figsize=(4.2 * (1 + len(dists)), 3.6), layout="constrained")
     axes = figure.subplots(1, 1 + len(dists), squeeze=False)[0]
@@ -55,18 +56,26 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
         for key, dist in dists.items()
         if isinstance(dist, CategoricalDistribution)
     }
+    done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
+    low, high = done[monitor].min(), done[monitor].max()  # NaN when none is complete
+    pad = (high - low) * 0.1 or abs(high) * 0.1 or 0.1
+    span = (low - pad, high + pad) if len(done) else (None, None)  # None: no limit
     for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
         rows = table[(table.state == state) & table[monitor].notna()]
-        axes[0].scatter(rows.number, rows[monitor], marker=marker, color=color, label=state.lower())
+        ys = rows[monitor].clip(*span)
+        axes[0].scatter(
+            rows.number, ys, marker=marker, color=color, label=state.lower(), clip_on=False
+        )
         for ax, key in zip(axes[1:], dists, strict=True):
             xs = rows[key].map(places[key]) if key in places else rows[key]
-            ax.scatter(xs, rows[monitor], marker=marker, color=color)
+            ax.scatter(xs, ys, marker=marker, color=color, clip_on=False)
+    for ax in axes if len(done) else ():
+        ax.set_ylim(*span)
     for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
         ax.set(xlabel=key, ylabel=monitor)
         ax.set_xscale("log" if getattr(dist, "log", False) else "linear")
         if key in places:
             ax.set_xticks(list(places[key].values()), [str(c) for c in places[key]])
-    done = table[table.state == "COMPLETE"].dropna(subset=[monitor])
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
     axes[0].step(done.number, best, where="post", color="C2", marker=".", label="best so far")
     axes[0].set(xlabel="trial", ylabel=monitor, title=f"{sweep.direction} {monitor}")
@@ -75,10 +84,10 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     return figure
 
 
-def keep_best_checkpoints(sweep: Sweep) -> None:
+def keep_best_checkpoints(sweep: Sweep) -> list[str]:
     """Delete the checkpoints of finished runs (complete, pruned, failed) but the
     `sweep.keep_best` best (Drive's quota): their checkpoints and free lease, nothing the project
-    did not write; says which."""
+    did not write; returns those runs (`summary` says them)."""
     trials = sweep.study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     complete.sort(key=lambda t: t.value, reverse=sweep.direction == "maximize")
@@ -96,23 +105,28 @@ def keep_best_checkpoints(sweep: Sweep) -> None:
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
         deleted.append(run)
-    if deleted:
-        print(f"Checkpoints deleted for finished runs {', '.join(deleted)}.", flush=True)
+    return deleted
 
 
-def summary(sweep: Sweep, table: pd.DataFrame) -> None:
-    """Where the sweep stands, in a few lines."""
+def summary(sweep: Sweep, table: pd.DataFrame, deleted: list[str]) -> None:
+    """Where the sweep stands, in a few lines (`deleted`: runs whose checkpoints went)."""
     counts = ", ".join(f"{v} {k.lower()}" for k, v in table.state.value_counts().items())
     print(
         f"\nSweep '{sweep.cfg.name}': {len(table)} trials ({counts}) for {sweep.cfg.n_trials} "
         f"wanted; table {sweep.results / 'trials.csv'}, figure {sweep.results / 'trials.png'}",
         flush=True,
     )
+    if deleted:
+        print(
+            f"Checkpoints deleted for {len(deleted)} finished runs; kept for the "
+            f"{sweep.cfg.keep_best} best (sweep.keep_best: Drive's quota).",
+            flush=True,
+        )
     with contextlib.suppress(ValueError):  # no complete trial yet
         best = sweep.study.best_trial
-        shown = " ".join(f"{k}={yaml_text(v)}" for k, v in sweep.values(best.params).items())
         print(
-            f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} ({shown}); "
+            f"Best so far: trial {best.number}, {sweep.monitor} {best.value:.4g} "
+            f"({shown(sweep.values(best.params))}); "
             f"`{sweep.command('--best')}` promotes it.",
             flush=True,
         )

@@ -88,6 +88,13 @@ class Sweep:
         return {k: yaml.safe_load(v) if k in encoded else v for k, v in chosen.items()}
 
 
+def shown(values: dict[str, Any]) -> str:
+    """`key=value ...` to read: numbers to 4 significant digits (`Sweep.command` pastes exact)."""
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={yaml_text(v)}" for k, v in values.items()
+    )
+
+
 def numbers_sorted(choices: Sequence[Any]) -> list[Any] | None:
     """Choices that are all numbers, sorted; None when one is not (a string, a bool)."""
     numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)

@@ -29,7 +29,7 @@ import tensorflow as tf
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
-from ..core.progress import progress_bar, say
+from ..core.progress import hushed, progress_bar, say
 from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
@@ -137,12 +137,15 @@ def train(
     run (the lease), then the run's steps (`hooks`: a sweep's trial)."""
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
+    hooks = hooks or RunHooks()
+    preamble = hushed(not hooks.say_preamble)  # the lines a sweep says once
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
-    strategy, info = make_strategy(params.distribute)
-    seeded = seed_everything(params.seed, params.repro.deterministic)
-    params, determinism = as_run(params)  # as it runs: its line and its record say the truth
-    say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
+    with preamble:
+        strategy, info = make_strategy(params.distribute)
+        seeded = seed_everything(params.seed, params.repro.deterministic)
+        params, determinism = as_run(params)  # as it runs: its line and its record say the truth
+        say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
         # The data's version: data/manifest.json's, or the hash of the temporary split's shards.
@@ -154,10 +157,11 @@ def train(
         expected = fingerprint.of(params, version, info.replicas)
         if new_run_if_changed:
             params = choose_run(params, project_dir, expected, data.count("train"))
-        paths = run_paths(project_dir, params.run_name, info.is_chief, hooks and hooks.results)
+        paths = run_paths(project_dir, params.run_name, info.is_chief, hooks.results)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
-        preflight.before_training(params, info, storage, data.spec if prepared else None)
+        with preamble:
+            preflight.before_training(params, info, storage, data.spec if prepared else None)
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
         lease = (
@@ -168,8 +172,9 @@ def train(
             if lease is not None:
                 lease.start_heartbeat()
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-            plan = make_plan(params, info, data)
-            run = _build(params, strategy, info, data, paths, plan, expected, hooks or RunHooks())
+            with preamble:
+                plan = make_plan(params, info, data)
+                run = _build(params, strategy, info, data, paths, plan, expected, hooks)
             _restore(run, fresh)
             with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
                 reason = _train_loop(run, stopper)
@@ -179,7 +184,8 @@ def train(
                 lease.release()
             paths.cleanup()
     if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
-        record_run(params, project_dir, paths, result, started_at, resume_command)
+        with hushed(not hooks.say_epochs):  # a sweep's trial: its line
+            record_run(params, project_dir, paths, result, started_at, resume_command)
     return result
 
 
@@ -428,7 +434,9 @@ def _restore(run: Run, fresh: bool) -> None:
     run.state = RunState(**saved)
     run.stopped_early = early.should_stop or diverged(run.state)  # already complete
     if meta is None:
-        say(f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}")
+        _say(
+            run, f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}"
+        )
         return
     run.state.resumes += 1
     run.last_saved = run.started_at_step = run.state.step
@@ -507,7 +515,7 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
         fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
         if chunk is None or fine_tuning != tuned:  # also right after a resume
             if chunk is not None:
-                say(f"Step {state.step}: fine-tuning the backbone's top layers")
+                _say(run, f"Step {state.step}: fine-tuning the backbone's top layers")
             if plan.phase_step:  # trace the chunk for the variables this phase trains
                 unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
                 set_backbone_trainable(run.parts.model, unfreeze)
@@ -566,7 +574,7 @@ def _end_epoch(run: Run, curves: Curves) -> None:
     stop = state.early.should_stop or diverged(state)
     run.stopped_early = agree(run.parts.strategy, stop, run.info.workers)
     shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
-    say(f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
+    _say(run, f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
     if diverged(state):
         say(
             f"Stopped early: val_loss is {val['val_loss']} at epoch {row['epoch']}: training "
@@ -577,13 +585,19 @@ def _end_epoch(run: Run, curves: Curves) -> None:
         why = "another worker stopped early"
         if state.early.should_stop:
             why = f"{cfg.monitor} has not improved for {state.early.patience} epochs"
-        say(f"Early stopping: {why}; the best was at step {state.early.best_step}")
+        _say(run, f"Early stopping: {why}; the best was at step {state.early.best_step}")
     if run.hooks.on_epoch is not None:  # e.g. a sweep's report and pruner, on every worker
         last = run.stopped_early or state.step >= plan.total  # the run ends here anyway
         wish = run.hooks.on_epoch({**row, "last": last})
         if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
-            say(f"Stopped early: {wish or 'another worker asked to'}")
+            _say(run, f"Stopped early: {wish or 'another worker asked to'}")
+
+
+def _say(run: Run, line: str) -> None:
+    """A line of the run's progress, unless a sweep's trial (`RunHooks.say_epochs`)."""
+    if run.hooks.say_epochs:
+        say(line)
 
 
 def diverged(state: RunState) -> bool:
@@ -626,12 +640,15 @@ def _finish(run: Run, digest: str) -> dict[str, Any]:
     numbers = {**compared, "history": state.history}
     write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
     if info.is_chief:
-        say(f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
+        _say(run, f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
     monitor = params.train.monitor
     shown = f"{monitor} {final.get(monitor, float('nan')):.4f} (best, step {state.early.best_step})"
     if monitor != "val_loss":  # val_loss is said too, once
         shown += f", val_loss {final['val_loss']:.4f}"
-    say(f"Done: step {state.step}, {shown}, {speed:,.0f} examples/s; final weights sha256 {digest}")
+    _say(
+        run,
+        f"Done: step {state.step}, {shown}, {speed:,.0f} examples/s; final weights sha256 {digest}",
+    )
     return metrics
 
 
