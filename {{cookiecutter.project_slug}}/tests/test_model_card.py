@@ -68,6 +68,7 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     balance = re.findall(r"^\| \d \| (\d+) \| \d+ \| \d+ \|$", data, flags=re.MULTILINE)
     assert len(balance) == 10 and sum(map(int, balance)) == train
 
+    assert "| task | classification |" in sections["Model"]  # its kind too: said once
     training = sections["Training"]
     run = next(r for r in list_runs(project) if r["status"] == "completed")
     assert f"`{run['run_id']}` (completed)" in training
