@@ -31,7 +31,8 @@ MINE = "Only for 8x8 scans of digits.\n\n| not for | why |\n| --- | --- |\n| let
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory: pytest.TempPathFactory):
-    """The bundled digits prepared, a run stopped by its time budget and resumed, evaluated."""
+    """The bundled digits prepared, a run stopped by its time budget and resumed, trained again
+    (already complete: no step), evaluated."""
     project = tmp_path_factory.mktemp("card")
     (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
     with pytest.MonkeyPatch.context() as mp:
@@ -41,6 +42,7 @@ def evaluated(tmp_path_factory: pytest.TempPathFactory):
         stopped = load_params(project / "params.yaml", [*TINY, "train.time_budget_minutes=0.00005"])
         assert train(stopped, project).status == "stopped"
         assert train(params, project).status == "completed"
+        assert train(params, project).status == "completed"  # already complete: trains no step
         evaluate(params, project)
     return project, params
 
@@ -68,7 +70,10 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
     balance = re.findall(r"^\| \d \| (\d+) \| \d+ \| \d+ \|$", data, flags=re.MULTILINE)
     assert len(balance) == 10 and sum(map(int, balance)) == train
 
+    assert "| task | classification |" in sections["Model"]  # its kind too: said once
     training = sections["Training"]
+    # A record per session that trained: the card's is the one that completed the run.
+    assert [r["status"] for r in list_runs(project)] == ["stopped", "completed"]
     run = next(r for r in list_runs(project) if r["status"] == "completed")
     assert f"`{run['run_id']}` (completed)" in training
     assert "| resumes | 1 (this session started at step " in training

@@ -388,7 +388,9 @@ def test_a_new_vm_restores_the_runs_data_from_the_dvc_remote_or_prepares_it_agai
     storage, remote = tmp_path / "drive", tmp_path / "remote"
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
     first, doc, digest = first_vm(tmp_path, storage, remote)
-    short, count = digest[:12], len(doc["files"])
+    # The data's ID in each line: the one the environment block and the model card show, which
+    # a user checks with `sha256sum data/manifest.json`.
+    short, count = file_sha256(first / MANIFEST)[:12], len(doc["files"])
     # VM 2: the run's data (its checkpoint names it) from the DVC remote, the manifest from Drive.
     second = new_vm(tmp_path, "vm2", remote)
     line = restore_for_training(second)

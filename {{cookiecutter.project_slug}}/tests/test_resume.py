@@ -27,6 +27,7 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     list_checkpoints,
 )
+from {{ cookiecutter.module_name }}.training.run_record import list_runs, runs_dir
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -154,6 +155,13 @@ def test_fresh_starts_over_and_a_finished_run_just_writes_results(
     assert "already complete" in out and "--fresh" not in out
     assert again.facts["weights_sha256"] == first.facts["weights_sha256"]
     assert again.metrics["history"] == first.metrics["history"]  # nothing trained again
+    # A session that trained no step adds no record (nor tracker run) to the run's own, unless
+    # that one is missing (it could not be written, a full disk): then the same command writes it.
+    assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]
+    shutil.rmtree(runs_dir(tiny_project))
+    train(params, tiny_project)
+    assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]
+    capsys.readouterr()
     fresh = train(params, tiny_project, fresh=True)
     out = capsys.readouterr().out
     folder = Path(os.environ["PROJECT_STORAGE_DIR"]) / "checkpoints" / "f"

@@ -31,6 +31,7 @@ from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_par
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
+from {{ cookiecutter.module_name }}.training.run_record import find_run
 from {{ cookiecutter.module_name }}.training.sweep_results import (
     keep_best_checkpoints,
     plot_trials,
@@ -337,8 +338,8 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     comments = [line.split("#", 1)[1] for line in before.splitlines() if "#" in line]
     assert all(c in after for c in comments)  # every comment kept
     assert (project / "results/models/model.keras").is_file()
-    record = sorted((project / "results/runs").glob("*/manifest.json"))[-1]  # train.json's run
-    assert json.loads(record.read_text())["facts"]["run_name"] == "lr-dropout-0"
+    # train.json's run record: trial 0's (promoting it trained no step, so it wrote no record)
+    assert find_run(project / "results")["facts"]["run_name"] == "lr-dropout-0"
     (record,) = re.findall(r"`dvc (commit [^`]+)`", out)  # as printed: no terminal to confirm
     for cmd in (record.split(), ["status", "train", "--json"]):
         done = subprocess.run(

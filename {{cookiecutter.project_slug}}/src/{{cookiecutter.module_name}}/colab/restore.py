@@ -95,13 +95,13 @@ def restore_data(
     again, saying whether it made exactly that data."""
     here = manifest.load(project_dir)
     if here is not None:
-        mine = manifest.data_hash(here)
-        if data_hash and mine != data_hash:
+        mine = shown_id(project_dir / manifest.MANIFEST)
+        if data_hash and manifest.data_hash(here) != data_hash:
             return (
-                f"Data: {manifest.MANIFEST} on this VM ({mine[:12]}) kept; it is not the data "
-                f"{whose} was trained on ({data_hash[:12]})"
+                f"Data: {manifest.MANIFEST} on this VM ({mine}) kept; it is not the data "
+                f"{whose} was trained on ({shown_id(manifest.kept_path(storage, data_hash))})"
             )
-        return f"Data: {manifest.MANIFEST} on this VM ({mine[:12]}), nothing to restore"
+        return f"Data: {manifest.MANIFEST} on this VM ({mine}), nothing to restore"
     if data_hash:
         what, kept = f"the data {whose} was trained on", manifest.kept_path(storage, data_hash)
     else:
@@ -112,8 +112,7 @@ def restore_data(
         count, source = fetch_from_dvc(project_dir, wanted)
         if count:
             atomic_write(project_dir / manifest.MANIFEST, kept.read_bytes())
-            digest = manifest.data_hash(wanted)
-            return f"Data: {what} ({digest[:12]}), {count} files restored from {source}"
+            return f"Data: {what} ({shown_id(kept)}), {count} files restored from {source}"
         why = source
     # Here: it imports TensorFlow, absent on a TPU runtime whose setup imports this module.
     from ..data.prepare import prepare
@@ -121,14 +120,22 @@ def restore_data(
     prepare(params, project_dir)  # deterministic: the same sources and code make the same files
     made = manifest.data_hash(manifest.load(project_dir) or {"files": []})
     target = data_hash or (manifest.data_hash(wanted) if wanted else None)
+    ours = shown_id(project_dir / manifest.MANIFEST)
     if target is None:
-        return f"Data: prepared on this VM ({made[:12]}); no data was recorded for {whose}"
+        return f"Data: prepared on this VM ({ours}); no data was recorded for {whose}"
     if made == target:
-        return f"Data: prepared again on this VM ({why}): exactly {what} ({made[:12]})"
+        return f"Data: prepared again on this VM ({why}): exactly {what} ({ours})"
     return (
         f"WARNING: Data: prepared again on this VM ({why}), but not {what} (made "
-        f"{made[:12]}, recorded {target[:12]}): the sources or the data code changed"
+        f"{ours}, recorded {shown_id(manifest.kept_path(storage, target))}): the sources or the "
+        "data code changed"
     )
+
+
+def shown_id(path: Path) -> str:
+    """The data's ID in a line: its manifest's sha256 (`sha256sum data/manifest.json`), as the
+    environment block and the model card show it; "?" when no manifest of it is kept."""
+    return file_sha256(path)[:12] if path.is_file() else "?"
 
 
 def dvc_lock_manifest(project_dir: Path, storage: Path) -> Path | None:

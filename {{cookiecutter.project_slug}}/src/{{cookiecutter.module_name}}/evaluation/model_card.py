@@ -127,9 +127,10 @@ def model_section(
         "image": f"images as pixel values 0-255, {shape} (height x width x channels)",
         "vector": f"{shape} numbers: {', '.join(sidecar.get('feature_names') or [])}",
     }.get(sidecar["input_kind"], f"{sidecar['input_kind']} ({shape})")
+    kind = f" (kind {task.kind})" if task.kind != params.task.type else ""  # said once
     rows = [
         ["file", f"`results/{MODEL_FILE}` (sha256 `{model_sha[:12]}`), `model.json` beside it"],
-        ["task", f"{params.task.type} (kind {task.kind})"],
+        ["task", params.task.type + kind],
         ["architecture", architecture],
         ["inputs", inputs],
         ["outputs", task.outputs_text()],

@@ -50,7 +50,7 @@ from .checkpoints import (
 )
 from .lease import Lease
 from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
-from .run_record import record_run
+from .run_record import is_recorded, record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import as_run, seed_everything
 from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
@@ -183,7 +183,10 @@ def train(
             if lease is not None:
                 lease.release()
             paths.cleanup()
-    if info.is_chief:  # results/runs/<run_id>/manifest.json, and the experiment tracker
+    # results/runs/<run_id>/manifest.json and the tracker's run; none for a session that trained
+    # no step (a run already complete) when a record holds the run as it is: that one stays its own
+    idle = result.step == result.facts["started_at_step"]
+    if info.is_chief and not (idle and is_recorded(project_dir, result.facts)):
         with hushed(not hooks.say_epochs):  # a sweep's trial: its line
             record_run(params, project_dir, paths, result, started_at, resume_command)
     return result
