@@ -261,7 +261,7 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     rows = [  # evaluate writes each example's loss: the task's own (cross-entropy here)
         "id,target,prediction,prob_circle,prob_square,loss",
         "circle/1.jpg,circle,circle,0.9,0.1,0.1054",
-        "square/0.png,square,circle,0.99,0.01,4.605",  # the most confident mistake
+        "square/0.png,square,circle,0.99,0.01,4.60517",  # the most confident mistake
         "square/2.webp,square,circle,0.6,0.4,0.9163",
         "circle/3.png,circle,circle,0.7,0.3,0.3567",
     ]
