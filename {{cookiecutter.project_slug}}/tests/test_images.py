@@ -8,7 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -18,6 +22,7 @@ import tensorflow as tf
 from conftest import PROJECT, main_in_fresh_process, sets
 from PIL import Image
 
+from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.pipeline import (
     X,
@@ -25,7 +30,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
     example_ids,
     load_prepared,
 )
-from {{ cookiecutter.module_name }}.data.prepare import SPLITS
+from {{ cookiecutter.module_name }}.data.prepare import SPLITS, prepare
 from {{ cookiecutter.module_name }}.evaluation import report
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -181,6 +186,26 @@ def test_prepare_stores_the_pixels_predict_feeds(tmp_path: Path) -> None:
     np.testing.assert_allclose(grey["b/la.png"], 200 * alpha + 255 * (1 - alpha), atol=0.51)
     np.testing.assert_allclose(grey["a/grey16.png"][..., 0], expect["others/grey16.png"][..., 0],
                                atol=0.51)  # fmt: skip
+
+
+def test_the_docs_make_an_image_of_the_bundled_digits_to_predict_on(tiny_project: Path) -> None:
+    """A default project has no image files; docs/customise.md's command makes one from the
+    first row of data/raw/digits.csv, and `predict` feeds it as `prepare` stored that row."""
+    docs = (PROJECT / "docs/customise.md").read_text(encoding="utf-8")
+    (command,) = re.findall(r"^python -c .+$", docs, flags=re.M)
+    prepare(load_params(tiny_project / "params.yaml"), tiny_project)
+    made = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]],
+        cwd=tiny_project,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0 and made.stdout == "label 0\n", made.stderr
+    _probe(tiny_project / "results/models", (8, 8, 1), "png")
+    at = ["--params", str(tiny_project / "params.yaml")]
+    assert main(["predict", str(tiny_project / "digit.png"), *at]) == 0
+    served = fed(tiny_project / "results/predictions.csv", tiny_project, (8, 8, 1))
+    np.testing.assert_array_equal(served["digit.png"], stored(tiny_project)[0]["1"])
 
 
 def _shapes(folder: Path, n: int = 24) -> None:
