@@ -302,7 +302,7 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     params = load_params(tmp_path / "params.yaml", ["data.source=images", "data.path=shapes"])
     text = report.worst_examples(tmp_path, params, n=2)
     squeezed = [" ".join(line.split()) for line in text.splitlines()]  # tabulate pads cells
-    assert "| square/0.png | square | circle | 4.605 |" in squeezed
+    assert "| square/0.png | square | circle | 4.6052 |" in squeezed
     figure = tmp_path / "kept/figures/03_worst_examples.png"
     assert not (tmp_path / "results").exists()
     assert figure.is_file() and Image.open(io.BytesIO(figure.read_bytes())).width > 100

@@ -226,7 +226,7 @@ def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
     path = _written(project_dir, TEST_PREDICTIONS)
     rows = pd.read_csv(path, dtype=str, keep_default_na=False)
     worst = rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
-    return worst.assign(loss=[f"{float(v):.4g}" for v in worst["loss"]])  # 4.361, not 4.36062
+    return worst.assign(loss=[f"{float(v):.4f}" for v in worst["loss"]])  # as the metrics: 4.3606
 
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
