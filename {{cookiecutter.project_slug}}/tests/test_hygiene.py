@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import copy_checkout
 
-from {{ cookiecutter.module_name }}.colab.githooks import EXTRA_KEYS
+from {{ cookiecutter.module_name }}.colab.githooks import EXTRA_KEYS, install
 
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
@@ -172,6 +172,16 @@ def test_diff_and_merge_drivers_are_nbdime_and_the_filter_is_nbstripout(repo):
     assert (repo / ".git" / "hooks" / "pre-commit").is_file()
     # Registering the hooks leaves the committed .gitattributes as it is.
     assert (repo / ".gitattributes").read_bytes() == (PROJECT / ".gitattributes").read_bytes()
+
+
+@pytest.mark.slow
+def test_each_notebooks_start_says_what_it_registered_once(tmp_path):
+    """The setup cell registers the hooks at every run: lines the first time, then none."""
+    shutil.copy(PROJECT / ".gitattributes", tmp_path)
+    git(tmp_path, "init", "-q")
+    first = install(tmp_path)
+    assert [line.split(":")[0] for line in first] == ["nbstripout", "nbdime", "pre-commit"]
+    assert install(tmp_path) == []
 
 
 def test_a_folder_remote_is_outside_the_checkout():

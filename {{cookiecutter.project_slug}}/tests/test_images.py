@@ -9,7 +9,11 @@ import csv
 import errno
 import io
 import json
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -19,6 +23,7 @@ import tensorflow as tf
 from conftest import PROJECT, drop, main_in_fresh_process, sets
 from PIL import Image
 
+from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.pipeline import (
     X,
@@ -26,7 +31,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
     example_ids,
     load_prepared,
 )
-from {{ cookiecutter.module_name }}.data.prepare import SPLITS
+from {{ cookiecutter.module_name }}.data.prepare import SPLITS, prepare
 from {{ cookiecutter.module_name }}.evaluation import report
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -184,6 +189,26 @@ def test_prepare_stores_the_pixels_predict_feeds(tmp_path: Path) -> None:
                                atol=0.51)  # fmt: skip
 
 
+def test_the_docs_make_an_image_of_the_bundled_digits_to_predict_on(tiny_project: Path) -> None:
+    """A default project has no image files; docs/customise.md's command makes one from the
+    first row of data/raw/digits.csv, and `predict` feeds it as `prepare` stored that row."""
+    docs = (PROJECT / "docs/customise.md").read_text(encoding="utf-8")
+    (command,) = re.findall(r"^python -c .+$", docs, flags=re.M)
+    prepare(load_params(tiny_project / "params.yaml"), tiny_project)
+    made = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]],
+        cwd=tiny_project,
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0 and made.stdout == "label 0\n", made.stderr
+    _probe(tiny_project / "results/models", (8, 8, 1), "png")
+    at = ["--params", str(tiny_project / "params.yaml")]
+    assert main(["predict", str(tiny_project / "digit.png"), *at]) == 0
+    served = fed(tiny_project / "results/predictions.csv", tiny_project, (8, 8, 1))
+    np.testing.assert_array_equal(served["digit.png"], stored(tiny_project)[0]["1"])
+
+
 def _shapes(folder: Path, n: int = 24) -> None:
     """Dark squares and bright circles on grey, of several sizes and formats."""
     rng = np.random.default_rng(0)
@@ -262,7 +287,7 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     rows = [  # evaluate writes each example's loss: the task's own (cross-entropy here)
         "id,target,prediction,prob_circle,prob_square,loss",
         "circle/1.jpg,circle,circle,0.9,0.1,0.1054",
-        "square/0.png,square,circle,0.99,0.01,4.605",  # the most confident mistake
+        "square/0.png,square,circle,0.99,0.01,4.60517",  # the most confident mistake
         "square/2.webp,square,circle,0.6,0.4,0.9163",
         "circle/3.png,circle,circle,0.7,0.3,0.3567",
     ]
@@ -278,7 +303,7 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     params = load_params(tmp_path / "params.yaml", ["data.source=images", "data.path=shapes"])
     text = report.worst_examples(tmp_path, params, n=2)
     squeezed = [" ".join(line.split()) for line in text.splitlines()]  # tabulate pads cells
-    assert "| square/0.png | square | circle | 4.605 |" in squeezed
+    assert "| square/0.png | square | circle | 4.6052 |" in squeezed
     figure = tmp_path / "kept/figures/03_worst_examples.png"
     assert not (tmp_path / "results").exists()
     assert figure.is_file() and Image.open(io.BytesIO(figure.read_bytes())).width > 100

@@ -107,7 +107,12 @@ def test_the_users_section_survives_evaluate_and_export(evaluated, capsys) -> No
     assert "| same prediction |" in exported["Exported files"]
     assert MINE in exported["Intended use and limits"]
 
+    capsys.readouterr()
     assert main(["evaluate", *at]) == 0
+    # Its line: each score to 4 decimals, so 1.0000 stands as a score beside 0.9526, not `1`.
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Test (")]
+    scores = line.split("): ")[1].split(" on ")[0].split(", ")
+    assert [s for s in scores if not re.fullmatch(r"\w+ \d+\.\d{4}", s)] == [], line
     again = path.read_text()
     assert MINE in _sections(again)["Intended use and limits"]
     assert "| `results/models/model.tflite` | " in again  # export.json: exports are kept

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pandas as pd
 import pytest
 import tensorflow as tf
 from conftest import PROJECT
@@ -360,6 +361,34 @@ def test_notebook_01_shows_the_data_as_the_task_has_it() -> None:
     history = [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "mae": 3.0, "val_mae": 4.0}]
     assert report.main_metric(history) == "mae"
     assert len(report.plot_training_curves(history).axes) == 2
+
+
+def test_the_notebooks_figures_are_laid_out_and_drawn_alike() -> None:
+    """Each title sits on its grid, the mean images are titled and grey as the examples are,
+    and the worst examples' ids are as large as their titles and clear of the next row's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from {{ cookiecutter.module_name }}.evaluation import report
+
+    digits = np.random.default_rng(0).integers(0, 17, (20, 8, 8, 1)).astype("float32")
+    y, names = np.arange(20) % 10, [str(k) for k in range(10)]
+    examples = report.plot_examples(digits, y, Classification(names))
+    means = report.plot_mean_images(digits, y, names)
+    ids = [f"images/{i}.png" for i in range(8)]
+    rows = pd.DataFrame({"id": ids, "target": "1", "prediction": "7", "loss": "4.361"})
+    worst = report.plot_worst(rows, dict(zip(ids, digits, strict=False)))
+    for fig in (examples, means, worst):
+        fig.canvas.draw()  # lays the figure out
+    grid_top = max(ax.get_window_extent().y1 for ax in examples.axes)
+    assert examples.get_suptitle() == "Examples per class"
+    assert examples._suptitle.get_window_extent().y0 - grid_top < 0.2 * examples.dpi  # inches
+    assert means.get_suptitle() == "Mean image per class"
+    cmaps = {fig.axes[0].images[0].get_cmap().name for fig in (examples, means)}
+    assert cmaps == {"gray"}
+    label, title_below = worst.axes[0].xaxis.label, worst.axes[4].title
+    assert label.get_text() == "images/0.png" and label.get_fontsize() == title_below.get_fontsize()
+    assert label.get_window_extent().y0 > title_below.get_window_extent().y1
 
 
 def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:

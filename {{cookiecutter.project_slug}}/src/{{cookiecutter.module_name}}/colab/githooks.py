@@ -22,15 +22,25 @@ KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernels
 
 
 def install(project_dir: Path) -> list[str]:
-    """Register nbstripout, nbdime and pre-commit in the clone; what was done, one line each.
-    Safe to run again: nothing is added twice, the committed `.gitattributes` is kept."""
+    """Register nbstripout, nbdime and pre-commit in the clone; what was done, one line each, or
+    none when all was registered already (each notebook's start calls this). Safe to run again:
+    nothing is added twice, the committed `.gitattributes` is kept."""
     project_dir = Path(project_dir)
     if not (project_dir / ".git").exists():
         return [f"{project_dir} is not a git clone: `git init` first, then `make hooks`"]
 
-    def run(*args: str) -> None:
-        subprocess.run(args, cwd=project_dir, check=True, capture_output=True, text=True)
+    def run(*args: str) -> str:
+        done = subprocess.run(args, cwd=project_dir, check=True, capture_output=True, text=True)
+        return done.stdout
 
+    def registered() -> str:
+        """The clone's git config and pre-commit hook: all that the commands below write."""
+        hook = project_dir / run("git", "rev-parse", "--git-path", "hooks/pre-commit").strip()
+        return run("git", "config", "--local", "--list") + (
+            hook.read_text(encoding="utf-8") if hook.is_file() else ""
+        )
+
+    before = registered()
     done = []
     run("git", "config", "filter.nbstripout.extrakeys", " ".join(EXTRA_KEYS))
     run("git", "config", "filter.nbstripout.keepmetadatakeys", " ".join(KEEP_KEYS))
@@ -44,4 +54,4 @@ def install(project_dir: Path) -> list[str]:
         done.append("pre-commit: hook installed (runs on git commit)")
     else:
         done.append("pre-commit: not installed here (dev tool; `make setup` installs it)")
-    return done
+    return done if registered() != before else []

@@ -79,7 +79,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     shown = {k: v for k, v in evaluation.metrics.items() if k != "test_examples"}
     print(
         f"Test ({task.kind}): "
-        + ", ".join(f"{k.removeprefix('test_')} {v:.4g}" for k, v in shown.items())
+        + ", ".join(f"{k.removeprefix('test_')} {v:.4f}" for k, v in shown.items())
         + f" on {scored_on}; wrote "
         + ", ".join(sorted(str(p.relative_to(results)) for p in written))
         + f" in {results}",

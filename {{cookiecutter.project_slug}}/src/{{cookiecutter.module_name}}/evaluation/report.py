@@ -81,14 +81,14 @@ def class_balance(project_dir: Path, params: Params) -> str:
     return f"{head}\n\n{markdown(table)}" + (f"\n\n{note}" if note else "")
 
 
-def _show(ax: Any, features: np.ndarray, cmap: str) -> None:
-    """One example on `ax`: an image as it is, a vector as a square when it is one (64, 784),
-    else as one stretched row."""
-    picture = np.asarray(features)
+def _show(ax: Any, features: np.ndarray) -> None:
+    """One example on `ax`: an image as it is (grey), a vector as a square when it is one (64,
+    784), else as one stretched row (dark on white, as digits are drawn)."""
+    picture, cmap = np.asarray(features), "gray"
     if picture.ndim == 3:  # an image [h, w, c] of pixel values 0-255
         picture = picture[..., 0] if picture.shape[-1] == 1 else np.clip(picture / 255.0, 0, 1)
     else:
-        side = int(round(np.sqrt(picture.size)))
+        side, cmap = int(round(np.sqrt(picture.size))), "gray_r"
         picture = picture.reshape((side, side) if side * side == picture.size else (1, -1))
     ax.imshow(picture, cmap=cmap, aspect="auto" if picture.shape[0] == 1 else "equal")
     ax.set(xticks=[], yticks=[])
@@ -108,18 +108,18 @@ def plot_examples(x: np.ndarray, y: np.ndarray, task: Task, per_class: int = 6) 
     import matplotlib.pyplot as plt  # only notebooks draw
 
     y, by_class = np.asarray(y), task.stratified
-    cmap = "gray" if np.asarray(x).ndim == 4 else "gray_r"  # photos as taken; digits dark on white
     rows = _picks(y, task, per_class)
     height = 1.0 if by_class else 1.25  # room for a title over each example
+    size = (per_class, height * len(rows))
     fig, axes = plt.subplots(
-        len(rows), per_class, figsize=(per_class, height * len(rows)), squeeze=False
+        len(rows), per_class, figsize=size, squeeze=False, layout="constrained"
     )
     for row, picks in zip(axes, rows, strict=True):
         for ax in row[len(picks) :]:
             ax.axis("off")  # an empty cell
         titles = task.target_text(y[picks])
         for ax, i, title in zip(row, picks, titles, strict=False):
-            _show(ax, x[i], cmap)
+            _show(ax, x[i])
             if not by_class:
                 ax.set_title(title or "-", fontsize=8)
         if by_class:
@@ -148,11 +148,13 @@ def plot_mean_images(x: np.ndarray, y: np.ndarray, names: list[str]) -> Any:
     import matplotlib.pyplot as plt  # only notebooks draw
 
     classes = np.unique(y)
-    fig, axes = plt.subplots(1, len(classes), figsize=(1.2 * len(classes), 1.6))
-    for ax, label in zip(np.atleast_1d(axes), classes, strict=True):
-        _show(ax, x[y == label].mean(axis=0), "viridis")
+    size = (1.2 * len(classes), 1.8)
+    fig, axes = plt.subplots(1, len(classes), figsize=size, squeeze=False, layout="constrained")
+    for ax, label in zip(axes[0], classes, strict=True):
+        _show(ax, x[y == label].mean(axis=0))  # the examples' colours: the same pixels
         ax.set_title(names[label], fontsize=9)
         ax.axis("off")
+    fig.suptitle("Mean image per class")
     return fig
 
 
@@ -223,7 +225,8 @@ def worst_predictions(project_dir: Path, n: int = 12) -> pd.DataFrame:
     """The `n` rows of results/predictions/test.csv with the highest loss, highest first."""
     path = _written(project_dir, TEST_PREDICTIONS)
     rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
+    worst = rows.iloc[np.argsort(-rows["loss"].astype(float).to_numpy(), kind="stable")[:n]]
+    return worst.assign(loss=[f"{float(v):.4f}" for v in worst["loss"]])  # as the metrics: 4.3606
 
 
 def worst_examples(project_dir: Path, params: Any, n: int = 12) -> str:
@@ -280,15 +283,15 @@ def plot_worst(rows: pd.DataFrame, pictures: dict[str, np.ndarray]) -> Any:
 
     cols = 4
     lines = max(1, -(-len(rows) // cols))
-    fig, axes = plt.subplots(lines, cols, figsize=(2.4 * cols, 2.6 * lines), squeeze=False)
+    size = (2.4 * cols, 2.6 * lines)
+    fig, axes = plt.subplots(lines, cols, figsize=size, squeeze=False, layout="constrained")
     for ax in axes.ravel()[len(rows) :]:
         ax.axis("off")  # an empty cell
     for ax, row in zip(axes.ravel(), rows.to_dict("records"), strict=False):
         if row["id"] in pictures:
-            _show(ax, pictures[row["id"]].astype(np.float32), "gray")
+            _show(ax, pictures[row["id"]].astype(np.float32))
         title = f"{row['target'] or '-'} -> {row['prediction'] or '-'}\nloss {row['loss']}"
         ax.set_title(title, fontsize=8)
-        ax.set_xlabel(row["id"][-28:], fontsize=6)
+        ax.set_xlabel(row["id"][-28:], fontsize=8)
     fig.suptitle("Worst test examples (truth -> prediction)")
-    fig.tight_layout()
     return fig
