@@ -302,6 +302,20 @@ TF_ERRORS = {
 }
 
 
+def said_errors(err: str) -> list[str]:
+    """The `error:` lines of a command's stderr."""
+    return [line for line in err.splitlines() if line.startswith("error")]
+
+
+def remount_line(file: Path, code: int) -> str:
+    """The one line any command ends in when its file on a dropped Drive fails with `code`."""
+    return (
+        f"error: {file}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
+        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
+        "force_remount=True)), then run the same command again"
+    )
+
+
 @pytest.mark.parametrize("raised_by", ["python", "tensorflow"])
 @pytest.mark.parametrize("code", list(TF_ERRORS), ids=errno.errorcode.get)
 def test_a_dropped_drive_is_one_line_that_says_to_remount_it(
@@ -328,12 +342,7 @@ def test_a_dropped_drive_is_one_line_that_says_to_remount_it(
     capsys.readouterr()
     assert main(["prepare", "--params", str(tiny_project / "params.yaml")]) == 1
     err = capsys.readouterr().err
-    said = [line for line in err.splitlines() if line.startswith("error")]
-    assert said == [
-        f"error: {file}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
-        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
-        "force_remount=True)), then run the same command again"
-    ], err
+    assert said_errors(err) == [remount_line(file, code)], err
     assert "Traceback" not in err
 
 
@@ -352,10 +361,5 @@ def test_data_on_a_dropped_drive_is_not_taken_for_a_missing_path(
     args = ["prepare", "--params", str(tiny_project / "params.yaml")]
     returned = main([*args, *sets(["data.source=csv", f"data.path={data}"])])
     err = capsys.readouterr().err
-    said = [line for line in err.splitlines() if line.startswith("error")]
-    assert said == [
-        f"error: {data}: {os.strerror(code)}; the storage's connection dropped: remount it (Google "
-        'Drive, in a Colab cell: from google.colab import drive; drive.mount("/content/drive", '
-        "force_remount=True)), then run the same command again"
-    ], err
+    assert said_errors(err) == [remount_line(data, code)], err
     assert returned == 1
