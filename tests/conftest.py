@@ -60,10 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # `make test` hands whole files to pytest-xdist's workers in this order (--no-loadscope-reorder),
-# the first four in turn. The default project's own suite (`make test-all`, about 12 min) takes
-# one worker, with one quick file queued behind it; the other worker runs the benchmark (which
-# makes the used project), `make test` in the used project, the Colab box and the rest meanwhile.
-FIRST = ("test_baked_project.py", "test_bench.py", "test_lock.py", "test_used_project.py",
+# the first four in turn. The used project's whole suite (`make test-all`, about 14 min after the
+# project is made and used) takes one worker, with one quick file queued behind it; the other
+# worker runs the benchmark, `make test` in the baked project, the Colab box and the rest meanwhile.
+FIRST = ("test_used_project.py", "test_bench.py", "test_lock.py", "test_baked_project.py",
          "test_colab_box.py")
 
 

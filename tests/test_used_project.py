@@ -1,6 +1,7 @@
-"""`make test` in a project its user has already worked in (`dvc repro`, `make train`, a sweep and
-its `--best`: the `used_project` fixture): it passes, and leaves everything the user made as it was. How long it
-takes is a figure of `make bench` (user_tests), not an assertion here."""
+"""`make test-all` in a project its user has already worked in (`dvc repro`, `make train`, a sweep
+and its `--best`, which writes the best trial's run name, epochs and settings into params.yaml: the
+`used_project` fixture): every test passes, and leaves everything the user made as it was. How long
+`make test` takes there is a figure of `make bench` (user_tests), not an assertion here."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def files(project: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def test_make_test_passes_in_a_used_project_and_changes_nothing_there(
+def test_make_test_all_passes_in_a_used_project_and_changes_nothing_there(
     used_project: tuple[Path, Path],
 ) -> None:
     project, python = used_project
@@ -41,11 +42,11 @@ def test_make_test_passes_in_a_used_project_and_changes_nothing_there(
 
     env = {**project_env.project_command_env(project, python), "PYTEST_ADDOPTS": "-p no:cacheprovider"}
     started = time.monotonic()
-    run = subprocess.run(["make", "test"], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
+    run = subprocess.run(["make", "test-all"], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert re.search(r"\d+ passed", run.stdout), run.stdout[-2000:]
-    print(f"make test in a used project: {seconds:.0f} s")
+    print(f"make test-all in a used project: {seconds:.0f} s")
     changed = sorted(name for name in before.keys() | files(project).keys()
                      if before.get(name) != files(project).get(name))  # fmt: skip
-    assert changed == [], "make test changed the user's files"
+    assert changed == [], "make test-all changed the user's files"

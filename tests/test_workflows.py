@@ -123,7 +123,7 @@ def test_ci_steps_fail_naming_a_notebook_committed_with_outputs_then_pass_once_s
         **os.environ,
         "PATH": f"{project_python.parent}{os.pathsep}{os.environ['PATH']}",
         "PRE_COMMIT_HOME": str(tmp_path / "pre-commit"),
-        # The CI's test step as written; here one fast file of it (test_baked_project.py runs all).
+        # The CI's test step as written; here one fast file of it (test_used_project.py runs all).
         "PYTEST_ADDOPTS": "-p no:cacheprovider tests/test_hygiene.py",
         **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
            for what, value in (("NAME", "CI test"), ("EMAIL", "ci@example.com"))},

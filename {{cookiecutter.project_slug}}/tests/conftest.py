@@ -7,6 +7,10 @@ PROJECT_RESULTS_DIR, TF_CONFIG, MLFLOW_*, WANDB_*, ...; a test that needs one se
 DVC from reading your global configuration, and `copy_checkout` copies this project's code and
 configuration as a fresh clone has them, none of its outputs.
 
+Your params.yaml is yours to change, and `sweep --best` writes the best trial's settings into it:
+the tests read `PARAMS`, a copy of it with the values they assert on (`TEST_VALUES`) set back, so
+they check the code whatever run name, learning rate or epochs you chose.
+
 TensorFlow can split the CPU into logical devices only before it initialises, so this file does
 it once, at collection, for every in-process test: two logical CPUs let MirroredStrategy run with
 two replicas on any machine. Tests that need a fresh TensorFlow (SIGKILL, SIGTERM, two workers)
@@ -15,6 +19,7 @@ start `python -m <module>` in a subprocess; each one costs a TensorFlow import (
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -22,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from fnmatch import fnmatch
 from pathlib import Path
@@ -59,6 +65,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
 
+from {{ cookiecutter.module_name }}.config import load_params  # noqa: E402
+from {{ cookiecutter.module_name }}.training.sweep_results import write_params  # noqa: E402
+
 MODULE = "{{ cookiecutter.module_name }}"
 PROJECT = Path(__file__).resolve().parents[1]
 SRC = PROJECT / "src"
@@ -66,6 +75,29 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 # RuntimeError: already initialised by another conftest or plugin; keep what exists.
 with contextlib.suppress(RuntimeError):
     tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+# What `sweep --best` writes into params.yaml (the run's name, its epochs and the default
+# sweep.space's keys) at the template's values, which the tests assert on.
+TEST_VALUES = {
+    "run_name": "baseline",
+    "train.epochs": 20,
+    "train.learning_rate": 0.001,
+    "train.optimizer": "adam",
+    "model.dropout": 0.1,
+}
+
+
+def _params_for_tests() -> Path:
+    """Your params.yaml with TEST_VALUES set (comments and layout kept), in a folder of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="params-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    shutil.copy(PROJECT / "params.yaml", folder / "params.yaml")
+    sets = [f"{key}={value}" for key, value in TEST_VALUES.items()]
+    write_params(folder / "params.yaml", load_params(folder / "params.yaml", sets))
+    return folder / "params.yaml"
+
+
+PARAMS = _params_for_tests()
 
 # Small and fast: 1438 training digits, 32 per replica -> 44 steps per epoch on one replica.
 TINY = [
@@ -129,19 +161,22 @@ def checkout_files(project: Path = PROJECT) -> list[Path]:
 
 def copy_checkout(dest: Path, project: Path = PROJECT) -> Path:
     """This project's code and configuration in `dest`, as a fresh clone has them: no data,
-    results, checkpoints, DVC cache, local DVC config or environments (src/<module>/data stays)."""
+    results, checkpoints, DVC cache, local DVC config or environments (src/<module>/data stays);
+    this project's params.yaml is the tests' (PARAMS)."""
     for path in checkout_files(project):
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(project / path, dest / path, follow_symlinks=False)
+    if project == PROJECT and (dest / "params.yaml").is_file():
+        shutil.copy(PARAMS, dest / "params.yaml")
     return dest
 
 
 @pytest.fixture
 def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project folder with the template's params.yaml and its own storage root."""
+    """A project folder with the tests' params.yaml (PARAMS) and its own storage root."""
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     return project
 

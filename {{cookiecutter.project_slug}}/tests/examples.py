@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from conftest import PROJECT
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.__main__ import main
 
@@ -177,7 +177,7 @@ def mock_tfds() -> Iterator[None]:
 def new_project(folder: Path) -> Path:
     """A project folder with a copy of params.yaml, less the arguments of your own components
     (`model.args`, `data.args` empty): each component here runs with its defaults."""
-    params = yaml.safe_load((PROJECT / "params.yaml").read_text(encoding="utf-8"))
+    params = yaml.safe_load((PARAMS).read_text(encoding="utf-8"))
     for section in ("data", "model", "task"):
         if "args" in (params.get(section) or {}):
             params[section]["args"] = {}

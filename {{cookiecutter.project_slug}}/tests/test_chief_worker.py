@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.colab.runtime_check import storage_folder
 from {{ cookiecutter.module_name }}.config import ConfigError
@@ -157,7 +158,7 @@ def _replica_dir(root: Path, name: str) -> Path:
     """A replica's own copy of the project: what the container holds (params.yaml, the code)."""
     folder = root / name
     folder.mkdir()
-    shutil.copy(PROJECT / "params.yaml", folder / "params.yaml")
+    shutil.copy(PARAMS, folder / "params.yaml")
     return folder
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import MODULE, PROJECT, cli_env
+from conftest import MODULE, PARAMS, PROJECT, cli_env
 
 from {{ cookiecutter.module_name }}.config import ConfigError, Params, flat, load_params
 
-PARAMS = PROJECT / "params.yaml"
+PARAMS = PARAMS
 
 
 def test_template_params_load_with_the_keys_the_checks_use() -> None:

@@ -27,7 +27,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import MODULE, PROJECT, cli_env, fill, save_for_users
+from conftest import MODULE, PARAMS, cli_env, fill, save_for_users
 
 from {{ cookiecutter.module_name }}.__main__ import main, storage_fault
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
@@ -87,7 +87,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _prepare_and_train(task: str, project: Path) -> tuple[Path, object]:
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     if task == "classification":
         overrides = IMAGES
     else:
@@ -157,7 +157,7 @@ def test_an_op_litert_lacks_is_refused_in_one_line(tmp_path: Path, capsys) -> No
     logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(x))
     project = tmp_path / "project"
     project.mkdir()
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     task = task_class("classification")(names=spec.names)
     save_for_users(keras.Model(inputs, logits), task, spec, project / "results" / "models")
     params = load_params(project / "params.yaml")
@@ -181,7 +181,7 @@ def _small_project(project: Path) -> tuple[Path, object]:
     logits = keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(inputs))
     task = task_class("classification")(names=spec.names)
     save_for_users(keras.Model(inputs, logits), task, spec, project / "results" / "models")
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     return project, load_params(project / "params.yaml")
 
 
@@ -492,7 +492,7 @@ def test_a_text_model_exports_its_network_on_token_ids(tmp_path: Path) -> None:
     logits_model.fit(data, epochs=5, verbose=0)
     project = tmp_path / "project"
     project.mkdir()
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     spec = DataSpec(kind="text", input_shape=(), task="classification", names=["sport", "food"])
     task = task_class("classification")(names=spec.names)
     save_for_users(logits_model, task, spec, project / "results" / "models")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from conftest import PROJECT, cli_env
+from conftest import PARAMS, cli_env
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.files import atomic_write
@@ -62,7 +62,7 @@ def test_every_temp_file_writer_removes_what_a_killed_write_left(tmp_path: Path)
     """Beside params.yaml (the sweep's promotion), the final model (Keras needs its suffix on the
     temporary file too) and a run's lease."""
     params = tmp_path / "params.yaml"
-    params.write_text((PROJECT / "params.yaml").read_text())
+    params.write_text((PARAMS).read_text())
     models, run = tmp_path / "models", tmp_path / "checkpoints" / "r"
     models.mkdir()
     run.mkdir(parents=True)

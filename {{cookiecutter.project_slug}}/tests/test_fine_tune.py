@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROJECT, cli, cli_env, sets
+from conftest import PARAMS, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
@@ -55,7 +55,7 @@ def _prepared(tmp_path: Path, extra: list[str]) -> tuple[Path, list[str]]:
     _images(tmp_path / "pets")
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     base = [*SETTINGS, f"data.path={tmp_path / 'pets'}", *extra]
     prepare(load_params(project / "params.yaml", base), project)
     return project, base

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import PROJECT
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data import manifest
@@ -24,7 +24,7 @@ DATA = "ab" * 32
 
 
 def params(*overrides: str):
-    return load_params(PROJECT / "params.yaml", list(overrides))
+    return load_params(PARAMS, list(overrides))
 
 
 def test_what_defines_a_run_and_what_only_changes_how_it_runs() -> None:
@@ -155,18 +155,18 @@ def test_the_dvc_stage_reuses_a_matching_run_and_trains_its_own_otherwise(
     # Other code, or a run past train.epochs: not the stage's run either.
     checkpoint_of(tmp_path, "code", 20, {"fingerprint": expected, "code": "other"})
     assert choose_run(
-        load_params(PROJECT / "params.yaml", ["run_name=code"]), tmp_path, expected, 320
+        load_params(PARAMS, ["run_name=code"]), tmp_path, expected, 320
     ).run_name.startswith("code-")
     assert "the code of src/" in capsys.readouterr().out
     checkpoint_of(tmp_path, "long", 40, {"fingerprint": expected, "code": code})
-    shorter = load_params(PROJECT / "params.yaml", ["run_name=long", "train.epochs=1"])
+    shorter = load_params(PARAMS, ["run_name=long", "train.epochs=1"])
     assert choose_run(shorter, tmp_path, expected, 320).run_name.startswith("long-")
     assert "it trained 40 steps, more than train.epochs makes (10)" in capsys.readouterr().out
     # A checkpoint of an older version of the project (another format): a run of its own.
     checkpoint_of(tmp_path, "old", 20, {"fingerprint": expected, "code": code})
     meta_file = next((tmp_path / "checkpoints" / "old").glob("step-*/meta.json"))
     meta_file.write_text(json.dumps({**json.loads(meta_file.read_text()), "format": 1}))
-    old = load_params(PROJECT / "params.yaml", ["run_name=old", "train.epochs=2"])
+    old = load_params(PARAMS, ["run_name=old", "train.epochs=2"])
     assert choose_run(old, tmp_path, expected, 320).run_name.startswith("old-")
     assert "its checkpoints are of an older version" in capsys.readouterr().out
     # Every run's checkpoints are where they were.

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, drop, main_in_fresh_process, sets
+from conftest import PARAMS, PROJECT, drop, main_in_fresh_process, sets
 from PIL import Image
 
 from {{ cookiecutter.module_name }}.__main__ import main
@@ -152,7 +152,7 @@ def test_prepare_stores_the_pixels_predict_feeds(tmp_path: Path) -> None:
     for name, (folder, channels, encoding) in cases.items():
         project = tmp_path / name
         project.mkdir()
-        shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+        shutil.copy(PARAMS, project / "params.yaml")
         _probe(project / "results/models", (*SIZE, channels), encoding)
         params = ["--params", str(project / "params.yaml")]
         overrides = sets([
@@ -244,7 +244,7 @@ def test_predict_on_the_test_sources_gives_evaluates_rows(tmp_path: Path) -> Non
     for name, (source, overrides) in cases.items():
         project = tmp_path / name
         project.mkdir()
-        shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+        shutil.copy(PARAMS, project / "params.yaml")
         args = ["--params", str(project / "params.yaml"), *sets([
             f"data.path={source}", "data.test_fraction=0.25", "train.epochs=1",
             "train.batch_size=8", f"run_name={name}", *overrides,
@@ -299,7 +299,7 @@ def test_worst_examples_table_and_pictures(tmp_path: Path, monkeypatch) -> None:
     spec = {"kind": "image", "input_shape": [16, 16, 3], "task": "classification",
             "names": ["circle", "square"]}  # fmt: skip
     (tmp_path / "data/processed/spec.json").write_text(json.dumps(spec))
-    (tmp_path / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text((PARAMS).read_text())
     params = load_params(tmp_path / "params.yaml", ["data.source=images", "data.path=shapes"])
     text = report.worst_examples(tmp_path, params, n=2)
     squeezed = [" ".join(line.split()) for line in text.splitlines()]  # tabulate pads cells
@@ -331,7 +331,7 @@ def test_worst_examples_on_a_dropped_drive_are_drawn_from_the_test_shards(
 
     monkeypatch.setattr(report, "_test_examples", shards)
     path = tmp_path / "drive/shapes"
-    params = load_params(PROJECT / "params.yaml", ["data.source=images", f"data.path={path}"])
+    params = load_params(PARAMS, ["data.source=images", f"data.path={path}"])
     report.worst_examples(tmp_path, params)
     assert asked == ["square/0.png"]
     assert (tmp_path / "results/figures/03_worst_examples.png").is_file()

@@ -4,11 +4,10 @@ augmentation is deterministic. Small shards made here; one process (no TensorFlo
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.feed import Resident, make_feed
@@ -26,7 +25,6 @@ from {{ cookiecutter.module_name }}.training.trainer import validation_batches
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
-PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 N = 2500  # three shards (about 870 / 870 / 760) at SHARD_BYTES below, over two shuffle windows
 
 

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, TINY, cli, cli_env, sets
+from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import lease as leases
@@ -81,7 +81,7 @@ def test_second_session_is_refused_then_the_holder_stops_when_taken_over(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "params.yaml").write_bytes((PROJECT / "params.yaml").read_bytes())
+    (project / "params.yaml").write_bytes((PARAMS).read_bytes())
     storage = tmp_path / "storage"
     env = cli_env(storage, PROJECT_LEASE_HEARTBEAT_S=BEAT)
     run_dir = storage / "checkpoints" / "shared"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from conftest import PROJECT, TINY
+from conftest import PARAMS, PROJECT, TINY
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
@@ -34,7 +34,7 @@ def evaluated(tmp_path_factory: pytest.TempPathFactory):
     """The bundled digits prepared, a run stopped by its time budget and resumed, trained again
     (already complete: no step), evaluated."""
     project = tmp_path_factory.mktemp("card")
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PROJECT_STORAGE_DIR", str(project / "storage"))
         params = load_params(project / "params.yaml", TINY)

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.config import (
     ConfigError,
@@ -45,7 +45,7 @@ GRAY = DataSpec(kind="image", input_shape=(32, 32, 1), task="classification")
 
 
 def cfg(**changes: object) -> ModelConfig:
-    base = load_params(PROJECT / "params.yaml").model
+    base = load_params(PARAMS).model
     return dataclasses.replace(
         base, **{"hidden_units": [8], "filters": [4, 8], "weights": None, **changes}
     )
@@ -63,9 +63,7 @@ def test_an_architecture_takes_its_own_arguments_from_model_args() -> None:
     model = build_model(IMAGES, 3, cfg(architecture="test_widths", args={"width": 24}))
     assert model.get_layer("own").units == 24
     assert build_model(IMAGES, 3, cfg(architecture="test_widths")).get_layer("own").units == 8
-    params = load_params(
-        PROJECT / "params.yaml", ["model.architecture=test_widths", "model.args.width=24"]
-    )
+    params = load_params(PARAMS, ["model.architecture=test_widths", "model.args.width=24"])
     check(params)  # what every command runs before it writes anything
     assert params.model.args == {"width": 24}
     assert fingerprint.settings(params)["model.args.width"] == 24  # a resume checks it
@@ -98,7 +96,7 @@ def test_a_name_registered_twice_is_an_error_naming_both() -> None:
     ],
 )  # fmt: skip
 def test_unknown_or_ill_typed_arguments_are_one_line_errors(overrides, message) -> None:
-    params = load_params(PROJECT / "params.yaml", ["model.architecture=test_widths", *overrides])
+    params = load_params(PARAMS, ["model.architecture=test_widths", *overrides])
     with pytest.raises(ConfigError) as info:
         check(params)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
@@ -123,10 +121,10 @@ def test_the_example_of_an_argument_error_is_a_valid_setting(overrides) -> None:
     """Pasted into a shell as shown: one `--set` word, and the command takes it."""
     chosen = "model.architecture=test_units"
     with pytest.raises(ConfigError) as info:
-        check(load_params(PROJECT / "params.yaml", [chosen, *overrides]))
+        check(load_params(PARAMS, [chosen, *overrides]))
     example = shlex.split(str(info.value).rsplit("(example: ", 1)[1].removesuffix(")"))
     assert example[0] == "--set" and len(example) == 2, str(info.value)
-    check(load_params(PROJECT / "params.yaml", [chosen, example[1]]))
+    check(load_params(PARAMS, [chosen, example[1]]))
 
 
 def test_a_sweep_searches_an_architecture_argument() -> None:
@@ -135,7 +133,7 @@ def test_a_sweep_searches_an_architecture_argument() -> None:
     from {{ cookiecutter.module_name }}.config import sweep_space
 
     space = "sweep.space={model.args.width: {low: 8, high: 64, log: true}}"
-    params = load_params(PROJECT / "params.yaml", ["model.architecture=test_widths", space])
+    params = load_params(PARAMS, ["model.architecture=test_widths", space])
     check(params)
     dist = sweep_space(params)["model.args.width"]
     assert dist == optuna.distributions.IntDistribution(8, 64, log=True)
@@ -206,7 +204,7 @@ def test_fine_tune_unfreezes_the_top_layers_but_never_batch_norm() -> None:
 
 
 def test_template_params_build_the_default_model() -> None:
-    params = load_params(PROJECT / "params.yaml", ["model.hidden_units=[16]"])
+    params = load_params(PARAMS, ["model.hidden_units=[16]"])
     spec = DataSpec(
         kind="vector", input_shape=(64,), task="classification", names=[str(i) for i in range(10)],
         feature_mean=[0.0] * 64, feature_var=[1.0] * 64,

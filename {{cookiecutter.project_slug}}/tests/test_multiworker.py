@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, TINY, cli, cli_env, sets
+from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
@@ -41,7 +41,7 @@ def _run_cluster(
     for index in (0, 1):
         project = tmp_path / f"worker{index}"
         project.mkdir(exist_ok=True)
-        shutil.copy(PROJECT / "params.yaml", project)
+        shutil.copy(PARAMS, project)
         tf_config = json.dumps(
             {"cluster": {"worker": [a, b]}, "task": {"type": "worker", "index": index}}
         )

@@ -20,7 +20,7 @@ import papermill
 import pytest
 import tensorflow as tf
 import yaml
-from conftest import copy_checkout
+from conftest import PARAMS, copy_checkout
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.colab import restore
@@ -193,7 +193,7 @@ def test_notebooks_exits_2_for_bad_input_and_1_for_a_failing_notebook(tmp_path, 
     # As `train`'s exit codes (docs/training-faults.md): 2 a setting, 1 a run that failed.
     project = tmp_path / "project"
     (project / "notebooks").mkdir(parents=True)
-    shutil.copy(PROJECT / "params.yaml", project)
+    shutil.copy(PARAMS, project)
     cells = [
         nbformat.v4.new_code_cell("size: int = 1", metadata={"tags": ["parameters"]}),
         nbformat.v4.new_code_cell("raise RuntimeError('planted')"),

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.config import TrainConfig, load_params
 from {{ cookiecutter.module_name }}.optim import (
@@ -26,7 +26,7 @@ def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
 
 
 def train_cfg(*overrides: str) -> TrainConfig:
-    return load_params(PROJECT / "params.yaml", list(overrides)).train
+    return load_params(PARAMS, list(overrides)).train
 
 
 def test_optimizers_from_params() -> None:

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import PROJECT
+from conftest import PARAMS
 
 from {{ cookiecutter.module_name }} import registry
 from {{ cookiecutter.module_name }}.config import load_params
@@ -124,7 +124,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     a ratings CSV prepared, trained, evaluated."""
     root = tmp_path_factory.mktemp("ordinal")
     ratings(400).to_csv(root / "ratings.csv", index=False)
-    (root / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (root / "params.yaml").write_text((PARAMS).read_text())
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(registry._ENTRIES["task"], "ordinal", Ordinal)  # what @register does
         mp.setenv("PROJECT_STORAGE_DIR", str(root / "storage"))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "{{ cookiecutter.module_name }}"
@@ -131,6 +132,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
         pytest.skip("git is not installed")
     base = tmp_path_factory.mktemp("pipeline")
     clean_copy(base / "project")
+    shutil.copy(PARAMS, base / "project" / "params.yaml")  # the values the test asserts on
     p = Project(base / "project", base / "storage")
     p.set_param("epochs", "1")
     p.run("git", "init", "-q")

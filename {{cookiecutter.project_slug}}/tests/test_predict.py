@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, main_in_fresh_process, save_for_users
+from conftest import PARAMS, main_in_fresh_process, save_for_users
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
@@ -53,14 +53,14 @@ def _project(root: Path, name: str) -> tuple[Path, np.ndarray, Path]:
         names=spec.names, target_mean=spec.target_mean or 0.0, target_std=spec.target_std or 1.0
     )
     model_cfg = dataclasses.replace(
-        load_params(PROJECT / "params.yaml").model, architecture=architecture,
+        load_params(PARAMS).model, architecture=architecture,
         backbone="MobileNetV2", hidden_units=[4], filters=[4], weights=None,
     )  # fmt: skip
     keras.utils.set_random_seed(0)
     logits_model = build_model(spec, task.num_outputs, model_cfg)
     project = root / name
     (project / "inputs").mkdir(parents=True)
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     save_for_users(logits_model, task, spec, project / "results" / "models")
     if spec.kind == "vector":
         source = project / "inputs" / "new.csv"
@@ -162,9 +162,7 @@ def test_a_source_without_column_names_predicts_a_csv_of_x0_x1(tmp_path: Path, m
     monkeypatch.setitem(_ENTRIES["source"], "rows", None)  # gone again after this test
     register("source", "rows")(read_rows)
     (tmp_path / "rows.txt").write_text("rows\n")
-    params = load_params(
-        PROJECT / "params.yaml", ["data.source=rows", f"data.path={tmp_path / 'rows.txt'}"]
-    )
+    params = load_params(PARAMS, ["data.source=rows", f"data.path={tmp_path / 'rows.txt'}"])
     prepare(params, tmp_path)
     spec = load_spec(tmp_path / "data" / "processed")
     task = task_class(spec.task)(names=spec.names)

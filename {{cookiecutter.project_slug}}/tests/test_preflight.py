@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import keras
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, TINY, sets
+from conftest import PARAMS, TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
@@ -53,11 +53,11 @@ def test_train_on_an_unmounted_drive_is_one_line_and_writes_nothing(
 
 
 def test_no_accelerator_stops_only_when_required() -> None:
-    required = load_params(PROJECT / "params.yaml", ["distribute.require_accelerator=true"])
+    required = load_params(PARAMS, ["distribute.require_accelerator=true"])
     with pytest.raises(PreflightError, match=r"^distribute.require_accelerator: no GPU or TPU"):
         preflight.check_accelerator(required, CPU)
     assert "GPU" in preflight.check_accelerator(required, GPU)
-    assert "CPU" in preflight.check_accelerator(load_params(PROJECT / "params.yaml"), CPU)
+    assert "CPU" in preflight.check_accelerator(load_params(PARAMS), CPU)
 
 
 def test_train_without_an_accelerator_when_required_is_one_line(tiny_project: Path, capsys) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import PROJECT, TINY, cli, cli_env, sets
+from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.feed import Resident
@@ -83,7 +83,7 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(
 
     project = tmp_path / "killed"
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project)
+    shutil.copy(PARAMS, project)
     storage = tmp_path / "killed-storage"
     env = cli_env(storage)
     ckpt_dir = storage / "checkpoints" / "kill"

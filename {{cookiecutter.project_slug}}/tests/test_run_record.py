@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from conftest import copy_checkout
+from conftest import PARAMS, copy_checkout
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.environment import collect_environment
@@ -224,7 +224,7 @@ def test_a_run_record_on_a_full_disk_is_one_line_not_a_traceback(tmp_path, monke
 
     monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
     monkeypatch.setattr(run_record, "atomic_write", full)
-    params = load_params(PROJECT / "params.yaml", ["run_name=full"])
+    params = load_params(PARAMS, ["run_name=full"])
     results = tmp_path / "results"
     paths = SimpleNamespace(
         model_file=results / "models" / "model.keras",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MODULE, PROJECT, SRC
+from conftest import MODULE, PARAMS, PROJECT, SRC
 
 from {{ cookiecutter.module_name }}.colab import runtime_check
 from {{ cookiecutter.module_name }}.colab.notebooks import check_accelerator
@@ -132,7 +132,7 @@ def test_a_colab_tpu_runtime_stops_at_once_in_one_line(tmp_path, no_tpu_here, mo
 
 
 def test_tpu_strategy_off_colab_names_tensorflow_tpu_and_on_colab_a_gpu_runtime(monkeypatch):
-    cfg = load_params(PROJECT / "params.yaml", ["distribute.strategy=tpu"]).distribute
+    cfg = load_params(PARAMS, ["distribute.strategy=tpu"]).distribute
     monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
     with pytest.raises(strategy.StrategyError, match=r"install `tensorflow-tpu==2\."):
         strategy.make_strategy(cfg, hw=strategy.Hardware(tpu=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import MODULE, PROJECT, TINY, cli_env
+from conftest import MODULE, PARAMS, TINY, cli_env
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training import seeding
@@ -92,7 +92,7 @@ def test_determinism_the_user_turned_on_is_what_the_run_says(tmp_path: Path) -> 
     false`: no error, and the run's line and record say its ops are deterministic, as they are.
     A process of its own: determinism cannot be turned off in this one."""
     done = subprocess.run(
-        [sys.executable, "-c", USER_FIRST, str(PROJECT / "params.yaml")],
+        [sys.executable, "-c", USER_FIRST, str(PARAMS)],
         env=cli_env(tmp_path),
         capture_output=True,
         text=True,

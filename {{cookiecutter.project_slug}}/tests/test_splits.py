@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, sets
+from conftest import PARAMS, sets
 from test_bad_input import _snapshot
 
 from {{ cookiecutter.module_name }}.__main__ import main
@@ -38,7 +38,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder (the template's params.yaml, its own storage root) as the working dir."""
     folder = tmp_path / "project"
     (folder / "data/external").mkdir(parents=True)
-    (folder / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (folder / "params.yaml").write_text((PARAMS).read_text())
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     monkeypatch.chdir(folder)
     return folder
@@ -202,7 +202,7 @@ def test_a_split_column_and_tfrecord_files_per_split(project: Path) -> None:
 
 
 def test_the_split_rule_for_multilabel_and_regression_is_seeded_not_stratified() -> None:
-    params = load_params(PROJECT / "params.yaml", ["data.split=column"])
+    params = load_params(PARAMS, ["data.split=column"])
     labels = (np.random.default_rng(0).random((50, 3)) > 0.7).astype(np.float32)
     given = {"train": np.arange(40), "test": np.arange(40, 50)}
     source = Source("vector", "multilabel", labels, ["a", "b", "c"], lambda i: [i], str,
@@ -323,7 +323,7 @@ def test_class_weights_from_the_training_counts() -> None:
 
     def weights(task: str, setting: str, counts: dict[str, int], n: int) -> tuple:
         overrides = [f"task.type={task}", f"train.class_weight={setting}"]
-        params = load_params(PROJECT / "params.yaml", overrides)
+        params = load_params(PARAMS, overrides)
         return make_task(params, _spec(task, counts, n)).class_weights
 
     counts = {"a": 950, "b": 40, "c": 10}
@@ -338,19 +338,17 @@ def test_class_weights_from_the_training_counts() -> None:
         weights("classification", "{zebra: 2}", counts, 1000)
     with pytest.raises(ConfigError, match=r"^train\.class_weight: balanced weighs classes"):
         make_task(
-            load_params(
-                PROJECT / "params.yaml", ["task.type=regression", "train.class_weight=balanced"]
-            ),
+            load_params(PARAMS, ["task.type=regression", "train.class_weight=balanced"]),
             DataSpec("vector", (2,), "regression", ["price"], {"train": 1000}),
         )
-    params = load_params(PROJECT / "params.yaml", ["train.class_weight=balanced"])
+    params = load_params(PARAMS, ["train.class_weight=balanced"])
     # evaluate's task is unweighted: test_loss stays the plain loss.
     unweighted = make_task(params, _spec("classification", counts, 1000), weighted=False)
     assert unweighted.class_weights == ()
 
 
 def test_weighted_losses_and_their_mean_over_two_replicas() -> None:
-    params = load_params(PROJECT / "params.yaml", [])
+    params = load_params(PARAMS, [])
     spec = _spec("classification", {"a": 1, "b": 1, "c": 1}, 3)
     plain = make_task(params, spec)
     weighted = dataclasses.replace(plain, class_weights=(0.5, 1.0, 4.0))
@@ -359,7 +357,7 @@ def test_weighted_losses_and_their_mean_over_two_replicas() -> None:
     np.testing.assert_allclose(
         weighted.loss(y, logits), np.array([0.5, 1.0, 4.0])[y] * plain.loss(y, logits), rtol=1e-6
     )
-    multilabel = make_task(load_params(PROJECT / "params.yaml", ["task.type=multilabel"]),
+    multilabel = make_task(load_params(PARAMS, ["task.type=multilabel"]),
                            _spec("multilabel", {"a": 1, "b": 1}, 3))  # fmt: skip
     targets = (rng.random((16, 2)) > 0.5).astype("float32")
     logits2 = rng.normal(size=(16, 2)).astype("float32")

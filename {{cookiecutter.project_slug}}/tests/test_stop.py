@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, TINY, cli, cli_env, sets
+from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
@@ -66,7 +66,7 @@ def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:
 def test_sigterm_in_a_subprocess(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project)
+    shutil.copy(PARAMS, project)
     storage = tmp_path / "storage"
     args = ["train", "--fresh", *sets([*TINY, "train.epochs=200", "run_name=term"])]
     proc = cli(args, project, cli_env(storage))

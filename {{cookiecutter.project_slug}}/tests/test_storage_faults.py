@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, drop, fill, sets
+from conftest import PARAMS, cli, cli_env, drop, fill, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
@@ -66,7 +66,7 @@ def test_a_run_on_a_full_storage_root_completes_and_says_which_checkpoints_faile
     storage, mounted = small_storage
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     if mounted:  # the real thing: TensorFlow's SaveV2 runs out of space in its own process
         proc = cli(["train", *sets(BIG)], project, cli_env(storage))
         out = proc.communicate(timeout=600)[0]
@@ -253,7 +253,7 @@ def test_a_full_tensorboard_disk_stops_the_curves_in_one_line_and_the_run_comple
     storage, mounted = small_storage
     project = tmp_path / "project"
     (project / "results").mkdir(parents=True)
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     (project / "results/tensorboard").symlink_to(storage, target_is_directory=True)
     if mounted:  # filled to the last byte, or to the last 4 KiB (a few epochs' curves)
         room = 0 if when == "before the run" else 4096

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROJECT, TINY
+from conftest import PARAMS, TINY
 
 from {{ cookiecutter.module_name }}.config import ConfigError, DistributeConfig, load_params
 from {{ cookiecutter.module_name }}.training import strategy as strat
@@ -27,7 +27,7 @@ TF_CONFIG = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "
 
 
 def cfg(**kw) -> DistributeConfig:
-    return dataclasses.replace(load_params(PROJECT / "params.yaml").distribute, **kw)
+    return dataclasses.replace(load_params(PARAMS).distribute, **kw)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_a_tf_config_that_is_not_json_is_one_line_with_an_example(monkeypatch) -
 def test_a_batch_larger_than_the_data_is_refused_with_one_that_fits(
     examples: int, replicas: int
 ) -> None:
-    params = load_params(PROJECT / "params.yaml", ["train.batch_size=64"])
+    params = load_params(PARAMS, ["train.batch_size=64"])
     info = strat.StrategyInfo("MirroredStrategy", replicas, "CPU", True)
     data = types.SimpleNamespace(count=lambda split: examples)
     with pytest.raises(ConfigError) as err:

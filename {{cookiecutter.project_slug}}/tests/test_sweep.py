@@ -22,7 +22,7 @@ import optuna
 import pandas as pd
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, copy_checkout, sets
+from conftest import PARAMS, PROJECT, cli, cli_env, copy_checkout, sets
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
@@ -52,7 +52,7 @@ SMALL = ["train.batch_size=32", "train.steps_per_execution=11", "model.hidden_un
 
 
 def params_with(*overrides: str):
-    return load_params(PROJECT / "params.yaml", list(overrides))
+    return load_params(PARAMS, list(overrides))
 
 
 # -- the search space ------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def test_the_default_space_and_its_kinds() -> None:
 
 def test_a_bad_space_stops_the_command_with_exit_2(capsys) -> None:
     space = "sweep.space={train.learning_rate: {low: 0, high: 1, log: true}}"
-    code = main(["sweep", "--params", str(PROJECT / "params.yaml"), "--set", space])
+    code = main(["sweep", "--params", str(PARAMS), "--set", space])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: sweep.space.train.learning_rate:")
     assert len(err.splitlines()) == 1
@@ -134,7 +134,7 @@ def test_a_bad_component_argument_stops_the_sweep_before_any_trial(
     """The registry's check runs at the sweep's start, as train's: not one failed trial each."""
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
     space = "sweep.space={model.args.height: {choices: [8, 16]}}"
-    code = main(["sweep", "--params", str(PROJECT / "params.yaml"), "--set", space])
+    code = main(["sweep", "--params", str(PARAMS), "--set", space])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: sweep.space.model.args.height: "), err
     assert len(err.splitlines()) == 1 and not list(tmp_path.iterdir())
@@ -205,7 +205,7 @@ def test_proposals_are_seeded_by_trial_number_not_by_worker(tmp_path: Path, monk
     assert again.params == first.params
     lists = params_with("sweep.space={model.hidden_units: {choices: [[8], [16, 8]]}}")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path))
-    sweep = Sweep(lists, PROJECT / "params.yaml", PROJECT, [])
+    sweep = Sweep(lists, PARAMS, PROJECT, [])
     trial = sweep.study.ask(sweep.space)
     assert sweep.values(trial.params)["model.hidden_units"] in ([8], [16, 8])
 
@@ -544,7 +544,7 @@ def test_a_second_session_on_the_sweep_is_refused_naming_the_holder(
     )
     try:
         assert holder.stdout.readline().strip() == b"held"
-        args = ["--params", str(PROJECT / "params.yaml"), "--set", "sweep.name=held"]
+        args = ["--params", str(PARAMS), "--set", "sweep.name=held"]
         assert main(["sweep", *args]) == 4
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: sweep 'held' is run by another session (host ")
@@ -577,7 +577,7 @@ def test_a_stopped_trials_continue_command_pastes_into_a_shell(tmp_path, monkeyp
     ]
     params = params_with(*overrides)
     lease = SimpleNamespace(lost="")  # one session's sweep, its lease held
-    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, overrides, lease)
+    sweep = Sweep(params, PARAMS, tmp_path, overrides, lease)
     seen = {}
 
     def stopped(params, project_dir, resume_command="", **kwargs):
@@ -596,7 +596,7 @@ def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch
     trial, taken up again each time."""
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
-    sweep = Sweep(params_with(), PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+    sweep = Sweep(params_with(), PARAMS, tmp_path, [], SimpleNamespace(lost=""))
 
     def out_of_memory(params, project_dir, **kwargs):
         raise tf.errors.ResourceExhaustedError(
@@ -622,7 +622,7 @@ def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did
     storage = tmp_path / "storage"
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
     params = params_with("sweep.keep_best=1")
-    sweep = Sweep(params, PROJECT / "params.yaml", tmp_path, [], SimpleNamespace(lost=""))
+    sweep = Sweep(params, PARAMS, tmp_path, [], SimpleNamespace(lost=""))
     point = {"train.learning_rate": 1e-3, "model.dropout": 0.1, "train.optimizer": "adam"}
     ends = {
         "best": (TrialState.COMPLETE, 0.1),

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tensorflow as tf
-from conftest import PROJECT
+from conftest import PARAMS
 from sklearn.metrics import roc_auc_score
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
@@ -36,7 +36,7 @@ def task_for(kind: str, **changes: object) -> Task:
     spec = DataSpec(
         kind="vector", input_shape=(4,), task=kind, names=names, target_mean=50.0, target_std=10.0
     )
-    params = load_params(PROJECT / "params.yaml", [f"task.type={kind}"])
+    params = load_params(PARAMS, [f"task.type={kind}"])
     return dataclasses.replace(make_task(params, spec), **changes)
 
 
@@ -161,7 +161,7 @@ def test_label_encoding_for_every_task() -> None:
 
 
 def test_make_task_checks_the_prepared_data() -> None:
-    params = load_params(PROJECT / "params.yaml", ["task.type=regression"])
+    params = load_params(PARAMS, ["task.type=regression"])
     spec = DataSpec(kind="vector", input_shape=(2,), task="classification", names=["a", "b"])
     with pytest.raises(ConfigError, match=r"^task\.type: regression but the prepared data"):
         make_task(params, spec)
@@ -408,7 +408,7 @@ def test_a_target_far_from_zero_trains_well_from_raw_features() -> None:
         target_mean=float(y[train].mean()), target_std=float(y[train].std()),
     )  # fmt: skip
     overrides = ["task.type=regression", "model.hidden_units=[16]", "model.dropout=0"]
-    params = load_params(PROJECT / "params.yaml", [*overrides, "train.learning_rate=0.01"])
+    params = load_params(PARAMS, [*overrides, "train.learning_rate=0.01"])
     task = make_task(params, spec)
     keras.utils.set_random_seed(0)
     model = build_model(spec, task.num_outputs, params.model)

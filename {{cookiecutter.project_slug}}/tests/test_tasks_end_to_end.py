@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROJECT, main_in_fresh_process
+from conftest import PARAMS, PROJECT, main_in_fresh_process
 
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
@@ -71,7 +71,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, d
         for task, (make_rows, label) in CASES.items():
             project = root / task
             project.mkdir()
-            (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+            (project / "params.yaml").write_text((PARAMS).read_text())
             (project / "data.csv").write_text("\n".join(make_rows(np.random.default_rng(0))) + "\n")
             params = load_params(project / "params.yaml", [
                 "data.source=csv", f"data.path={project / 'data.csv'}", f"data.label={label}",

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PROJECT, cli, cli_env, main_in_fresh_process, sets
+from conftest import PARAMS, cli, cli_env, main_in_fresh_process, sets
 
 from {{ cookiecutter.module_name }}.config import ConfigError, ModelConfig, load_params
 from {{ cookiecutter.module_name }}.data import manifest
@@ -123,7 +123,7 @@ def text_params(project: Path, data: Path, task: str, extra: list[str]) -> list[
 def new_project(root: Path, name: str) -> Path:
     project = root / name
     project.mkdir()
-    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    shutil.copy(PARAMS, project / "params.yaml")
     return project
 
 
@@ -493,7 +493,7 @@ VECTORS = DataSpec(kind="vector", input_shape=(3,), task="classification")
 
 def model_cfg(**changes: object) -> ModelConfig:
     """params.yaml's model section with `changes`."""
-    return dataclasses.replace(load_params(PROJECT / "params.yaml").model, **changes)
+    return dataclasses.replace(load_params(PARAMS).model, **changes)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])

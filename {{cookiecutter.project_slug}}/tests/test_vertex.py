@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import PARAMS
 from optuna.distributions import CategoricalDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
@@ -51,7 +52,7 @@ PACKAGE_KEYS = {"executorImageUri", "packageUris", "pythonModule", "args", "env"
 
 
 def params(*overrides: str):
-    return load_params(PROJECT / "params.yaml", [*GOOD, *overrides])
+    return load_params(PARAMS, [*GOOD, *overrides])
 
 
 def check_field_names(spec: dict) -> None:
@@ -145,7 +146,7 @@ def test_python_package_job_reads_params_from_the_bucket():
 
 def test_python_package_dry_run_prints_the_upload_first(tmp_path, capsys):
     params_file = tmp_path / "params.yaml"
-    params_file.write_text((PROJECT / "params.yaml").read_text())
+    params_file.write_text((PARAMS).read_text())
     p = params(*PACKAGE_MODE)
     assert run_vertex(p, tmp_path, dry_run=True, params_file=params_file) == 0
     upload, create = capsys.readouterr().out.strip().splitlines()[-2:]
@@ -162,7 +163,7 @@ def test_python_package_jobs_each_read_the_params_they_were_submitted_with(tmp_p
     for name, epochs in (("first", 3), ("second", 5)):
         params_file = tmp_path / name / "params.yaml"
         params_file.parent.mkdir()
-        params_file.write_text((PROJECT / "params.yaml").read_text() + f"# epochs {epochs}\n")
+        params_file.write_text((PARAMS).read_text() + f"# epochs {epochs}\n")
         job = tmp_path / name / "job.yaml"
         p = params(*PACKAGE_MODE)
         assert run_vertex(p, tmp_path, True, str(job), params_file=params_file) == 0
@@ -270,7 +271,7 @@ def test_dry_run_prints_the_command_and_writes_the_spec(tmp_path, capsys, monkey
         "vertex",
         "--dry-run",
         "--params",
-        str(PROJECT / "params.yaml"),
+        str(PARAMS),
         "--output",
         str(out_file),
     ]
@@ -300,14 +301,14 @@ def test_dry_run_prints_the_command_and_writes_the_spec(tmp_path, capsys, monkey
 def test_default_output_is_under_results(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
-    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    (project / "params.yaml").write_text((PARAMS).read_text())
     p = load_params(project / "params.yaml", GOOD)
     assert run_vertex(p, project, dry_run=True) == 0
     assert (project / "results" / "vertex" / "job.yaml").is_file()
 
 
 def test_bad_params_exit_2_with_the_key(capsys):
-    argv = ["vertex", "--dry-run", "--params", str(PROJECT / "params.yaml")]
+    argv = ["vertex", "--dry-run", "--params", str(PARAMS)]
     argv += ["--set", f"vertex.image_uri={IMAGE}", "--set", "vertex.bucket=my-bucket"]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -338,7 +339,7 @@ def test_python_package_mode_uploads_params_then_creates(tmp_path, monkeypatch):
     record = tmp_path / "args.txt"
     _fake_gcloud(tmp_path / "bin", record)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    params_file = PROJECT / "params.yaml"
+    params_file = PARAMS
     p = params(*PACKAGE_MODE)
     out = str(tmp_path / "job.yaml")
     assert run_vertex(p, tmp_path, output=out, params_file=params_file) == 0
@@ -371,7 +372,7 @@ def test_the_service_refusal_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_dry_run_sweep_writes_a_tuning_job_around_the_custom_job(tmp_path, capsys):
-    p = load_params(PROJECT / "params.yaml", [*GOOD, "sweep.n_trials=6"])
+    p = load_params(PARAMS, [*GOOD, "sweep.n_trials=6"])
     forwarded = ["train.epochs=3", "sweep.storage=postgresql://me@db/x", "vertex.spot=true"]
     assert run_vertex(p, tmp_path, True, None, forwarded, tuning_job=tuning_job) == 0
     path = tmp_path / "results" / "vertex" / "hpt-lr-dropout.yaml"
@@ -390,7 +391,7 @@ def test_dry_run_sweep_writes_a_tuning_job_around_the_custom_job(tmp_path, capsy
 
 
 def test_a_tuning_trial_reads_vertex_ai_arguments():
-    p = load_params(PROJECT / "params.yaml", ["sweep.space={train.epochs: {low: 1, high: 9}}"])
+    p = load_params(PARAMS, ["sweep.space={train.epochs: {low: 1, high: 9}}"])
     dims = sweep_space(p)
     assert trial_values(["--train.epochs=4.0"], dims) == {"train.epochs": 4}
     with pytest.raises(ConfigError, match=r"unexpected argument '--train.lr=1'"):
@@ -426,7 +427,7 @@ def test_without_gcloud_a_clear_error(tmp_path, monkeypatch):
 
 def test_vertex_params_do_not_block_training_params():
     """An unfilled vertex section (no bucket, no image) must not stop `train`."""
-    p = load_params(PROJECT / "params.yaml")
+    p = load_params(PARAMS)
     assert dataclasses.asdict(p.vertex)["bucket"] == ""
 
 
