@@ -236,7 +236,11 @@ def param_changes(run_params: dict[str, Any], params: Params) -> list[list[Any]]
 
 def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
     """What was scored, the test metrics overall, then per class or label."""
-    overall = [[key.removeprefix("test_"), f"{v:.4g}"] for key, v in evaluation.metrics.items()]
+    # As `evaluate` prints them (4 decimals); the example count whole.
+    overall = [
+        [key.removeprefix("test_"), v if key == "test_examples" else number_text(v)]
+        for key, v in evaluation.metrics.items()
+    ]
     text = (
         f"## Test metrics\n\nOn {scored_on} (the headline ones in `results/metrics/evaluate.json`, "
         "the plots' data in `results/plots/`; `test_loss` unweighted, whatever the class weights; "
@@ -244,7 +248,8 @@ def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
         + table(overall, ["metric", "value"])
     )
     if evaluation.table is not None:
-        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + table(evaluation.table)
+        per = table(evaluation.table, digits=".4f")
+        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + per
     return text
 
 
@@ -326,8 +331,9 @@ def _shown(name: str) -> str:
     return f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
 
 
-def number_text(value: float | None, spec: str = ".4g") -> str:
-    """A number of the JSON files as shown: null (JSON has no NaN; a diverged run's) as nan."""
+def number_text(value: float | None, spec: str = ".4f") -> str:
+    """A number of the JSON files as shown (a metric as the commands print it: 4 decimals): null
+    (JSON has no NaN; a diverged run's) as nan."""
     return format(math.nan if value is None else value, spec)
 
 
