@@ -236,16 +236,12 @@ def param_changes(run_params: dict[str, Any], params: Params) -> list[list[Any]]
 
 def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
     """What was scored, the test metrics overall, then per class or label."""
-    # As `evaluate` prints them (4 decimals); the example count whole.
-    overall = [
-        [key.removeprefix("test_"), v if key == "test_examples" else number_text(v)]
-        for key, v in evaluation.metrics.items()
-    ]
+    overall = [[key.removeprefix("test_"), v] for key, v in evaluation.metrics.items()]
     text = (
         f"## Test metrics\n\nOn {scored_on} (the headline ones in `results/metrics/evaluate.json`, "
         "the plots' data in `results/plots/`; `test_loss` unweighted, whatever the class weights; "
         "each example's prediction in `results/predictions/test.csv`):\n\n"
-        + table(overall, ["metric", "value"])
+        + table(overall, ["metric", "value"], ".4f")  # as `evaluate` prints them
     )
     if evaluation.table is not None:
         per = table(evaluation.table, digits=".4f")
@@ -315,8 +311,10 @@ def _export_text(entry: dict[str, Any]) -> str:
 
 def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str = ".4g") -> str:
     """A Markdown table of rows ([name, value] without a header) or a DataFrame: floats to
-    `digits`, text as it is (an id `007` stays), `|` escaped."""
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header)
+    `digits`, an int and text as they are (an id `007` stays), `|` escaped."""
+    frame = (
+        rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header, dtype=object)
+    )
 
     def cell(value: Any) -> Any:
         if isinstance(value, float):
