@@ -226,20 +226,20 @@ def write_shards(
     folder: Path,
     split: str,
     image: tuple | None,
-    moments: np.ndarray | None = None,
+    moments: list[Any] | None = None,
 ) -> list[str]:
     """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names.
-    `moments` (zeros [3, features]) gathers the vectors' count, mean and sum of squared
+    `moments` ([0, 0.0, 0.0] in float64) gathers the vectors' count, mean and sum of squared
     deviations as they are written (Welford's: one pass, no example held)."""
     names: list[str] = []
     writer = None
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
-        if moments is not None:  # Welford's, in place
+        if moments is not None:  # the width is the vectors' own (a reader may not say it)
             moments[0] += 1
             delta = x - moments[1]
-            moments[1] += delta / moments[0]
-            moments[2] += delta * (x - moments[1])
+            moments[1] = moments[1] + delta / moments[0]
+            moments[2] = moments[2] + delta * (x - moments[1])
         record = serialize(x, source.labels[i], source.ids(int(i)) if source.ids else str(i))
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
@@ -272,11 +272,8 @@ def write_processed(
                 "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
                 "(example: --set data.image_size=[64,64] --set data.image_channels=3)"
             )
-    # Vectors flat, as the shards hold them (a reader's nested lists row by row): one CSV column
-    # each for predict, one input each for the model.
-    flat = (int(np.prod(source.input_shape)),)
     # Vectors: the training split's feature mean and variance, which the model standardises with.
-    moments = np.zeros((3, *flat)) if source.kind == "vector" else None
+    moments = [0, np.float64(0), np.float64(0)] if source.kind == "vector" else None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".prepare-partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -303,6 +300,9 @@ def write_processed(
         stats.update(feature_mean=mean.tolist(), feature_var=(squares / count).tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
+    # Vectors flat, as the shards hold them (a reader's nested lists row by row): one CSV column
+    # each for predict, one input each for the model.
+    flat = (int(np.prod(source.input_shape)),)
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else flat)
     names = list(source.feature_names)
     if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns
