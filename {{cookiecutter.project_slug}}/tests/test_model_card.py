@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 import yaml
 from conftest import PARAMS, PROJECT, TINY
@@ -20,7 +21,9 @@ from {{ cookiecutter.module_name }}.evaluation.model_card import (
     USER_BEGIN,
     USER_END,
     card_markdown,
+    metrics_section,
 )
+from {{ cookiecutter.module_name }}.tasks.base import Evaluation, per_name_table
 from {{ cookiecutter.module_name }}.training.run_record import list_runs
 from {{ cookiecutter.module_name }}.training.trainer import train
 
@@ -84,12 +87,22 @@ def test_the_card_says_what_the_model_is_trained_on_and_how(evaluated) -> None:
 
     metrics = json.loads((project / "results/metrics/evaluate.json").read_text())
     tested = sections["Test metrics"]
-    assert f"| accuracy | {metrics['test_accuracy']:.4g} |" in tested
+    assert f"| accuracy | {metrics['test_accuracy']:.4f} |" in tested
     assert "scored_on" not in metrics  # a fact, in the card: what was scored
     assert tested.startswith("\n\nOn a random 20 % of digits (seed 42, stratified by class), ")
     assert "| class weights | none (unweighted) |" in training
     assert tested.count("\n| ") >= 10 + 9  # every class: precision, recall, f1, support
     assert "| `results/models/model.keras` | " in sections["Exported files"]
+
+
+def test_the_test_metrics_read_as_evaluate_prints_them() -> None:
+    """4 decimals, as `evaluate` prints them: not 4 significant digits (a top-5 accuracy of
+    0.99996 read `1`, a loss of 2.34567 `2.346`, 12345 examples `1.234e+04`)."""
+    metrics = {"test_top5_accuracy": 0.99996, "test_loss": 2.34567, "test_examples": 12345}
+    per_class = per_name_table("class", ["a", "b"], np.array([0, 1, 1]), np.array([0, 1, 0]))
+    text = re.sub(r" {2,}", " ", metrics_section(Evaluation(metrics, {}, per_class), "x"))
+    assert "| top5_accuracy | 1.0000 |\n| loss | 2.3457 |\n| examples | 12345 |" in text
+    assert "| a | 0.5000 | 1.0000 | 0.6667 | 1 |\n| b | 1.0000 | 0.5000 | 0.6667 | 2 |" in text
 
 
 def test_the_users_section_survives_evaluate_and_export(evaluated, capsys) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -11,8 +13,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import PARAMS, main_in_fresh_process, save_for_users
+from conftest import PARAMS, drop, main_in_fresh_process, save_for_users
 
+from {{ cookiecutter.module_name }}.__main__ import STORAGE_FIXES, main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.evaluation.export import export_saved_model
@@ -223,3 +226,20 @@ def test_predict_leaves_out_hidden_files_as_prepare_does(tmp_path: Path) -> None
     (source / ".ipynb_checkpoints").mkdir()
     shutil.copy(source / "0.png", source / ".ipynb_checkpoints" / "0-checkpoint.png")
     assert predict(source, tmp_path / "out.csv", project / "results" / "models") == 2
+
+
+def test_a_subfolder_a_dropped_drive_cannot_list_stops_predict_in_the_remount_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Images on Drive, one subfolder's listing failing (EIO, a mount dropping): predict scored
+    the others and said nothing; it ends in the one line every command gives a dropped Drive."""
+    project, _, source = _project(tmp_path, "images")
+    (source / "later").mkdir()
+    shutil.copy(source / "0.png", source / "later" / "0.png")
+    drop(source / "later", errno.EIO, monkeypatch)
+    output = tmp_path / "out.csv"
+    at = ["--output", str(output), "--params", str(project / "params.yaml")]
+    assert main(["predict", str(source), *at]) == 1
+    said = f"{source / 'later'}: {os.strerror(errno.EIO)}; {STORAGE_FIXES[errno.EIO]}"
+    assert capsys.readouterr().err == f"error: {said}, then run the same command again\n"
+    assert not output.exists()

@@ -133,6 +133,27 @@ def test_a_missing_number_in_a_users_source_is_refused_naming_its_example(
     assert not processed(tmp_path).exists()
 
 
+def test_each_example_of_a_vector_source_is_loaded_once(tmp_path: Path, monkeypatch) -> None:
+    """One pass writes the shards and gathers the training split's feature statistics: a reader
+    that streams (each load a read from Drive) reads each example once, and holds none."""
+    x = np.arange(60, dtype=np.float32).reshape(20, 3) ** 1.5
+    loads: dict[int, int] = {}
+
+    class Counted:  # the vectors, each load counted
+        shape = x.shape
+
+        def __getitem__(self, i: int) -> np.ndarray:
+            loads[i] = loads.get(i, 0) + 1
+            return x[i]
+
+    run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, Counted()))
+    assert loads == dict.fromkeys(range(20), 1)
+    spec = load_spec(processed(tmp_path))
+    train, _, _ = read_split(processed(tmp_path), "train")
+    assert spec.feature_mean == pytest.approx(train.mean(0), rel=1e-6)
+    assert spec.feature_var == pytest.approx(train.var(0), rel=1e-6)
+
+
 def test_a_users_source_of_nested_lists_is_prepared_flat(tmp_path: Path, monkeypatch) -> None:
     """Each example's numbers row by row, as the shards hold them: the spec, the statistics and
     predict's CSV columns (x0..x3) take the same flat vector the model is trained on."""

@@ -98,16 +98,26 @@ def hidden(relative: str | os.PathLike[str]) -> bool:
 
 def walk_files(path: str) -> Iterator[str]:
     """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
-    `hidden` ones."""
-    fs, inner = url_to_fs(path)
-    if not fs.isdir(inner):
+    `hidden` ones. A folder that cannot be listed (a dropped Drive's EIO) raises."""
+    if not isdir(path):
         yield path
         return
+    fs, inner = url_to_fs(path)
     root = inner.rstrip("/")
-    for found in sorted(fs.find(inner)):
+    if is_url(path):  # a bucket's `find` is one listing: its failure raises
+        files = fs.find(inner)
+    else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
+        walked = os.walk(inner, onerror=unlisted, followlinks=True)  # into links, as `find`
+        files = [f"{top}/{name}" for top, _, names in walked for name in names]
+    for found in sorted(files):
         relative = found[len(root) :].strip("/")
         if not hidden(relative):
             yield f"{str(path).split('://')[0]}://{found}" if is_url(path) else found
+
+
+def unlisted(exc: OSError) -> None:
+    """os.walk's error: a folder Drive could not list is not an empty one."""
+    raise exc
 
 
 def size(path: str) -> int:

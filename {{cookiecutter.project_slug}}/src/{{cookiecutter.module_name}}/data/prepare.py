@@ -221,13 +221,25 @@ def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | N
 
 
 def write_shards(
-    source: Source, order: np.ndarray, folder: Path, split: str, image: tuple | None
+    source: Source,
+    order: np.ndarray,
+    folder: Path,
+    split: str,
+    image: tuple | None,
+    moments: list[Any] | None = None,
 ) -> list[str]:
-    """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names."""
+    """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names.
+    `moments` ([0, 0.0, 0.0] in float64) gathers the vectors' count, mean and sum of squared
+    deviations as they are written (Welford's: one pass, no example held)."""
     names: list[str] = []
     writer = None
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
+        if moments is not None:  # the width is the vectors' own (a reader may not say it)
+            moments[0] += 1
+            delta = x - moments[1]
+            moments[1] = moments[1] + delta / moments[0]
+            moments[2] = moments[2] + delta * (x - moments[1])
         record = serialize(x, source.labels[i], source.ids(int(i)) if source.ids else str(i))
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
@@ -260,6 +272,8 @@ def write_processed(
                 "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
                 "(example: --set data.image_size=[64,64] --set data.image_channels=3)"
             )
+    # Vectors: the training split's feature mean and variance, which the model standardises with.
+    moments = [0, np.float64(0), np.float64(0)] if source.kind == "vector" else None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".prepare-partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -270,7 +284,8 @@ def write_processed(
         for n, split in enumerate(SPLITS):
             # A seeded random order: classes mixed within and across shards.
             order = np.random.default_rng([params.seed, n]).permutation(idx[split])
-            shards[split] = write_shards(source, order, tmp, split, image)
+            gather = moments if split == "train" else None
+            shards[split] = write_shards(source, order, tmp, split, image, gather)
         if source.kind == "text":  # from the training split only
             vocabulary = write_text_vocabulary(tmp, shards["train"], cfg.max_tokens)
         for p in tmp.iterdir():
@@ -279,11 +294,10 @@ def write_processed(
         shutil.rmtree(tmp, ignore_errors=True)
     task = task_class(source.task)(names=list(source.names))
     labels = np.asarray(source.labels)
-    # Vectors: the training split's feature mean and variance, which the model standardises with.
     stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
-    if source.kind == "vector":
-        train = np.stack([_vector(source, int(i)) for i in idx["train"]]).astype(np.float64)
-        stats.update(feature_mean=train.mean(0).tolist(), feature_var=train.var(0).tolist())
+    if moments is not None:
+        count, mean, squares = moments
+        stats.update(feature_mean=mean.tolist(), feature_var=(squares / count).tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
     # Vectors flat, as the shards hold them (a reader's nested lists row by row): one CSV column
@@ -292,7 +306,7 @@ def write_processed(
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else flat)
     names = list(source.feature_names)
     if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns
-        names = [f"x{i}" for i in range(int(np.prod(shape)))]
+        names = [f"x{i}" for i in range(flat[0])]
     spec = DataSpec(
         kind=source.kind,
         task=source.task,

@@ -54,7 +54,7 @@ def _listing(src: Path) -> tuple[list[tuple[Path, str]], list[str]]:
         )
     files: list[tuple[Path, str]] = []
     folders: list[str] = []
-    for top, subfolders, names in os.walk(src, onerror=_unlisted):
+    for top, subfolders, names in os.walk(src, onerror=locations.unlisted):
         subfolders[:] = sorted(name for name in subfolders if not locations.hidden(name))
         rel = Path(top).relative_to(src)
         folders += [(rel / name).as_posix() for name in subfolders]
@@ -62,11 +62,6 @@ def _listing(src: Path) -> tuple[list[tuple[Path, str]], list[str]]:
             if not locations.hidden(name) and Path(top, name).is_file():
                 files.append((Path(top, name), (rel / name).as_posix()))
     return sorted(files), folders
-
-
-def _unlisted(exc: OSError) -> None:
-    """os.walk's error: a folder Drive could not list is not an empty one."""
-    raise exc
 
 
 def _partial_name(dest: Path, st: os.stat_result) -> Path:

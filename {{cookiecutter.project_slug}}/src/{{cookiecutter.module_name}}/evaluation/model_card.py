@@ -236,15 +236,16 @@ def param_changes(run_params: dict[str, Any], params: Params) -> list[list[Any]]
 
 def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
     """What was scored, the test metrics overall, then per class or label."""
-    overall = [[key.removeprefix("test_"), f"{v:.4g}"] for key, v in evaluation.metrics.items()]
+    overall = [[key.removeprefix("test_"), v] for key, v in evaluation.metrics.items()]
     text = (
         f"## Test metrics\n\nOn {scored_on} (the headline ones in `results/metrics/evaluate.json`, "
         "the plots' data in `results/plots/`; `test_loss` unweighted, whatever the class weights; "
         "each example's prediction in `results/predictions/test.csv`):\n\n"
-        + table(overall, ["metric", "value"])
+        + table(overall, ["metric", "value"], ".4f")  # as `evaluate` prints them
     )
     if evaluation.table is not None:
-        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + table(evaluation.table)
+        per = table(evaluation.table, digits=".4f")
+        text += f"\n\nPer {evaluation.table.columns[0]}:\n\n" + per
     return text
 
 
@@ -310,8 +311,10 @@ def _export_text(entry: dict[str, Any]) -> str:
 
 def table(rows: Any, header: list[str] | tuple[str, ...] = ("", ""), digits: str = ".4g") -> str:
     """A Markdown table of rows ([name, value] without a header) or a DataFrame: floats to
-    `digits`, text as it is (an id `007` stays), `|` escaped."""
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header)
+    `digits`, an int and text as they are (an id `007` stays), `|` escaped."""
+    frame = (
+        rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=header, dtype=object)
+    )
 
     def cell(value: Any) -> Any:
         if isinstance(value, float):
@@ -326,8 +329,9 @@ def _shown(name: str) -> str:
     return f"`{name}`" if Path(name).is_absolute() else f"`results/{name}`"
 
 
-def number_text(value: float | None, spec: str = ".4g") -> str:
-    """A number of the JSON files as shown: null (JSON has no NaN; a diverged run's) as nan."""
+def number_text(value: float | None, spec: str = ".4f") -> str:
+    """A number of the JSON files as shown (a metric as the commands print it: 4 decimals): null
+    (JSON has no NaN; a diverged run's) as nan."""
     return format(math.nan if value is None else value, spec)
 
 

@@ -204,7 +204,7 @@ def evaluation_summary(project_dir: Path, task_type: str) -> str:
     test = read_json(_written(project_dir, TEST_METRICS))
     scored_on = describe(load_spec(Path(project_dir) / PROCESSED), "test")
     scores = ", ".join(
-        f"{k.removeprefix('test_')} {number_text(v, '.4f')}"
+        f"{k.removeprefix('test_')} {number_text(v)}"
         for k, v in test.items()
         if k != "test_examples"
     )
