@@ -113,8 +113,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list
         if sweep.lease is not None and sweep.lease.lost:  # `sweep --take-over` elsewhere
             print(f"Stopped: {sweep.lease.lost}.", flush=True)
             return EXIT_LEASE_LOST
-        if sweep.lease is None:  # a database: a worker whose heartbeat stopped is gone
-            optuna.storages.fail_stale_trials(sweep.study)
+        optuna.storages.fail_stale_trials(sweep.study)  # a database's worker that stopped beating
         trials = sweep.study.get_trials(deepcopy=False)
         retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
         done = [t for t in trials if t.state.is_finished() and t.number not in retried]
