@@ -16,7 +16,6 @@ from typing import Any
 
 import keras
 import optuna
-import sqlalchemy
 import tensorflow as tf
 from optuna.trial import TrialState
 
@@ -235,7 +234,7 @@ def _failed(sweep: Sweep, trial: optuna.Trial, line: str, why: str) -> int:
 def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
     """Optuna's heartbeat of a database trial until `stop`: a worker that dies goes quiet."""
     while not stop.is_set():
-        with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):  # a blip: the next beat
+        with contextlib.suppress(optuna.exceptions.StorageInternalError):  # a blip: the next beat
             sweep.storage.record_heartbeat(trial_id)
         stop.wait(HEARTBEAT_S)
 
