@@ -24,10 +24,12 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+import sqlalchemy
 from conftest import cli, cli_env, copy_checkout, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.sweep_study import (
     database_storage,
@@ -233,6 +235,38 @@ def test_the_password_from_colab_secrets(monkeypatch) -> None:
     monkeypatch.delenv("SWEEP_STORAGE_PASSWORD")
     secrets.clear()
     assert storage_password() is None  # libpq then reads ~/.pgpass
+
+
+def test_a_connection_the_server_ends_costs_a_beat_not_the_heartbeat(database: str) -> None:
+    """The server ends a worker's connection (a restart, an idle timeout): that beat fails, as
+    Optuna's StorageInternalError, and the heartbeat goes on; the next beat connects again."""
+    storage = database_storage(database)
+    with quiet_optuna():
+        trial_id = optuna.create_study(storage=storage).ask()._trial_id
+    storage.record_heartbeat(trial_id)  # the worker's connection, kept in the pool
+    admin = sqlalchemy.create_engine(database_url(database).set(password=PASSWORD))
+    with admin.connect() as connection:
+        ended = connection.execute(
+            sqlalchemy.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar()
+    admin.dispose()
+    stop, failed = threading.Event(), []
+
+    def last_beat(trial_id: int) -> None:
+        stop.set()  # the heartbeat ends after this beat
+        try:
+            storage.record_heartbeat(trial_id)
+        except Exception as exc:
+            failed.append(exc)
+            raise
+
+    beating = types.SimpleNamespace(storage=types.SimpleNamespace(record_heartbeat=last_beat))
+    sweep_module._beat(beating, trial_id, stop)
+    assert ended and failed, "the connection was not ended"
+    storage.record_heartbeat(trial_id)
 
 
 def test_a_postgresql_url_gets_a_driver_that_installs_from_a_wheel() -> None:

@@ -46,7 +46,6 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
         "studySpec": study,
         "maxTrialCount": sweep.n_trials,
         "parallelTrialCount": params.vertex.parallel_trials,
-        "maxFailedTrialCount": 0,  # 0: Vertex AI decides
         "trialJobSpec": trial_job,
     }
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import keras
 import optuna
-import sqlalchemy
 import tensorflow as tf
 from optuna.trial import TrialState
 
@@ -113,8 +112,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list
         if sweep.lease is not None and sweep.lease.lost:  # `sweep --take-over` elsewhere
             print(f"Stopped: {sweep.lease.lost}.", flush=True)
             return EXIT_LEASE_LOST
-        if sweep.lease is None:  # a database: a worker whose heartbeat stopped is gone
-            optuna.storages.fail_stale_trials(sweep.study)
+        optuna.storages.fail_stale_trials(sweep.study)  # a database's worker that stopped beating
         trials = sweep.study.get_trials(deepcopy=False)
         retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
         done = [t for t in trials if t.state.is_finished() and t.number not in retried]
@@ -236,7 +234,7 @@ def _failed(sweep: Sweep, trial: optuna.Trial, line: str, why: str) -> int:
 def _beat(sweep: Sweep, trial_id: int, stop: threading.Event) -> None:
     """Optuna's heartbeat of a database trial until `stop`: a worker that dies goes quiet."""
     while not stop.is_set():
-        with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):  # a blip: the next beat
+        with contextlib.suppress(optuna.exceptions.StorageInternalError):  # a blip: the next beat
             sweep.storage.record_heartbeat(trial_id)
         stop.wait(HEARTBEAT_S)
 
