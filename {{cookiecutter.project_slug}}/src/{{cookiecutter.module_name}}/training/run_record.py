@@ -137,10 +137,12 @@ def list_runs(project_dir: Path) -> list[dict[str, Any]]:
     return list(read_runs(runs_dir(project_dir)))
 
 
-def is_recorded(project_dir: Path, facts: dict[str, Any]) -> bool:
-    """True when a run record holds a session that ended as `facts` say (run, status, weights)."""
+def is_recorded(project_dir: Path, facts: dict[str, Any], artifacts: list[Path]) -> bool:
+    """True when a run record holds a session that ended as `facts` say (run, status, weights)
+    and wrote `artifacts` as they are now, byte for byte."""
     keys = ("run_name", "status", "weights_sha256")
-    runs = (run.get("facts") or {} for run in list_runs(project_dir))
+    now = [artifact_entry(project_dir, path) for path in artifacts]
+    runs = (run.get("facts") or {} for run in list_runs(project_dir) if run["artifacts"] == now)
     return any(all(found.get(key) == facts[key] for key in keys) for found in runs)
 
 
@@ -171,17 +173,16 @@ def find_run(
     results: Path, artifact: str = TRAIN_METRICS, elsewhere: tuple[Path, ...] = ()
 ) -> dict[str, Any] | None:
     """The newest run record in `<results>/runs/`, then in `elsewhere`, that wrote
-    `<results>/<artifact>` as it is now (by its sha256), else train.json as it is now (a run
-    already complete saves its model again, in new bytes, and writes no record), or None."""
-    for file in (Path(results) / artifact, Path(results) / TRAIN_METRICS):
-        if not file.is_file():
-            continue
-        digest = file_sha256(file)
-        for folder in (Path(results) / "runs", *elsewhere):
-            for record in read_runs(folder, newest_first=True):
-                for entry in record.get("artifacts", []):
-                    if entry.get("sha256") == digest and entry["path"].endswith(file.name):
-                        return record
+    `<results>/<artifact>` as it is now (by its sha256), or None."""
+    file = Path(results) / artifact
+    if not file.is_file():
+        return None
+    digest = file_sha256(file)
+    for folder in (Path(results) / "runs", *elsewhere):
+        for record in read_runs(folder, newest_first=True):
+            for entry in record.get("artifacts", []):
+                if entry.get("sha256") == digest and entry["path"].endswith(file.name):
+                    return record
     return None
 
 
