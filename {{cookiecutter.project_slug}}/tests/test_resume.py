@@ -27,7 +27,7 @@ from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     list_checkpoints,
 )
-from {{ cookiecutter.module_name }}.training.run_record import list_runs, runs_dir
+from {{ cookiecutter.module_name }}.training.run_record import find_run, list_runs, runs_dir
 from {{ cookiecutter.module_name }}.training.trainer import train
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -148,16 +148,28 @@ def test_fresh_starts_over_and_a_finished_run_just_writes_results(
     tiny_project: Path, capsys
 ) -> None:
     params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=f"])
+    model = tiny_project / "results/models/model.keras"
     first = train(params, tiny_project)
+    saved = model.read_bytes()
     capsys.readouterr()
     again = train(params, tiny_project)
     out = capsys.readouterr().out
     assert "already complete" in out and "--fresh" not in out
+    assert model.read_bytes() == saved  # as its record names it (Keras saves new bytes each time)
     assert again.facts["weights_sha256"] == first.facts["weights_sha256"]
     assert again.metrics["history"] == first.metrics["history"]  # nothing trained again
     # A session that trained no step adds no record (nor tracker run) to the run's own, unless
     # that one is missing (it could not be written, a full disk): then the same command writes it.
     assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]
+    # Results not there as a record names them (`dvc repro` deletes a stage's outputs first) are
+    # written again, with a record of the session that wrote them; the model card's run is still
+    # the session that trained it, not that one (resumes 1, a few seconds).
+    model.unlink()
+    model.with_name("model.json").unlink()
+    train(params, tiny_project)
+    trained, rewrote = list_runs(tiny_project)
+    assert rewrote["facts"]["started_at_step"] == rewrote["metrics"]["steps"]
+    assert find_run(tiny_project / "results", "models/model.keras") == trained
     shutil.rmtree(runs_dir(tiny_project))
     train(params, tiny_project)
     assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]

@@ -137,10 +137,12 @@ def list_runs(project_dir: Path) -> list[dict[str, Any]]:
     return list(read_runs(runs_dir(project_dir)))
 
 
-def is_recorded(project_dir: Path, facts: dict[str, Any]) -> bool:
-    """True when a run record holds a session that ended as `facts` say (run, status, weights)."""
+def is_recorded(project_dir: Path, facts: dict[str, Any], artifacts: list[Path]) -> bool:
+    """True when a run record holds a session that ended as `facts` say (run, status, weights)
+    and wrote `artifacts` as they are now, byte for byte."""
     keys = ("run_name", "status", "weights_sha256")
-    runs = (run.get("facts") or {} for run in list_runs(project_dir))
+    now = [artifact_entry(project_dir, path) for path in artifacts]
+    runs = (run.get("facts") or {} for run in list_runs(project_dir) if run["artifacts"] == now)
     return any(all(found.get(key) == facts[key] for key in keys) for found in runs)
 
 
@@ -171,18 +173,30 @@ def find_run(
     results: Path, artifact: str = TRAIN_METRICS, elsewhere: tuple[Path, ...] = ()
 ) -> dict[str, Any] | None:
     """The newest run record in `<results>/runs/`, then in `elsewhere`, that wrote
-    `<results>/<artifact>` as it is now (by its sha256), else train.json as it is now (a run
-    already complete saves its model again, in new bytes, and writes no record), or None."""
-    for file in (Path(results) / artifact, Path(results) / TRAIN_METRICS):
-        if not file.is_file():
-            continue
-        digest = file_sha256(file)
-        for folder in (Path(results) / "runs", *elsewhere):
-            for record in read_runs(folder, newest_first=True):
-                for entry in record.get("artifacts", []):
-                    if entry.get("sha256") == digest and entry["path"].endswith(file.name):
-                        return record
+    `<results>/<artifact>` as it is now (by its sha256), or None. When that session trained no
+    step (it wrote a complete run's results again, as after `dvc repro`), the newest record in
+    its folder of the session that trained those weights (same run_name, status, weights)."""
+    file = Path(results) / artifact
+    if not file.is_file():
+        return None
+    digest = file_sha256(file)
+    for folder in (Path(results) / "runs", *elsewhere):
+        records = list(read_runs(folder, newest_first=True))
+        for record in records:
+            for entry in record.get("artifacts", []):
+                if entry.get("sha256") == digest and entry["path"].endswith(file.name):
+                    return next((r for r in records if _trained(r, record)), record)
     return None
+
+
+def _trained(record: dict[str, Any], rewrote: dict[str, Any]) -> bool:
+    """True when `record`'s session trained a step and ended as `rewrote`'s, which trained none
+    (else `rewrote` is its own run's record)."""
+    keys = ("run_name", "status", "weights_sha256")
+    facts, theirs = record.get("facts") or {}, rewrote.get("facts") or {}
+    idle = theirs.get("started_at_step") == rewrote["metrics"].get("steps")
+    trained = facts.get("started_at_step") != record["metrics"].get("steps")
+    return idle and trained and all(facts.get(key) == theirs.get(key) for key in keys)
 
 
 def record_run(

@@ -30,7 +30,7 @@ from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
 from ..core.progress import hushed, progress_bar, say
-from ..core.storage import RunPaths, run_paths, storage_root
+from ..core.storage import SIDECAR_FILE, RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
 from ..data.pipeline import Prepared
@@ -68,6 +68,7 @@ class TrainResult:
     metrics: dict[str, Any] = field(default_factory=dict)  # every number (train.json: a few)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
     facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
+    kept: bool = False  # trained no step; its results were left as a run record names them
 
 
 @dataclass
@@ -178,15 +179,14 @@ def train(
             _restore(run, fresh)
             with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
                 reason = _train_loop(run, stopper)
-            result = _result(run, reason, stopper.exit_code, resume_command)
+            result = _result(run, reason, stopper.exit_code, resume_command, project_dir)
         finally:
             if lease is not None:
                 lease.release()
             paths.cleanup()
-    # results/runs/<run_id>/manifest.json and the tracker's run; none for a session that trained
-    # no step (a run already complete) when a record holds the run as it is: that one stays its own
-    idle = result.step == result.facts["started_at_step"]
-    if info.is_chief and not (idle and is_recorded(project_dir, result.facts)):
+    # results/runs/<run_id>/manifest.json and the tracker's run, unless the results are left as
+    # the record of the session that wrote them says: that record stays the run's
+    if info.is_chief and not result.kept:
         with hushed(not hooks.say_epochs):  # a sweep's trial: its line
             record_run(params, project_dir, paths, result, started_at, resume_command)
     return result
@@ -260,7 +260,9 @@ def open_data(params: Params, project_dir: Path, prepared: bool, tmp: Path) -> P
     return Prepared(bundled_digits(tmp, params), tmp)
 
 
-def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> TrainResult:
+def _result(
+    run: Run, reason: str, exit_code: int, resume_command: str, project_dir: Path
+) -> TrainResult:
     """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
     digest = weights_digest(run.parts.model)  # the last step's: equal digests, bit-identical runs
     if reason:
@@ -272,7 +274,6 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
             f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}"
         )
-    metrics = _finish(run, digest) if not reason else {}
     status, task = "stopped" if reason else "completed", run.parts.task
     # The class (multilabel: positive) weights the loss used, by name; None when unweighted.
     weights = [round(w, 6) for w in task.class_weights]
@@ -294,7 +295,14 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
         "resumes": run.state.resumes,
         "started_at_step": run.started_at_step,
     }
-    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
+    # A session that trained no step leaves the run's results as a record names them: Keras never
+    # saves a model in the same bytes twice, and find_run (the model card) and DVC know these.
+    idle = run.state.step == run.started_at_step
+    files = [run.paths.model_file, run.paths.metrics_file]
+    sidecar = run.paths.model_file.with_name(Path(SIDECAR_FILE).name)  # beside them, unrecorded
+    kept = idle and sidecar.is_file() and is_recorded(project_dir, facts, files)
+    metrics = _finish(run, digest, write=not kept) if not reason else {}
+    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts, kept)
 
 
 def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
@@ -508,7 +516,8 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
     """Chunks of steps until the end, a stop or early stopping; the stop reason ('' if none)."""
     cfg, plan, info, state = run.params.train, run.plan, run.info, run.state
     strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
-    curves = Curves(run.paths.tensorboard, info.is_chief, state.step)
+    trains = state.step < plan.total and not run.stopped_early  # a run already complete: no file
+    curves = Curves(run.paths.tensorboard, info.is_chief and trains, state.step)
     bar = progress_bar(plan.total, initial=state.step, unit="step", disable=not info.is_chief)
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
     reason, chunk, tuned = "", None, False
@@ -608,16 +617,16 @@ def diverged(state: RunState) -> bool:
     return bool(state.history) and not math.isfinite(state.history[-1]["val_loss"])
 
 
-def _finish(run: Run, digest: str) -> dict[str, Any]:
-    """The best weights into the model, final validation, results/models and train.json; returns
-    every number of the run (its record's)."""
+def _finish(run: Run, digest: str, write: bool) -> dict[str, Any]:
+    """The best weights into the model, final validation, results/models and train.json (unless
+    not `write`); returns every number of the run (its record's)."""
     plan, info, params, state, model = run.plan, run.info, run.params, run.state, run.parts.model
     speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
     if state.step == run.started_at_step:
+        results = "writing its results" if write else "its results are there already"
         say(
-            f"Run '{params.run_name}' is already complete ({state.step} steps); writing its "
-            "results. Raise train.epochs to train it further, or set another run_name to "
-            "train a new run."
+            f"Run '{params.run_name}' is already complete ({state.step} steps); {results}. Raise "
+            "train.epochs to train it further, or set another run_name to train a new run."
         )
     if state.early.best_step >= 0:
         run.best.put_back()  # the saved model is the best one (train.monitor)
@@ -641,9 +650,10 @@ def _finish(run: Run, digest: str) -> dict[str, Any]:
     # keeps every number.
     compared = run.parts.task.compared(final, "val", "val_loss", params.train.monitor)
     numbers = {**compared, "history": state.history}
-    write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
-    if info.is_chief:
-        _say(run, f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
+    if write:
+        write_results(users, numbers, run.paths.model_file, run.paths.metrics_file, sidecar)
+        if info.is_chief:
+            _say(run, f"Saved {run.paths.model_file} and {run.paths.metrics_file}")
     monitor = params.train.monitor
     shown = f"{monitor} {final.get(monitor, float('nan')):.4f} (best, step {state.early.best_step})"
     if monitor != "val_loss":  # val_loss is said too, once
