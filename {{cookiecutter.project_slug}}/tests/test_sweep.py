@@ -531,6 +531,29 @@ def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning
 
 
 @pytest.mark.slow
+def test_a_later_trial_says_its_own_warnings(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Train's first lines are said once, with the first trial, but a note its own values cause
+    is said for the trial it holds for, a later one too (train.mixed_precision on the CPU: here
+    trial 1)."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    space = "sweep.space={train.mixed_precision: {choices: [false, true]}}"
+    grid = ["sweep.sampler=grid", space, "sweep.n_trials=2", "seed=1", "train.epochs=1", *SMALL]
+    args = ["--params", str(project / "params.yaml"), *sets(grid)]
+    assert main(["prepare", *args]) == 0
+    assert main(["sweep", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said, start = [], 0  # each trial's values, and whether the note is among its lines
+    for end in (n for n, line in enumerate(lines) if line.startswith("Trial ")):
+        note = any(line.startswith("Note: train.mixed_precision") for line in lines[start:end])
+        said.append((lines[end].split(": ")[1].split(" -> ")[0], note))
+        start = end
+    want = [("train.mixed_precision=false", False), ("train.mixed_precision=true", True)]
+    assert said == want, lines
+    assert sum(line.startswith(("Seed 1 ", "Global batch", "Preflight:")) for line in lines) == 5
+
+
+@pytest.mark.slow
 def test_a_second_session_on_the_sweep_is_refused_naming_the_holder(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

@@ -29,7 +29,7 @@ import tensorflow as tf
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
-from ..core.progress import hushed, progress_bar, say
+from ..core.progress import progress_bar, say
 from ..core.storage import RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
@@ -138,13 +138,13 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
-    preamble = hushed(not hooks.say_preamble)  # the lines a sweep says once
+    quiet = not hooks.say_preamble  # a sweep's later trial: its first said these lines
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
-    with preamble:
-        strategy, info = make_strategy(params.distribute)
-        seeded = seed_everything(params.seed, params.repro.deterministic)
-        params, determinism = as_run(params)  # as it runs: its line and its record say the truth
+    strategy, info = make_strategy(params.distribute, quiet=quiet)
+    seeded = seed_everything(params.seed, params.repro.deterministic)
+    params, determinism = as_run(params)  # as it runs: its line and its record say the truth
+    if not quiet:
         say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
@@ -160,8 +160,8 @@ def train(
         paths = run_paths(project_dir, params.run_name, info.is_chief, hooks.results)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
-        with preamble:
-            preflight.before_training(params, info, storage, data.spec if prepared else None)
+        spec = data.spec if prepared else None
+        _say_findings(hooks, preflight.before_training(params, info, storage, spec))
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
         lease = (
@@ -172,9 +172,8 @@ def train(
             if lease is not None:
                 lease.start_heartbeat()
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-            with preamble:
-                plan = make_plan(params, info, data)
-                run = _build(params, strategy, info, data, paths, plan, expected, hooks)
+            plan = make_plan(params, info, data, quiet)
+            run = _build(params, strategy, info, data, paths, plan, expected, hooks)
             _restore(run, fresh)
             with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
                 reason = _train_loop(run, stopper)
@@ -187,8 +186,9 @@ def train(
     # no step (a run already complete) when a record holds the run as it is: that one stays its own
     idle = result.step == result.facts["started_at_step"]
     if info.is_chief and not (idle and is_recorded(project_dir, result.facts)):
-        with hushed(not hooks.say_epochs):  # a sweep's trial: its line
-            record_run(params, project_dir, paths, result, started_at, resume_command)
+        record = record_run(params, project_dir, paths, result, started_at, resume_command)
+        if hooks.say_epochs:  # a sweep's trial: its one line instead
+            say(f"Run record: {record}")
     return result
 
 
@@ -297,8 +297,8 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
     return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
 
 
-def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
-    """Batch, steps, learning rate and precision of the run; printed once."""
+def make_plan(params: Params, info: StrategyInfo, data: Prepared, quiet: bool = False) -> RunPlan:
+    """Batch, steps, learning rate and precision of the run; their line unless `quiet`."""
     cfg = params.train
     global_batch = cfg.batch_size * info.replicas
     lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
@@ -327,14 +327,15 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
         say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    say(
-        f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
-        f"replica{'s' if info.replicas != 1 else ''}; "
-        f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
-        f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
-        f"{per_epoch} steps per epoch, {total} in all; "
-        f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
-    )
+    if not quiet:
+        say(
+            f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
+            f"replica{'s' if info.replicas != 1 else ''}; "
+            f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
+            f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
+            f"{per_epoch} steps per epoch, {total} in all; "
+            f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
+        )
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
 
@@ -406,8 +407,9 @@ def _build(
     held = held or preflight.data_bytes(
         data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
     )
-    preflight.before_first_step(
-        params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
+    variables = [*model.variables, *optimizer.variables]
+    _say_findings(
+        hooks, preflight.before_first_step(params, info, paths.restore_from, variables, held)
     )
     validate = functools.partial(validator.run, validation)
     fp = fingerprint.with_variables(expected, model.variables)
@@ -595,6 +597,14 @@ def _end_epoch(run: Run, curves: Curves) -> None:
         if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
             _say(run, f"Stopped early: {wish or 'another worker asked to'}")
+
+
+def _say_findings(hooks: RunHooks, lines: list[str]) -> None:
+    """Preflight's findings: its warnings and notes always, its 'Preflight: ...' lines (nothing
+    wrong) unless a sweep's later trial (`RunHooks.say_preamble`: its first said them)."""
+    for line in filter(None, lines):
+        if hooks.say_preamble or not line.startswith("Preflight:"):
+            say(line)
 
 
 def _say(run: Run, line: str) -> None:
