@@ -42,7 +42,8 @@ class RunHooks:
     on_epoch: Callable[[dict[str, Any]], str] | None = None
     deadline: float | None = None  # time.monotonic() at which to stop cleanly (resumable)
     # A sweep's trial says train's first lines only when the sweep's first, and no start, epoch
-    # and saving lines (its one line instead); a resume and a warning are said either way.
+    # and saving lines (its one line instead) nor, once it ends, a progress bar; a resume and a
+    # warning are said either way.
     say_preamble: bool = True
     say_epochs: bool = True
 

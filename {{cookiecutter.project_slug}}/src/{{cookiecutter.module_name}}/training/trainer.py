@@ -548,6 +548,8 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
         _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
+    if not run.hooks.say_epochs:  # a sweep's trial leaves no bar; a notebook's widget would stay
+        bar.leave, bar.total = False, bar.n  # (red) if short of its total: a pruned trial's
     bar.close()
     return reason
 
