@@ -172,7 +172,7 @@ def train(
             if lease is not None:
                 lease.start_heartbeat()
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-            plan = make_plan(params, info, data, quiet)
+            plan = make_plan(params, info, data, hooks)
             run = _build(params, strategy, info, data, paths, plan, expected, hooks)
             _restore(run, fresh)
             with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
@@ -297,9 +297,13 @@ def _result(run: Run, reason: str, exit_code: int, resume_command: str) -> Train
     return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts)
 
 
-def make_plan(params: Params, info: StrategyInfo, data: Prepared, quiet: bool = False) -> RunPlan:
-    """Batch, steps, learning rate and precision of the run; their line unless `quiet`."""
+def make_plan(
+    params: Params, info: StrategyInfo, data: Prepared, hooks: RunHooks | None = None
+) -> RunPlan:
+    """Batch, steps, learning rate and precision of the run; their line unless a sweep's later
+    trial, a note on the precision unless said before (`hooks`, as `_say_findings`)."""
     cfg = params.train
+    hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
     lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
     n_train = data.count("train")
@@ -324,10 +328,10 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared, quiet: bool = 
     phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
-        say(f"Note: {notice}")
+        _say_findings(hooks, [f"Note: {notice}"])
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    if not quiet:
+    if hooks.say_preamble:
         say(
             f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
             f"replica{'s' if info.replicas != 1 else ''}; "
@@ -602,10 +606,12 @@ def _end_epoch(run: Run, curves: Curves) -> None:
 
 
 def _say_findings(hooks: RunHooks, lines: list[str]) -> None:
-    """Preflight's findings: its warnings and notes always, its 'Preflight: ...' lines (nothing
-    wrong) unless a sweep's later trial (`RunHooks.say_preamble`: its first said them)."""
+    """Preflight's findings: its warnings and notes unless said before (`RunHooks.said`: a
+    sweep's earlier trial), its 'Preflight: ...' lines (nothing wrong) unless a sweep's later
+    trial (`RunHooks.say_preamble`: its first said them)."""
     for line in filter(None, lines):
-        if hooks.say_preamble or not line.startswith("Preflight:"):
+        if line not in hooks.said and (hooks.say_preamble or not line.startswith("Preflight:")):
+            hooks.said.add(line)
             say(line)
 
 
