@@ -28,8 +28,10 @@ from optuna.trial import TrialState
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
+from {{ cookiecutter.module_name }}.core import progress
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
+from {{ cookiecutter.module_name }}.training import trainer
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.run_record import find_run
 from {{ cookiecutter.module_name }}.training.sweep_results import (
@@ -510,12 +512,14 @@ def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning
     tmp_path: Path, monkeypatch, capsys, caplog
 ) -> None:
     """One line per trial (its values to 4 significant digits, its result), train's preamble
-    once, no epoch lines, the checkpoints deleted said once. Each trial builds its model and
-    training function afresh, on purpose: TensorFlow's warning of excessive retracing, from the
-    sixth trial on, is not shown."""
+    once, a note that holds for every trial once (train.mixed_precision on the CPU), no epoch
+    lines, the checkpoints deleted said once. Each trial builds its model and training function
+    afresh, on purpose: TensorFlow's warning of excessive retracing, from the sixth trial on, is
+    not shown."""
     project = copy_checkout(tmp_path / "project")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
-    many = ["sweep.n_trials=7", "sweep.pruner=none", "train.epochs=1", *SMALL]
+    many = ["sweep.n_trials=7", "sweep.pruner=none", "train.epochs=1", "train.mixed_precision=true"]
+    many += SMALL
     args = ["--params", str(project / "params.yaml"), *sets(many)]
     assert main(["prepare", *args]) == 0
     assert main(["sweep", *args]) == 0
@@ -523,13 +527,50 @@ def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning
     assert "Sweep 'lr-dropout': 7 trials (7 complete)" in out
     lines = out.splitlines()
     trials = [line for line in lines if line.startswith("Trial ")]
-    said = (len(trials), out.count("Seed 42"), out.count("epoch 1/1"), out.count("Checkpoints"))
-    assert said == (7, 1, 0, 1) and len(lines) < 20, out
+    said = [len(trials), out.count("Seed 42"), out.count("epoch 1/1"), out.count("Checkpoints")]
+    said.append(out.count("Note: train.mixed_precision is ignored on CPU"))
+    assert said == [7, 1, 0, 1, 1] and len(lines) <= 20, out
     assert all(re.fullmatch(r"Trial \d \(lr-dropout-\d\): .* -> val_loss \S+", t) for t in trials)
     rates = re.findall(r"train\.learning_rate=(\S+)", out)
     assert rates and all(rate == f"{float(rate):.4g}" for rate in rates), rates
     assert "kept for the 3 best (sweep.keep_best: Drive's quota)" in out
     assert not [r for r in caplog.records if "retracing" in r.getMessage()]  # TensorFlow's logger
+
+
+@pytest.mark.slow
+def test_a_later_trial_says_its_own_warnings_and_no_trial_leaves_a_bar(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Train's first lines are said once, with the first trial, but a note its own values cause
+    is said for the trial it holds for, a later one too (train.mixed_precision on the CPU: here
+    trial 1). Each trial's progress bar goes when the trial ends, a pruned one's too (Colab's
+    widget stays, red, when a bar that should go ends short of its total)."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    bars = []
+
+    def kept_bar(*args, **kwargs):
+        bars.append(progress.progress_bar(*args, **kwargs))
+        return bars[-1]
+
+    monkeypatch.setattr(progress, "bar_kind", lambda: "text")  # a terminal's: it counts steps
+    monkeypatch.setattr(trainer, "progress_bar", kept_bar)
+    monkeypatch.setattr(optuna.trial.Trial, "should_prune", lambda trial: True)  # at epoch 1 of 2
+    space = "sweep.space={train.mixed_precision: {choices: [false, true]}}"
+    grid = ["sweep.sampler=grid", space, "sweep.n_trials=2", "seed=1", "train.epochs=2", *SMALL]
+    args = ["--params", str(project / "params.yaml"), *sets(grid)]
+    assert main(["prepare", *args]) == 0
+    assert main(["sweep", *args]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said, start = [], 0  # each trial's values, and whether the note is among its lines
+    for end in (n for n, line in enumerate(lines) if line.startswith("Trial ")):
+        note = any(line.startswith("Note: train.mixed_precision") for line in lines[start:end])
+        said.append((lines[end].split(": ")[1].split(" -> ")[0], note))
+        start = end
+    want = [("train.mixed_precision=false", False), ("train.mixed_precision=true", True)]
+    assert said == want and "-> pruned: " in lines[start], lines
+    assert sum(line.startswith(("Seed 1 ", "Global batch", "Preflight:")) for line in lines) == 5
+    assert [(bar.leave, bar.total - bar.n) for bar in bars] == [(False, 0)] * 2  # none short
 
 
 @pytest.mark.slow

@@ -4,9 +4,7 @@ carriage returns, a widget a line of placeholder text."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import sys
 from typing import Any, TextIO
 
@@ -40,8 +38,3 @@ def say(line: str) -> None:
     """Print `line` now, above any bar (a terminal's bar would otherwise write over it)."""
     tqdm.write(line, file=sys.stdout)
     sys.stdout.flush()
-
-
-def hushed(hush: bool) -> contextlib.AbstractContextManager[Any]:
-    """Lines printed within go nowhere when `hush` (a sweep's later trial: its first said them)."""
-    return contextlib.redirect_stdout(io.StringIO()) if hush else contextlib.nullcontext()

@@ -114,21 +114,21 @@ def class_balance_finding(params: Params, spec: DataSpec) -> str:
 
 def before_training(
     params: Params, info: StrategyInfo, storage: Path, spec: DataSpec | None = None
-) -> None:
-    """The checks that need no model (`spec` None: the bundled digits, split by `train`)."""
+) -> list[str]:
+    """The checks that need no model (`spec` None: the bundled digits, split by `train`); the
+    findings for the chief to say."""
     check_storage_root(storage)
     lines = [check_accelerator(params, info)]
     if spec is not None:
         lines.append(class_balance_finding(params, spec))
-    if info.is_chief:
-        for line in filter(None, lines):
-            print(line, flush=True)
+    return lines if info.is_chief else []
 
 
 def before_first_step(
     params: Params, info: StrategyInfo, checkpoints: Path, variables: Iterable[Any], held_bytes: int
-) -> None:
-    """The checks that need the built model and the data (warnings only)."""
-    if info.is_chief:
-        space = space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints)
-        print(space, memory_finding(held_bytes), sep="\n", flush=True)
+) -> list[str]:
+    """The checks that need the built model and the data (warnings only); the chief's findings."""
+    if not info.is_chief:
+        return []
+    space = space_finding(checkpoints, variable_bytes(variables), params.train.keep_checkpoints)
+    return [space, memory_finding(held_bytes)]

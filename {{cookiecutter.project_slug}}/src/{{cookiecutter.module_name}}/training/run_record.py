@@ -208,7 +208,7 @@ def record_run(
     command: str = "",
 ) -> Path:
     """Write a finished run's record (`paths`: RunPaths, `result`: TrainResult), then send it to
-    the tracker."""
+    the tracker; returns the record's path (train says it)."""
     flat_params = params.to_dict()
     run_id = new_run_id(params.run_name, started_at)
     tracker = Tracker(project_dir, params.run_name, run_id)
@@ -238,7 +238,6 @@ def record_run(
             f"({exc.strerror or exc}); the run is kept in its checkpoints: free some space and "
             "run the same train command again to write it"
         ) from None
-    print(f"Run record: {manifest}", flush=True)
     tracker.log_params(flat_params)
     for epoch in metrics.get("history") or []:
         tracker.log_metrics(epoch, step=int(epoch.get("step", 0)))

@@ -109,8 +109,11 @@ def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]
     return policy or "float32", None
 
 
-def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[object, StrategyInfo]:
-    """Choose a plan for `hw` (None: detect it), configure the devices, build the strategy."""
+def make_strategy(
+    cfg: DistributeConfig, hw: Hardware | None = None, quiet: bool = False
+) -> tuple[object, StrategyInfo]:
+    """Choose a plan for `hw` (None: detect it), configure the devices, build the strategy; its
+    line unless `quiet`, its notes and warnings always."""
     import tensorflow as tf
 
     hw = hw or detect_hardware()
@@ -140,13 +143,14 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
     name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
     info = StrategyInfo(_NAMES.get(name, name), replicas, device, *cluster_role(strategy))
     where = f"{info.workers} workers, " if info.workers > 1 else ""
-    print(
-        f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
-        f"{'set' if hw.tf_config else 'not set'} -> {info.name} on {device}: {where}"
-        f"{info.replicas} replica{'s' if info.replicas != 1 else ''} "
-        f"(distribute.strategy={cfg.strategy})",
-        flush=True,
-    )
+    if not quiet:
+        print(
+            f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
+            f"{'set' if hw.tf_config else 'not set'} -> {info.name} on {device}: {where}"
+            f"{info.replicas} replica{'s' if info.replicas != 1 else ''} "
+            f"(distribute.strategy={cfg.strategy})",
+            flush=True,
+        )
     return strategy, info
 
 

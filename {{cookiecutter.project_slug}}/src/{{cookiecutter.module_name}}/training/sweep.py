@@ -192,7 +192,9 @@ def run_trial(
 
     again = sweep.command()
     results = sweep.results / run.rsplit("-", 1)[1]
-    hooks = RunHooks(results, on_epoch, deadline, say_preamble=preamble, say_epochs=False)
+    hooks = RunHooks(
+        results, on_epoch, deadline, say_preamble=preamble, say_epochs=False, said=sweep.said
+    )
     try:
         params = sweep.trial_params(values, run, sweep.overrides)
         result = train(

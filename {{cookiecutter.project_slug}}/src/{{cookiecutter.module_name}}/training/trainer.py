@@ -29,7 +29,7 @@ import tensorflow as tf
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
 from ..core.environment import utc_now
-from ..core.progress import hushed, progress_bar, say
+from ..core.progress import progress_bar, say
 from ..core.storage import SIDECAR_FILE, RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
 from ..data.feed import make_feed, resident_bytes
@@ -139,13 +139,13 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
-    preamble = hushed(not hooks.say_preamble)  # the lines a sweep says once
+    quiet = not hooks.say_preamble  # a sweep's later trial: its first said these lines
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
-    with preamble:
-        strategy, info = make_strategy(params.distribute)
-        seeded = seed_everything(params.seed, params.repro.deterministic)
-        params, determinism = as_run(params)  # as it runs: its line and its record say the truth
+    strategy, info = make_strategy(params.distribute, quiet=quiet)
+    seeded = seed_everything(params.seed, params.repro.deterministic)
+    params, determinism = as_run(params)  # as it runs: its line and its record say the truth
+    if not quiet:
         say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
@@ -161,8 +161,8 @@ def train(
         paths = run_paths(project_dir, params.run_name, info.is_chief, hooks.results)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
-        with preamble:
-            preflight.before_training(params, info, storage, data.spec if prepared else None)
+        spec = data.spec if prepared else None
+        _say_findings(hooks, preflight.before_training(params, info, storage, spec))
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
         lease = (
@@ -173,9 +173,8 @@ def train(
             if lease is not None:
                 lease.start_heartbeat()
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
-            with preamble:
-                plan = make_plan(params, info, data)
-                run = _build(params, strategy, info, data, paths, plan, expected, hooks)
+            plan = make_plan(params, info, data, hooks)
+            run = _build(params, strategy, info, data, paths, plan, expected, hooks)
             _restore(run, fresh)
             with Stopper(params.train.time_budget_minutes, lease, run.hooks.deadline) as stopper:
                 reason = _train_loop(run, stopper)
@@ -187,8 +186,9 @@ def train(
     # results/runs/<run_id>/manifest.json and the tracker's run, unless the results are left as
     # the record of the session that wrote them says: that record stays the run's
     if info.is_chief and not result.kept:
-        with hushed(not hooks.say_epochs):  # a sweep's trial: its line
-            record_run(params, project_dir, paths, result, started_at, resume_command)
+        record = record_run(params, project_dir, paths, result, started_at, resume_command)
+        if hooks.say_epochs:  # a sweep's trial: its one line instead
+            say(f"Run record: {record}")
     return result
 
 
@@ -305,9 +305,13 @@ def _result(
     return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts, kept)
 
 
-def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
-    """Batch, steps, learning rate and precision of the run; printed once."""
+def make_plan(
+    params: Params, info: StrategyInfo, data: Prepared, hooks: RunHooks | None = None
+) -> RunPlan:
+    """Batch, steps, learning rate and precision of the run; their line unless a sweep's later
+    trial, a note on the precision unless said before (`hooks`, as `_say_findings`)."""
     cfg = params.train
+    hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
     lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
     n_train = data.count("train")
@@ -332,17 +336,18 @@ def make_plan(params: Params, info: StrategyInfo, data: Prepared) -> RunPlan:
     phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
-        say(f"Note: {notice}")
+        _say_findings(hooks, [f"Note: {notice}"])
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    say(
-        f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
-        f"replica{'s' if info.replicas != 1 else ''}; "
-        f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
-        f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
-        f"{per_epoch} steps per epoch, {total} in all; "
-        f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
-    )
+    if hooks.say_preamble:
+        say(
+            f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
+            f"replica{'s' if info.replicas != 1 else ''}; "
+            f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
+            f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
+            f"{per_epoch} steps per epoch, {total} in all; "
+            f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
+        )
     return RunPlan(global_batch, per_epoch, total, lr, policy, phase_step)
 
 
@@ -414,8 +419,9 @@ def _build(
     held = held or preflight.data_bytes(
         data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
     )
-    preflight.before_first_step(
-        params, info, paths.restore_from, [*model.variables, *optimizer.variables], held
+    variables = [*model.variables, *optimizer.variables]
+    _say_findings(
+        hooks, preflight.before_first_step(params, info, paths.restore_from, variables, held)
     )
     validate = functools.partial(validator.run, validation)
     fp = fingerprint.with_variables(expected, model.variables)
@@ -555,6 +561,8 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
         _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
+    if not run.hooks.say_epochs:  # a sweep's trial leaves no bar; a notebook's widget would stay
+        bar.leave, bar.total = False, bar.n  # (red) if short of its total: a pruned trial's
     bar.close()
     return reason
 
@@ -604,6 +612,16 @@ def _end_epoch(run: Run, curves: Curves) -> None:
         if agree(run.parts.strategy, bool(wish), run.info.workers) and not last:
             run.stopped_early = True
             _say(run, f"Stopped early: {wish or 'another worker asked to'}")
+
+
+def _say_findings(hooks: RunHooks, lines: list[str]) -> None:
+    """Preflight's findings: its warnings and notes unless said before (`RunHooks.said`: a
+    sweep's earlier trial), its 'Preflight: ...' lines (nothing wrong) unless a sweep's later
+    trial (`RunHooks.say_preamble`: its first said them)."""
+    for line in filter(None, lines):
+        if line not in hooks.said and (hooks.say_preamble or not line.startswith("Preflight:")):
+            hooks.said.add(line)
+            say(line)
 
 
 def _say(run: Run, line: str) -> None:
