@@ -194,9 +194,17 @@ def _trained(record: dict[str, Any], rewrote: dict[str, Any]) -> bool:
     (else `rewrote` is its own run's record)."""
     keys = ("run_name", "status", "weights_sha256")
     facts, theirs = record.get("facts") or {}, rewrote.get("facts") or {}
-    idle = theirs.get("started_at_step") == rewrote["metrics"].get("steps")
-    trained = facts.get("started_at_step") != record["metrics"].get("steps")
-    return idle and trained and all(facts.get(key) == theirs.get(key) for key in keys)
+    same = all(facts.get(key) == theirs.get(key) for key in keys)
+    return same and _steps_trained(rewrote) == 0 and (_steps_trained(record) or 0) > 0
+
+
+def _steps_trained(record: dict[str, Any]) -> int | None:
+    """How many steps a record's session trained; None when the record does not say (one a test
+    or an older version wrote)."""
+    facts, metrics = record.get("facts") or {}, record.get("metrics") or {}
+    if "started_at_step" not in facts or "steps" not in metrics:
+        return None
+    return metrics["steps"] - facts["started_at_step"]
 
 
 def record_run(
