@@ -182,6 +182,7 @@ def storage_password() -> str | None:
     return None
 
 
+@quiet_optuna()  # the heartbeat and its retry are marked experimental
 def database_storage(text: str) -> optuna.storages.RDBStorage:
     """The database of `sweep.storage`, its tables made if it is empty. A bad URL, an unreachable
     server or a refused login is one ConfigError line naming sweep.storage."""
