@@ -137,13 +137,16 @@ def list_runs(project_dir: Path) -> list[dict[str, Any]]:
     return list(read_runs(runs_dir(project_dir)))
 
 
+# The facts by which two sessions ended the same run the same way (is_recorded, find_run).
+SAME_SESSION_END = ("run_name", "status", "weights_sha256")
+
+
 def is_recorded(project_dir: Path, facts: dict[str, Any], artifacts: list[Path]) -> bool:
     """True when a run record holds a session that ended as `facts` say (run, status, weights)
     and wrote `artifacts` as they are now, byte for byte."""
-    keys = ("run_name", "status", "weights_sha256")
     now = [artifact_entry(project_dir, path) for path in artifacts]
     runs = (run.get("facts") or {} for run in list_runs(project_dir) if run["artifacts"] == now)
-    return any(all(found.get(key) == facts[key] for key in keys) for found in runs)
+    return any(all(found.get(key) == facts[key] for key in SAME_SESSION_END) for found in runs)
 
 
 def runs_table(runs: list[dict[str, Any]], keys: tuple[str, ...] = ()) -> str:
@@ -192,9 +195,8 @@ def find_run(
 def _trained(record: dict[str, Any], rewrote: dict[str, Any]) -> bool:
     """True when `record`'s session trained a step and ended as `rewrote`'s, which trained none
     (else `rewrote` is its own run's record)."""
-    keys = ("run_name", "status", "weights_sha256")
     facts, theirs = record.get("facts") or {}, rewrote.get("facts") or {}
-    same = all(facts.get(key) == theirs.get(key) for key in keys)
+    same = all(facts.get(key) == theirs.get(key) for key in SAME_SESSION_END)
     return same and _steps_trained(rewrote) == 0 and (_steps_trained(record) or 0) > 0
 
 
