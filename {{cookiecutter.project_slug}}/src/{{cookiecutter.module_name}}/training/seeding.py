@@ -8,10 +8,6 @@ import os
 
 from ..config import Params
 
-# TensorFlow has a public call that turns op determinism on and none that turns it off: once a run
-# turned it on, it stays on in this process (a notebook's kernel) until the process ends.
-_OPS = {"deterministic": False}
-
 
 def seed_everything(seed: int, deterministic: bool) -> list[str]:
     """Seed Python, NumPy, TensorFlow/Keras (and torch if installed); return what was seeded.
@@ -34,22 +30,18 @@ def seed_everything(seed: int, deterministic: bool) -> list[str]:
             print(f"WARNING: could not seed torch: {exc}", flush=True)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-        _OPS["deterministic"] = True
     return seeded
 
 
-def determinism_on() -> bool:
-    """True when TensorFlow's op determinism is on in this process, turned on here or by the
-    user's own code. TensorFlow's flag has no public getter: where a version lacks it, what this
-    module did."""
-    from tensorflow.python.framework import config  # here: TensorFlow is loaded by now
-
-    return _OPS["deterministic"] or getattr(config, "is_op_determinism_enabled", lambda: False)()
-
-
 def as_run(params: Params) -> tuple[Params, str]:
-    """`params` with `repro.deterministic` as this process runs it, and the words that say so."""
-    if not determinism_on():
+    """`params` with `repro.deterministic` as this process runs it, and the words that say so.
+    TensorFlow can turn op determinism on and never off: once on (by a run here, or by the user's
+    own code), it stays on in this process (a notebook's kernel) until the process ends."""
+    # here: TensorFlow is loaded by now. Its flag has no public getter (every TensorFlow that
+    # Keras 3 runs on has this one).
+    from tensorflow.python.framework.config import is_op_determinism_enabled
+
+    if not is_op_determinism_enabled():
         return params, "off"
     if params.repro.deterministic:
         return params, "on"
