@@ -165,13 +165,11 @@ def train(
         _say_findings(hooks, preflight.before_training(params, info, storage, spec))
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
-        lease = (
-            Lease.acquire(paths.checkpoints, params.run_name, take_over) if info.is_chief else None
-        )
+        lease = None
+        if info.is_chief:
+            lease = Lease.acquire(paths.checkpoints, params.run_name, take_over).start_heartbeat()
         started_at = utc_now()
         try:
-            if lease is not None:
-                lease.start_heartbeat()
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
             plan = make_plan(params, info, data, hooks)
             run = _build(params, strategy, info, data, paths, plan, expected, hooks)
