@@ -41,11 +41,6 @@ class ResultsWriteError(RuntimeError):
     """The final model or metrics could not be written; one line for the user."""
 
 
-def is_current(meta: dict[str, Any]) -> bool:
-    """True for a checkpoint's meta.json in this version's format (`FORMAT`)."""
-    return meta.get("format") == FORMAT
-
-
 def keep_it(run_name: str, new_name: str = "") -> str:
     """What every refusal to resume suggests: another run, or the old settings."""
     return (

@@ -41,9 +41,9 @@ from ..optim import build_optimizer
 from ..task import make_task
 from . import fingerprint, preflight
 from .checkpoints import (
+    FORMAT,
     CheckpointMismatch,
     CheckpointStore,
-    is_current,
     keep_it,
     newest_meta,
     write_results,
@@ -214,7 +214,7 @@ def choose_run(
     if meta is None:
         return params
     total = train_examples // expected["global_batch"] * params.train.epochs
-    if not is_current(meta):
+    if meta.get("format") != FORMAT:
         why = ["its checkpoints are of an older version of this project"]
     else:
         why = fingerprint.differences(meta["fingerprint"], expected)
@@ -482,7 +482,7 @@ def _check_meta(run: Run, meta: dict[str, Any]) -> None:
     """Refuse a checkpoint of an older version or of another run; note a resume under other code."""
     name, plan = run.params.run_name, run.plan
     new_name = f"{name}-{fingerprint.digest(run.fingerprint)[:8]}"
-    if not is_current(meta):
+    if meta.get("format") != FORMAT:
         raise CheckpointMismatch(
             f"run '{name}' has checkpoints of an older version of this project, which this one "
             f"cannot resume; they are kept: train under another run_name (example: --set "
