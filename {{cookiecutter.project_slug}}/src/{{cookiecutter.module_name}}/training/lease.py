@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from ..core.files import atomic_write, temp_file
+from ..core.progress import say
 
 LEASE_FILE = "lease.json"
 # Seconds between heartbeats; `PROJECT_LEASE_HEARTBEAT_S` changes it (tests use a fraction).
@@ -82,12 +83,11 @@ def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
     beat = float(doc.get("heartbeat", 0))
     stale_at = beat + STALE_AFTER * interval
-    print(
+    say(
         f"Run '{run_name}' is held by {holder(doc)}, whose last heartbeat was "
         f"{time.time() - beat:.0f} s ago: waiting up to {stale_at - time.time():.0f} s for the "
         f"next one (a live session beats every {interval:g} s); without one its VM is gone and "
         "this session takes the run over.",
-        flush=True,
     )
     poll = min(5.0, max(interval / 10, 0.05))
     while (now := time.time()) <= stale_at:
@@ -145,14 +145,13 @@ class Lease:
                 lease._create()
             else:
                 reason = reason or "its lease file was unreadable"
-                print(f"Taking over run '{run_name}' from {holder(current)}: {reason}.", flush=True)
+                say(f"Taking over run '{run_name}' from {holder(current)}: {reason}.")
                 atomic_write(lease.path, json.dumps(lease.doc, indent=1))
         except OSError as exc:  # a full or unreachable storage: a storage fault, not a refusal
             lease.storage_fault = str(exc)
-            print(
+            say(
                 f"WARNING: lease not written to {lease.path} ({exc.strerror or exc}); storage "
                 "fault, training goes on and each heartbeat tries to write it again",
-                flush=True,
             )
             return lease
         if (read_lease(lease.path) or {}).get("token") != lease.token:  # lost a race
@@ -195,16 +194,15 @@ class Lease:
                 atomic_write(self.path, json.dumps(self.doc, indent=1))
             except OSError as exc:  # ENOSPC, EIO, a dropped FUSE mount: a storage fault
                 if not self.storage_fault:
-                    print(
+                    say(
                         f"WARNING: lease heartbeat not written to {self.path} "
                         f"({exc.strerror or exc}); storage fault, still training, retrying every "
                         f"{self.interval:g} s",
-                        flush=True,
                     )
                 self.storage_fault = str(exc)
                 return
             if self.storage_fault:
-                print(f"Lease heartbeat written again to {self.path}.", flush=True)
+                say(f"Lease heartbeat written again to {self.path}.")
                 self.storage_fault = ""
 
     def start_heartbeat(self) -> Lease:

@@ -15,6 +15,7 @@ import tensorflow as tf
 from .. import registry
 from ..config import COMMAND, Params
 from ..core.environment import utc_now
+from ..core.progress import say
 from ..core.storage import results_root
 from ..data.feed import make_feed, on_replicas
 from ..data.pipeline import Prepared, eval_dataset, for_model
@@ -47,12 +48,11 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
         except Exception as exc:  # a full or dropped disk: the figures are on screen all the same
             if not is_storage_fault(exc):
                 raise
-            print(
+            say(
                 f"WARNING: speed record not written ({first_line(exc)}); free some space and "
                 "run speed again to record these figures",
-                flush=True,
             )
-    print(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}", flush=True)
+    say(f"try: {'; '.join(advice(params, info, data, bottleneck, rates))}")
     print(f"bottleneck={bottleneck} " + " ".join(f"{k}={v:.1f}" for k, v in figures.items()))
     return result
 
@@ -66,10 +66,9 @@ def measure(
     parts = build_parts(params, strategy, info, data, plan)
     shape = "x".join(map(str, data.spec.input_shape))
     phase = " (backbone frozen: the first fine-tune phase)" if plan.phase_step else ""
-    print(
+    say(
         f"speed: {steps} steps per measurement, {data.spec.kind}s {shape}, "
         f"{params.model.architecture}{phase}, steps_per_execution {cfg.steps_per_execution}",
-        flush=True,
     )
 
     def feed() -> Any:  # a new one each time: the input path from its start, as `train` has it
@@ -122,7 +121,7 @@ def measure(
         rates[name] = plan.global_batch * _rate(
             fn, args, steps, cfg.steps_per_execution, plan.per_epoch
         )
-        print(f"{name:9} {label:42} {rates[name]:>12,.0f} examples/s", flush=True)
+        say(f"{name:9} {label:42} {rates[name]:>12,.0f} examples/s")
     return rates
 
 
@@ -215,4 +214,4 @@ def record(
         tracking={"tensorboard": str(logdir)},
         kind="speed",
     )
-    print(f"Speed record: {write_run_record(project_dir, rec)}; TensorBoard: {logdir}", flush=True)
+    say(f"Speed record: {write_run_record(project_dir, rec)}; TensorBoard: {logdir}")
