@@ -99,14 +99,9 @@ class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return keras.ops.where(after, base * self.factor, base)
 
     def get_config(self) -> dict[str, Any]:
-        base = self.base
-        if isinstance(base, keras.optimizers.schedules.LearningRateSchedule):
-            base = keras.optimizers.schedules.serialize(base)
-        return {"base": base, "factor": self.factor, "boundary_step": self.boundary_step}
+        # Keras serializes a `base` schedule in the config itself; only loading needs a hand.
+        return {"base": self.base, "factor": self.factor, "boundary_step": self.boundary_step}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PhasedSchedule:
-        base = config["base"]
-        if isinstance(base, dict):
-            base = keras.optimizers.schedules.deserialize(base)
-        return cls(base, config["factor"], config["boundary_step"])
+        return cls(**{**config, "base": keras.saving.deserialize_keras_object(config["base"])})
