@@ -120,8 +120,7 @@ LOWER_IS_BETTER = (
     "loss",
     "error",
     "mae",
-    "mse",
-    "rmse",
+    "mse",  # rmse too
     "crossentropy",
     "hinge",
     "residual",
