@@ -98,7 +98,8 @@ def hidden(relative: str | os.PathLike[str]) -> bool:
 
 def walk_files(path: str) -> Iterator[str]:
     """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
-    `hidden` ones. A folder that cannot be listed (a dropped Drive's EIO) raises."""
+    `hidden` ones and what is no file to read (a link to nothing, a pipe), as staging copies none.
+    A folder that cannot be listed (a dropped Drive's EIO) raises."""
     if not isdir(path):
         yield path
         return
@@ -108,7 +109,8 @@ def walk_files(path: str) -> Iterator[str]:
         files = fs.find(inner)
     else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
         walked = os.walk(inner, onerror=unlisted, followlinks=True)  # into links, as `find`
-        files = [f"{top}/{name}" for top, _, names in walked for name in names]
+        listed = (f"{top}/{name}" for top, _, names in walked for name in names)
+        files = [f for f in listed if Path(f).is_file()]  # raises EIO, as os.path's does not
     for found in sorted(files):
         relative = found[len(root) :].strip("/")
         if not hidden(relative):
