@@ -62,7 +62,6 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
-    shape = np.shape(inputs[0]) if what == "vector" else ()  # prepare stores vectors flat
     load = {
         "image": inputs.__getitem__,
         "text": lambda i: inputs[i].decode("utf-8"),
@@ -78,7 +77,6 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
         load,
         lambda i: f"tfds {name}: example {i}",
         ids.__getitem__,
-        tuple(shape),
         splits=given,
         feature_names=["text"] if what == "text" else [],
         split_from={s: f"tfds {name} {s}" for s in given or ()},
