@@ -391,6 +391,15 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         "or leave the example out (example: [0.5, 0.5, 0.5])"
     )
     assert load_spec(processed(project)).kind == "image"  # the images prepared before, as they were
+    with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # two numbers of three
+        pixels = tf.train.FloatList(value=[1.0, 0.5])
+        writer.write(_example({"pixels": tf.train.Feature(float_list=pixels),
+                               "label": tf.train.Feature(bytes_list=label)}))  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    assert str(refused.value).startswith(
+        f"{folder}: record 20: 2 numbers, where the first training example has 3; give every"
+    )
     (folder / "part-2.tfrecord").unlink()
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.
