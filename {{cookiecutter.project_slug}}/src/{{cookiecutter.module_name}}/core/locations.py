@@ -49,7 +49,7 @@ def open_binary(path: str) -> IO[bytes]:
     return fs.open(inner, "rb")
 
 
-def _info(path: str) -> dict[str, Any] | None:
+def info(path: str) -> dict[str, Any] | None:
     """What the file system knows of `path`; None only where it says nothing is there. Any other
     error (a dropped Drive's ENOTCONN or EIO) is raised: fsspec's `exists` and `isdir` take it for
     "absent", which would send the user to fix a path that is right."""
@@ -60,15 +60,10 @@ def _info(path: str) -> dict[str, Any] | None:
         return None
 
 
-def exists(path: str) -> bool:
-    """True if there is a file or folder at `path`."""
-    return _info(path) is not None
-
-
 def isdir(path: str) -> bool:
     """True if `path` is a folder (a prefix, for a bucket)."""
-    info = _info(path)
-    return info is not None and info["type"] == "directory"
+    found = info(path)
+    return found is not None and found["type"] == "directory"
 
 
 def join(base: str, *parts: str) -> str:

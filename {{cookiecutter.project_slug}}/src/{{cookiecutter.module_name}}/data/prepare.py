@@ -84,11 +84,12 @@ def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
                     f"data.path: {data.path} {where} {out}, which prepare writes; keep your "
                     "data elsewhere (example: --set data.path=data/external/my.csv)"
                 )
-    if not locations.exists(path):
+    found = locations.info(path)  # one look (a request, on gs://) for both questions
+    if found is None:
         raise ConfigError(
             f"data.path: {data.path} does not exist (example: --set data.path=data/external/my.csv)"
         )
-    folder = locations.isdir(path)
+    folder = found["type"] == "directory"
     if data.split in ("folders", "files"):
         if not folder:
             holding = "train/ (validation/, test/)" if data.split == "folders" else "train.csv"
