@@ -228,6 +228,20 @@ def test_predict_leaves_out_hidden_files_as_prepare_does(tmp_path: Path) -> None
     assert predict(source, tmp_path / "out.csv", project / "results" / "models") == 2
 
 
+def test_predict_passes_over_a_link_to_nothing_as_prepare_does(tmp_path: Path) -> None:
+    """A link whose file is gone (or a pipe) is no image: prepare's staging copies none, and
+    predict scored the others only after a FileNotFoundError traceback on it."""
+    project, _, source = _project(tmp_path, "images")
+    (source / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    os.mkfifo(source / "pipe.png")  # read, it would wait for a writer for ever
+    output = tmp_path / "out.csv"
+    assert predict(source, output, project / "results" / "models") == 2
+    assert [row["id"] for row in csv.DictReader(output.open())] == [
+        str(source / "0.png"),
+        str(source / "1.png"),
+    ]
+
+
 def test_a_subfolder_a_dropped_drive_cannot_list_stops_predict_in_the_remount_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -96,6 +96,9 @@ def test_a_source_registered_as_the_others_are_reads_its_path(tmp_path: Path, mo
     (tmp_path / "rows.txt").write_text("rows\n")
     info = run_prepare(tmp_path, "data.source=rows", f"data.path={tmp_path / 'rows.txt'}")
     assert sum(info["counts"].values()) == 20
+    # No `input_shape` given: the vectors' own width, not (1,) (train failed on it: "Unable to
+    # broadcast tensor of shape [2] to tensor of shape [1,1]").
+    assert load_spec(processed(tmp_path)).input_shape == (2,) and info["input_shape"] == [2]
 
 
 def register_pairs(folder: Path, monkeypatch, x: np.ndarray) -> tuple[str, str]:  # noqa: ANN001
@@ -129,6 +132,22 @@ def test_a_missing_number_in_a_users_source_is_refused_naming_its_example(
     assert str(refused.value) == (
         "pairs.jsonl line 8: nan among its 3 numbers; fill in the missing or infinite values, "
         "or leave the example out (example: [0.5, 0.5, 0.5])"
+    )
+    assert not processed(tmp_path).exists()
+
+
+def test_a_vector_of_another_width_is_refused_naming_its_example(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A line of 2 numbers among lines of 3: the model takes one width; prepare names the line
+    and writes nothing."""
+    x = [np.arange(3, dtype=np.float32) + i for i in range(20)]
+    x[7] = x[7][:2]
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, np.array(x, dtype=object)))
+    assert str(refused.value) == (
+        "pairs.jsonl line 8: 2 numbers, where the first training example has 3; give every "
+        "example as many (example: [0.5, 0.5, 0.5])"
     )
     assert not processed(tmp_path).exists()
 
@@ -372,6 +391,15 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         "or leave the example out (example: [0.5, 0.5, 0.5])"
     )
     assert load_spec(processed(project)).kind == "image"  # the images prepared before, as they were
+    with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # two numbers of three
+        pixels = tf.train.FloatList(value=[1.0, 0.5])
+        writer.write(_example({"pixels": tf.train.Feature(float_list=pixels),
+                               "label": tf.train.Feature(bytes_list=label)}))  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    assert str(refused.value).startswith(
+        f"{folder}: record 20: 2 numbers, where the first training example has 3; give every"
+    )
     (folder / "part-2.tfrecord").unlink()
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.

@@ -53,7 +53,7 @@ class Source:
     # i -> example i's id in its source (a file relative to data.path, a row number as `predict`
     # numbers rows): kept in the shards and naming evaluate's test predictions. None: i.
     ids: Callable[[int], str] | None = None
-    input_shape: tuple[int, ...] = ()  # vectors: (features,); images: () for data.image_size
+    input_shape: tuple[int, ...] = ()  # images: () for data.image_size; vectors: read from them
     encoding: str = "png"  # images: "jpeg" when the originals are JPEGs (no point in lossless)
     feature_names: list[str] = field(default_factory=list)  # vectors: columns; text: [column]
     # Given splits ({"train": indices, "test": ...}); a missing one is carved out of train.

@@ -49,7 +49,7 @@ def open_binary(path: str) -> IO[bytes]:
     return fs.open(inner, "rb")
 
 
-def _info(path: str) -> dict[str, Any] | None:
+def info(path: str) -> dict[str, Any] | None:
     """What the file system knows of `path`; None only where it says nothing is there. Any other
     error (a dropped Drive's ENOTCONN or EIO) is raised: fsspec's `exists` and `isdir` take it for
     "absent", which would send the user to fix a path that is right."""
@@ -60,15 +60,10 @@ def _info(path: str) -> dict[str, Any] | None:
         return None
 
 
-def exists(path: str) -> bool:
-    """True if there is a file or folder at `path`."""
-    return _info(path) is not None
-
-
 def isdir(path: str) -> bool:
     """True if `path` is a folder (a prefix, for a bucket)."""
-    info = _info(path)
-    return info is not None and info["type"] == "directory"
+    found = info(path)
+    return found is not None and found["type"] == "directory"
 
 
 def join(base: str, *parts: str) -> str:
@@ -98,7 +93,8 @@ def hidden(relative: str | os.PathLike[str]) -> bool:
 
 def walk_files(path: str) -> Iterator[str]:
     """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
-    `hidden` ones. A folder that cannot be listed (a dropped Drive's EIO) raises."""
+    `hidden` ones and what is no file to read (a link to nothing, a pipe), as staging copies none.
+    A folder that cannot be listed (a dropped Drive's EIO) raises."""
     if not isdir(path):
         yield path
         return
@@ -108,7 +104,8 @@ def walk_files(path: str) -> Iterator[str]:
         files = fs.find(inner)
     else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
         walked = os.walk(inner, onerror=unlisted, followlinks=True)  # into links, as `find`
-        files = [f"{top}/{name}" for top, _, names in walked for name in names]
+        listed = (f"{top}/{name}" for top, _, names in walked for name in names)
+        files = [f for f in listed if Path(f).is_file()]  # raises EIO, as os.path's does not
     for found in sorted(files):
         relative = found[len(root) :].strip("/")
         if not hidden(relative):

@@ -84,11 +84,12 @@ def _checked_path(data: DataConfig, reader: Any, project_dir: Path) -> str:
                     f"data.path: {data.path} {where} {out}, which prepare writes; keep your "
                     "data elsewhere (example: --set data.path=data/external/my.csv)"
                 )
-    if not locations.exists(path):
+    found = locations.info(path)  # one look (a request, on gs://) for both questions
+    if found is None:
         raise ConfigError(
             f"data.path: {data.path} does not exist (example: --set data.path=data/external/my.csv)"
         )
-    folder = locations.isdir(path)
+    folder = found["type"] == "directory"
     if data.split in ("folders", "files"):
         if not folder:
             holding = "train/ (validation/, test/)" if data.split == "folders" else "train.csv"
@@ -188,26 +189,35 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             folder = folder.parent
 
 
-def _vector(source: Source, i: int) -> np.ndarray:
+def _vector(source: Source, i: int, moments: list[Any]) -> np.ndarray:
     """Example `i` of a vector source as flat float32 numbers, or one line naming it when one is
-    missing or infinite (a reader's `None` or `1e39`: the model would learn NaN)."""
+    missing or infinite (a reader's `None` or `1e39`: the model would learn NaN), or when it has
+    another width than the first training example (the model takes one)."""
     with np.errstate(over="ignore"):
         x = np.asarray(source.load(i), np.float32).reshape(-1)
+    width = moments[1].size if moments[0] else len(x)  # moments: see write_shards
+    example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
     if not np.isfinite(x).all():
-        example = ", ".join(["0.5"] * min(len(x), 3)) + (", ..." if len(x) > 3 else "")
         raise ConfigError(
             f"{source.where(i)}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the "
             f"missing or infinite values, or leave the example out (example: [{example}])"
         )
+    if len(x) != width:
+        raise ConfigError(
+            f"{source.where(i)}: {len(x)} numbers, where the first training example has "
+            f"{width}; give every example as many (example: [{example}])"
+        )
     return x
 
 
-def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
+def _payloads(
+    source: Source, order: np.ndarray, image: tuple[int, int, int] | None, moments: list[Any] | None
+):
     """The encoded x of each example in `order` (images re-encoded in threads, chunk by chunk)."""
     if image is None:
         for i in order:
-            if source.kind == "vector":
-                yield _vector(source, int(i))
+            if moments is not None:
+                yield _vector(source, int(i), moments)
             else:
                 yield str(source.load(int(i))).encode("utf-8")
         return
@@ -229,13 +239,14 @@ def write_shards(
     moments: list[Any] | None = None,
 ) -> list[str]:
     """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names.
-    `moments` ([0, 0.0, 0.0] in float64) gathers the vectors' count, mean and sum of squared
-    deviations as they are written (Welford's: one pass, no example held)."""
+    Vectors: `moments` ([0, 0.0, 0.0] in float64) gathers the training split's count, mean and
+    sum of squared deviations as they are written (Welford's: one pass, no example held); each
+    split's vectors are checked against its width (train is written first)."""
     names: list[str] = []
     writer = None
     written = 0
-    for i, x in zip(order, _payloads(source, order, image), strict=True):
-        if moments is not None:  # the width is the vectors' own (a reader may not say it)
+    for i, x in zip(order, _payloads(source, order, image, moments), strict=True):
+        if moments is not None and split == "train":
             moments[0] += 1
             delta = x - moments[1]
             moments[1] = moments[1] + delta / moments[0]
@@ -272,7 +283,8 @@ def write_processed(
                 "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
                 "(example: --set data.image_size=[64,64] --set data.image_channels=3)"
             )
-    # Vectors: the training split's feature mean and variance, which the model standardises with.
+    # Vectors: their width, and the training split's feature mean and variance, which the model
+    # standardises with.
     moments = [0, np.float64(0), np.float64(0)] if source.kind == "vector" else None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".prepare-partial"
@@ -284,8 +296,7 @@ def write_processed(
         for n, split in enumerate(SPLITS):
             # A seeded random order: classes mixed within and across shards.
             order = np.random.default_rng([params.seed, n]).permutation(idx[split])
-            gather = moments if split == "train" else None
-            shards[split] = write_shards(source, order, tmp, split, image, gather)
+            shards[split] = write_shards(source, order, tmp, split, image, moments)
         if source.kind == "text":  # from the training split only
             vocabulary = write_text_vocabulary(tmp, shards["train"], cfg.max_tokens)
         for p in tmp.iterdir():
@@ -300,9 +311,9 @@ def write_processed(
         stats.update(feature_mean=mean.tolist(), feature_var=(squares / count).tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
-    # Vectors flat, as the shards hold them (a reader's nested lists row by row): one CSV column
-    # each for predict, one input each for the model.
-    flat = (int(np.prod(source.input_shape)),)
+    # Vectors flat, as the shards hold them (a reader's nested lists row by row), as wide as they
+    # are (a reader may not say): one CSV column each for predict, one input each for the model.
+    flat = (moments[1].size,) if moments is not None else ()
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else flat)
     names = list(source.feature_names)
     if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns

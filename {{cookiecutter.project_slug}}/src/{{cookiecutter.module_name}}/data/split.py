@@ -164,13 +164,9 @@ def merge(parts: dict[str, Source], shown: dict[str, str]) -> Source:
 
 
 def _aligned_load(part: Source, train: Source, shown: str) -> Any:
-    """`part.load`, giving vectors in train's column order; other columns are an error."""
+    """`part.load`, giving vectors in train's column order; other columns are an error (other
+    widths too: prepare refuses the first vector of another width, naming it)."""
     if part.kind != "vector" or part.feature_names == train.feature_names:
-        if part.kind == "vector" and part.input_shape != train.input_shape:
-            raise ConfigError(
-                f"data.split: {shown} has {part.input_shape[0]} features, train "
-                f"{train.input_shape[0]}; every split needs the same ones"
-            )
         return part.load
     missing = sorted(set(train.feature_names) - set(part.feature_names))
     extra = sorted(set(part.feature_names) - set(train.feature_names))

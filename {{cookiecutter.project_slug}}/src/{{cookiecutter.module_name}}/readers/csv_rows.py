@@ -81,8 +81,7 @@ def read_csv(path: str, data: DataConfig, kind: str) -> Source:
         return Source("text", kind, y, names, texts.__getitem__, **rows, feature_names=[text])
     features = table.drop(columns=[label])
     x = as_numbers(features, where, "every column but data.label must be a number, in every row")
-    rows.update(input_shape=x.shape[1:], feature_names=list(features.columns))
-    return Source("vector", kind, y, names, x.__getitem__, **rows)
+    return Source("vector", kind, y, names, x.__getitem__, **rows, feature_names=list(features))
 
 
 def _column(

@@ -52,7 +52,7 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
         start = len(labels)
         dataset = builder.as_dataset(split=split, as_supervised=True, decoders=decoders)
         for k, (x, y) in enumerate(dataset.as_numpy_iterator()):
-            inputs.append(x)
+            inputs.append(x.decode("utf-8") if what == "text" else x)
             labels.append(int(y))
             ids.append(f"{split}[{k}]")
         ranges[split] = np.arange(start, len(labels))
@@ -62,12 +62,6 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     num = getattr(label_feature, "num_classes", None) or (max(labels) + 1)
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
-    shape = np.shape(inputs[0]) if what == "vector" else ()  # prepare stores vectors flat
-    load = {
-        "image": inputs.__getitem__,
-        "text": lambda i: inputs[i].decode("utf-8"),
-        "vector": inputs.__getitem__,
-    }[what]
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
     record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
     return Source(
@@ -75,10 +69,9 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
         kind,
         y,
         names,
-        load,
+        inputs.__getitem__,
         lambda i: f"tfds {name}: example {i}",
         ids.__getitem__,
-        tuple(shape),
         splits=given,
         feature_names=["text"] if what == "text" else [],
         split_from={s: f"tfds {name} {s}" for s in given or ()},

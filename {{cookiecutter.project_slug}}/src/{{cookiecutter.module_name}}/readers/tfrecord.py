@@ -42,17 +42,8 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
         )
     y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
     where = lambda i: f"{data.path}: record {i}"  # noqa: E731
-    if data.feature_kind == "image":
-        return Source("image", kind, y, names, inputs.__getitem__, where, ids.__getitem__)
-    widths = {len(v) for v in inputs}
-    if len(widths) != 1:
-        raise ConfigError(
-            f"data.features: {data.features!r} in {data.path} has {sorted(widths)} values per "
-            "record; every record needs the same number"
-        )
-    return Source(
-        "vector", kind, y, names, inputs.__getitem__, where, ids.__getitem__, (widths.pop(),)
-    )
+    # Vectors: prepare refuses a record of another width than the others, naming it.
+    return Source(data.feature_kind, kind, y, names, inputs.__getitem__, where, ids.__getitem__)
 
 
 def _input(feature: Any, data: DataConfig, where: str) -> Any:
