@@ -8,7 +8,6 @@ by `ai-edge-litert` on the test split beside the Keras model: export.json and th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
-from ..core.files import atomic_write, file_sha256, save_json
+from ..core.files import atomic_write, file_sha256, read_json, save_json
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
@@ -330,8 +329,7 @@ def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
 
 def load_exports(results: Path) -> dict[str, dict[str, Any]]:
     """export.json: {file (relative to the results root when inside it): entry}."""
-    path = results / EXPORTS
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_json(results / EXPORTS)
 
 
 def litert_summary(output: Path, entry: dict[str, Any]) -> str:
