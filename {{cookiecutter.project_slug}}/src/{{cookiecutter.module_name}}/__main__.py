@@ -138,7 +138,7 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
     else:
         export.export_saved_model(args.project, output)
         said = f"Wrote a SavedModel (endpoint `serve`) to {output}"
-    update_exports(results, export.load_exports(results))
+    update_exports(results)
     print(said, flush=True)
     return 0
 

@@ -8,7 +8,6 @@ DVC, else prepared again. Nothing on the VM is overwritten."""
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import re
 import shutil
@@ -18,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..config import Params, load_params
-from ..core.files import atomic_write, file_sha256, temp_file
+from ..core.files import atomic_write, file_sha256, read_json, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from ..data import manifest
 from ..training.checkpoints import newest_meta
@@ -106,9 +105,9 @@ def restore_data(
         what, kept = f"the data {whose} was trained on", manifest.kept_path(storage, data_hash)
     else:
         what, kept = "the data dvc.lock records", dvc_lock_manifest(project_dir, storage)
-    wanted = json.loads(kept.read_text()) if kept is not None and kept.is_file() else None
+    wanted = read_json(kept) if kept is not None else {}  # {}: no manifest of it is kept
     why = f"no manifest of it in {storage / manifest.KEPT}"
-    if wanted is not None:
+    if wanted:
         count, source = fetch_from_dvc(project_dir, wanted)
         if count:
             atomic_write(project_dir / manifest.MANIFEST, kept.read_bytes())

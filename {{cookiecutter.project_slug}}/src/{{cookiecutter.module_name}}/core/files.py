@@ -78,6 +78,11 @@ def save_json(data: Any, path: Path) -> Path:
     return atomic_write(Path(path), json_text(data))
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`, or {} when there is no such file."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _finite(value: Any) -> Any:
     """`value` with each float that is not finite (NaN, infinity) made None, at any depth."""
     if isinstance(value, float):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import Params
-from ..core.files import atomic_write, save_json
+from ..core.files import atomic_write, read_json, save_json
 from ..core.storage import TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.pipeline import eval_dataset, example_ids, load_prepared
@@ -23,8 +23,7 @@ from ..data.split import describe
 from ..spec import natural_order
 from ..tasks.base import Evaluation, Task, kinds, make_task
 from ..training.saved_model import load_for_users
-from .export import load_exports
-from .model_card import read_json, write_card
+from .model_card import write_card
 from .predict import prediction_table
 
 # Under the results root (`results/`, or $PROJECT_RESULTS_DIR where a cloud job sets it).
@@ -75,7 +74,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     table["loss"] = [f"{v:.6g}" for v in evaluation.losses]
     table = table.sort_values("id", key=lambda ids: ids.map(natural_order), kind="stable")
     written.append(atomic_write(results / TEST_PREDICTIONS, table.to_csv(index=False)))
-    written.append(write_card(params, project_dir, data.spec, evaluation, load_exports(results)))
+    written.append(write_card(params, project_dir, data.spec, evaluation))
     shown = {k: v for k, v in evaluation.metrics.items() if k != "test_examples"}
     print(
         f"Test ({task.kind}): "

@@ -8,7 +8,6 @@ by `ai-edge-litert` on the test split beside the Keras model: export.json and th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
-from ..core.files import atomic_write, file_sha256, save_json
+from ..core.files import atomic_write, file_sha256, read_json, save_json
 from ..core.storage import MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
@@ -37,7 +36,6 @@ LITERT_FILE = "models/model.tflite"  # under the results root
 SAVED_MODEL_DIR = "models/saved_model"
 EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 VOCABULARY = "vocabulary.txt"
-QUANTIZE = ("float16", "int8")
 SAVED_MODEL = {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"}
 
 
@@ -59,7 +57,8 @@ def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
             "format": "saved_model",
             "bytes": sum(p.stat().st_size for p in new.rglob("*") if p.is_file()),
             "model_sha256": file_sha256(results / MODEL_FILE),
-            "fingerprint": _fingerprint(new),
+            # TensorFlow's own identity of a SavedModel: its graph, signatures and weights.
+            "fingerprint": tf.saved_model.experimental.read_fingerprint(str(new)).singleprint(),
             "inputs": "as model.keras (endpoint `serve`)",
         }
         _move_into_place(results, new, destination, {**entry, "replaces": replaces})
@@ -76,7 +75,7 @@ def to_litert(model: Any, quantize: str | None = None) -> bytes:
         model.export(folder, format="tf_saved_model", verbose=False)
         converter = tf.lite.TFLiteConverter.from_saved_model(folder)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantize in QUANTIZE:
+        if quantize:  # float16 or int8: `--quantize` takes no other value
             # No representative data set: int8 is dynamic range (int8 weights, float
             # activations); inputs and outputs stay float32 either way.
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -330,8 +329,7 @@ def record_export(results: Path, output: Path, entry: dict[str, Any]) -> Path:
 
 def load_exports(results: Path) -> dict[str, dict[str, Any]]:
     """export.json: {file (relative to the results root when inside it): entry}."""
-    path = results / EXPORTS
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_json(results / EXPORTS)
 
 
 def litert_summary(output: Path, entry: dict[str, Any]) -> str:
@@ -363,11 +361,6 @@ def _shown(path: Path, results: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _fingerprint(saved_model: Path) -> str:
-    """TensorFlow's own identity of a SavedModel (its graph, signatures and weights)."""
-    return tf.saved_model.experimental.read_fingerprint(str(saved_model)).singleprint()
-
-
 def _check_replaceable(
     results: Path, path: Path, example: str, beside: Path | None = None
 ) -> str | None:
@@ -379,7 +372,7 @@ def _check_replaceable(
     entry = exports.get(shown, {})
     current = file_sha256(path) if path.is_file() else None
     if (path / "fingerprint.pb").is_file():
-        current = _fingerprint(path)
+        current = tf.saved_model.experimental.read_fingerprint(str(path)).singleprint()
     listed = shown in {e.get("vocabulary") for e in exports.values()}
     recorded = {entry.get("fingerprint"), entry.get("sha256"), entry.get("replaces")}
     if current is None or not (listed or current in recorded):

@@ -14,13 +14,14 @@ from typing import Any
 import pandas as pd
 
 from ..config import COMMAND, Params, flat, load_params
-from ..core.files import atomic_write, file_sha256
+from ..core.files import atomic_write, file_sha256, read_json
 from ..core.storage import MODEL_FILE, PROJECT_SLUG, SIDECAR_FILE, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.split import describe, origin
 from ..spec import SPLITS, DataSpec
 from ..tasks.base import Evaluation, Task, make_task, task_class
 from ..training.run_record import find_run
+from .export import load_exports
 
 CARD = "reports/model_card.md"  # under the results root
 USER_BEGIN = "<!-- intended-use: yours; regeneration keeps everything up to the closing marker -->"
@@ -44,13 +45,7 @@ def card_markdown(project_dir: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def write_card(
-    params: Params,
-    project_dir: Path,
-    spec: DataSpec,
-    evaluation: Evaluation,
-    exports: dict[str, dict[str, Any]],
-) -> Path:
+def write_card(params: Params, project_dir: Path, spec: DataSpec, evaluation: Evaluation) -> Path:
     """Write the whole card, keeping the user's section of the card that is there."""
     project_dir = Path(project_dir)
     results = results_root(project_dir)
@@ -69,8 +64,7 @@ def write_card(
         data_section(project_dir, spec, task, run),
         training_section(run, numbers, task, params, project_dir),
         metrics_section(evaluation, describe(spec, "test")),
-        "## Exported files\n\n"
-        + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results, exports)),
+        "## Exported files\n\n" + _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(results)),
         "## Intended use and limits\n\n" + _between(USER_BEGIN, USER_END, user_section(old)),
     ]
     if old and USER_BEGIN not in old:  # no markers (edited away): keep the user's whole card
@@ -79,7 +73,7 @@ def write_card(
     return atomic_write(path, "\n\n".join(s.rstrip() for s in sections) + "\n")
 
 
-def update_exports(results: Path, exports: dict[str, dict[str, Any]]) -> Path | None:
+def update_exports(results: Path) -> Path | None:
     """Rewrite the card's "Exported files" section only (`export`); None without a card."""
     path = Path(results) / CARD
     if not path.is_file():
@@ -90,7 +84,7 @@ def update_exports(results: Path, exports: dict[str, dict[str, Any]]) -> Path | 
     start, end = head.find(EXPORTS_BEGIN), head.find(EXPORTS_END)
     if start < 0 or end < start:
         return None  # markers edited away: `evaluate` writes the card again
-    body = _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(Path(results), exports))
+    body = _between(EXPORTS_BEGIN, EXPORTS_END, exports_table(Path(results)))
     return atomic_write(path, text[:start] + body + text[end + len(EXPORTS_END) :])
 
 
@@ -107,11 +101,6 @@ def user_section(old: str) -> str:
 
 def _between(begin: str, end: str, body: str) -> str:
     return f"{begin}\n{body.strip(chr(10))}\n{end}"
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`, or {} when there is no such file."""
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def model_section(
@@ -249,9 +238,9 @@ def metrics_section(evaluation: Evaluation, scored_on: str) -> str:
     return text
 
 
-def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
+def exports_table(results: Path) -> str:
     """The files to ship that exist now (those of an older model.keras marked), then the LiteRT
-    exports' test metrics beside the Keras model's."""
+    exports' test metrics beside the Keras model's (export.json)."""
     model = results / MODEL_FILE
     current = file_sha256(model) if model.is_file() else None
     rows = [
@@ -260,7 +249,7 @@ def exports_table(results: Path, exports: dict[str, dict[str, Any]]) -> str:
         if (results / n).is_file()
     ]
     checked = []
-    for name, entry in exports.items():
+    for name, entry in load_exports(results).items():
         # An absolute name stays as it is; `replaces`: an export a kill stopped (export again).
         if not (results / name).exists() or "replaces" in entry:
             continue

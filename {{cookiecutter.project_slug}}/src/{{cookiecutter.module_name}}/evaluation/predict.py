@@ -111,14 +111,12 @@ def _read_csv(source: Path, columns: list[str], text: bool) -> Iterator[tuple[li
         for table in pd.read_csv(source, dtype=str, keep_default_na=False, chunksize=CHUNK):
             fields_fit(table)
             missing = [name for name in columns if name not in table.columns]
-            if missing and text:
+            if missing:
                 raise ConfigError(
                     f"{source}: no column {missing[0]!r}, the text this model was trained on "
                     f"(columns: {', '.join(list(table.columns)[:8])})"
-                )
-            if missing:
-                raise ConfigError(
-                    f"{source}: missing feature column {missing[0]!r} "
+                    if text
+                    else f"{source}: missing feature column {missing[0]!r} "
                     f"(the training features: {', '.join(columns)})"
                 )
             rows = [str(i + 1) for i in table.index]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..config import COMMAND, Params
 from ..core import locations
+from ..core.files import read_json
 from ..core.storage import TEST_METRICS, TRAIN_METRICS, results_root
 from ..data.images import load_image
 from ..data.pipeline import eval_dataset, example_ids, load_prepared
@@ -23,7 +24,7 @@ from ..spec import SPLITS, load_spec
 from ..tasks.base import Task, make_task, task_class
 from ..training.preflight import class_balance_finding
 from .evaluate import PLOTS, TEST_PREDICTIONS
-from .model_card import number_text, read_json
+from .model_card import number_text
 from .model_card import table as markdown
 
 FIGURES = "figures"  # under the results root, beside metrics/ and plots/
