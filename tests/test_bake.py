@@ -480,9 +480,11 @@ def cookiecutter_cli(folder: Path, *args: str, default_context: str = "") -> sub
 
 def test_vertex_ai_no_on_the_command_line(tmp_path: Path) -> None:
     # cookiecutter turns the `no` (or false, n, 0) of a boolean variable into False.
-    cookiecutter_cli(tmp_path, "vertex_ai=no")
+    run = cookiecutter_cli(tmp_path, "vertex_ai=no")
     answers = answers_of({"vertex_ai": False})
     assert project_files(tmp_path / "out" / "colab-project") == expected_files(answers, "colab_project")
+    # The next steps the hook prints say so too: no Vertex AI line for the files it removed.
+    assert "Next steps:" in run.stdout and "Vertex" not in run.stdout, run.stdout
 
 
 # A user's config file (`--config-file`, ~/.cookiecutterrc) with every answer changed, typed as a

@@ -31,6 +31,11 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def _run_cluster(
     tmp_path: Path, storage: Path, extra: list[list[str]]
 ) -> list[tuple[Path, int, str]]:
@@ -92,6 +97,18 @@ def test_two_workers_stop_together_resume_and_end_with_the_same_weights(tmp_path
     assert (chief_project / "results/models/model.keras").is_file()
     assert not (worker_project / "results").exists()  # the other worker keeps nothing
     assert list_checkpoints(storage / "checkpoints" / "mw")[-1][0] == metrics["steps"]
+
+    # 3. The finished run trained again: the chief keeps its results as recorded while the other
+    #    worker saves into its scratch folder: Keras' save must wait for no other worker (a
+    #    collective op there would hang it until _run_cluster's timeout).
+    before = _files(chief_project / "results")
+    third = _run_cluster(tmp_path, storage, [[], []])
+    for _, code, out in third:
+        assert code == 0, out
+        assert "is already complete (88 steps)" in out, out
+    assert "its results are there already" in third[0][2]
+    assert _files(chief_project / "results") == before
+    assert not (worker_project / "results").exists()
 
 
 @pytest.mark.slow

@@ -43,7 +43,8 @@ STORAGE_FIXES = {
     errno.ENOTCONN: REMOUNT,
     errno.ESTALE: REMOUNT,
 }
-Command = Callable[[argparse.Namespace, Params], int]
+# A command returns its exit code; None when it succeeded (0, as sys.exit takes None).
+Command = Callable[[argparse.Namespace, Params], int | None]
 
 
 def cmd_train(args: argparse.Namespace, params: Params) -> int:
@@ -71,14 +72,13 @@ def cmd_train(args: argparse.Namespace, params: Params) -> int:
     ).exit_code
 
 
-def cmd_speed(args: argparse.Namespace, params: Params) -> int:
+def cmd_speed(args: argparse.Namespace, params: Params) -> None:
     """Time the input pipeline, the training step and both; name the bottleneck."""
     from .training.speed import speed  # when the command runs
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected a positive integer, got {args.steps} (example: 50)")
     speed(params, args.project, args.steps, shlex.join([*COMMAND.split(), *args.argv]))
-    return 0
 
 
 def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
@@ -92,23 +92,21 @@ def cmd_sweep(args: argparse.Namespace, params: Params) -> int:
     return run_sweep(params, args.project, args.params_file, args.overrides, args.take_over)
 
 
-def cmd_prepare(args: argparse.Namespace, params: Params) -> int:
+def cmd_prepare(args: argparse.Namespace, params: Params) -> None:
     """Write data/raw, the seeded split in data/processed and data/manifest.json."""
     from .data.prepare import prepare  # when the command runs
 
     prepare(params, args.project)
-    return 0
 
 
-def cmd_evaluate(args: argparse.Namespace, params: Params) -> int:
+def cmd_evaluate(args: argparse.Namespace, params: Params) -> None:
     """Evaluate results/models/model.keras on the test split."""
     from .evaluation.evaluate import evaluate  # when the command runs
 
     evaluate(params, args.project)
-    return 0
 
 
-def cmd_predict(args: argparse.Namespace, params: Params) -> int:
+def cmd_predict(args: argparse.Namespace, params: Params) -> None:
     """Score a CSV, images or .txt files with results/models/model.keras."""
     from .evaluation.predict import predict  # when the command runs
 
@@ -116,10 +114,9 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> int:
     output = Path(args.output) if args.output else results / "predictions.csv"
     count = predict(Path(args.input), output, results / "models")
     print(f"Wrote {count} predictions to {output}", flush=True)
-    return 0
 
 
-def cmd_export(args: argparse.Namespace, params: Params) -> int:
+def cmd_export(args: argparse.Namespace, params: Params) -> None:
     """Export results/models/model.keras: a TensorFlow SavedModel (serving) or LiteRT `.tflite`."""
     from .evaluation import export  # when the command runs
     from .evaluation.model_card import update_exports
@@ -140,13 +137,11 @@ def cmd_export(args: argparse.Namespace, params: Params) -> int:
         said = f"Wrote a SavedModel (endpoint `serve`) to {output}"
     update_exports(results)
     print(said, flush=True)
-    return 0
 
 
-def cmd_stage(args: argparse.Namespace, params: Params) -> int:
+def cmd_stage(args: argparse.Namespace, params: Params) -> None:
     """Copy SRC to DEST (fast local disk), skipping what is already there."""
     print(stage(args.src, args.dest, verify=args.verify).summary())
-    return 0
 
 {%- if cookiecutter.vertex_ai %}
 
@@ -168,14 +163,13 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
 {%- endif %}
 
 
-def cmd_env(args: argparse.Namespace, params: Params) -> int:
+def cmd_env(args: argparse.Namespace, params: Params) -> None:
     """Print the environment (TensorFlow build, devices, git, data, package count) and save it
     (every package's version too)."""
     log_environment(args.project, args.output)
-    return 0
 
 
-def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
+def cmd_notebooks(args: argparse.Namespace, params: Params) -> int | None:
     """Execute every numbered notebook headless (papermill); HTML reports in results/reports/.
     Exit code 1 when a notebook fails; a bad `-p` or `--only` is a setting (2, in main)."""
     from .colab import notebooks  # when the command runs
@@ -185,13 +179,11 @@ def cmd_notebooks(args: argparse.Namespace, params: Params) -> int:
     except notebooks.NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
-def cmd_hooks(args: argparse.Namespace, params: Params) -> int:
+def cmd_hooks(args: argparse.Namespace, params: Params) -> None:
     """Register nbstripout (git filter), nbdime (diff/merge drivers) and pre-commit."""
     print(*install(args.project), sep="\n")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -324,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args.params_file = Path(args.params).resolve()
     args.project = args.params_file.parent
     try:
-        return args.func(args, load_params(args.params, args.overrides))
+        return args.func(args, load_params(args.params, args.overrides)) or 0
     except LeaseHeld as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_LEASE_HELD

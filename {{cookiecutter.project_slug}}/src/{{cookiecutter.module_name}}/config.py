@@ -9,7 +9,6 @@ neither: registry.py checks them against the function.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from pathlib import Path
@@ -433,8 +432,7 @@ def sweep_space(params: Params) -> dict[str, BaseDistribution]:
     """`sweep.space` checked (one line naming `sweep.space.<key>`), as Optuna's distributions; a
     choice Optuna cannot store (a list, a mapping) is its YAML text."""
     cfg = params.sweep
-    raw = params.to_dict()
-    space = {key: _distribution(key, spec, raw) for key, spec in cfg.space.items()}
+    space = {key: _distribution(key, spec, params) for key, spec in cfg.space.items()}
     if cfg.sampler == "grid":
         for key, dist in space.items():
             if not isinstance(dist, CategoricalDistribution):
@@ -453,7 +451,7 @@ def _refused(key: str, problem: str, example: str) -> ConfigError:
     return ConfigError(f"sweep.space.{key}: {problem} (example: {example})")
 
 
-def _distribution(key: str, spec: Any, raw: dict[str, Any]) -> BaseDistribution:
+def _distribution(key: str, spec: Any, params: Params) -> BaseDistribution:
     """One entry of `sweep.space`, checked against the params schema."""
     section = key.split(".")[0]
     if section in NOT_SEARCHABLE:
@@ -468,11 +466,11 @@ def _distribution(key: str, spec: Any, raw: dict[str, Any]) -> BaseDistribution:
         known = ", ".join(SPACE_FIELDS)
         raise _refused(key, f"unknown field {unknown[0]!r} (known: {known})", RANGE_EXAMPLE)
     if "choices" in spec:
-        return _choices(key, spec, raw)
-    return _range(key, spec, info, raw)
+        return _choices(key, spec, params)
+    return _range(key, spec, info, params)
 
 
-def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> CategoricalDistribution:
+def _choices(key: str, spec: dict[str, Any], params: Params) -> CategoricalDistribution:
     choices = spec["choices"]
     if set(spec) - {"choices"}:
         raise _refused(key, "give either low and high or choices, not both", CHOICES_EXAMPLE)
@@ -481,12 +479,12 @@ def _choices(key: str, spec: dict[str, Any], raw: dict[str, Any]) -> Categorical
     if len({yaml_text(c) for c in choices}) != len(choices):
         raise _refused(key, "a choice is listed twice", CHOICES_EXAMPLE)
     for value in choices:
-        _check_value(key, value, raw)
+        _check_value(key, value, params)
     encoded = any(isinstance(c, (list, dict)) for c in choices)
     return CategoricalDistribution([yaml_text(c) for c in choices] if encoded else choices)
 
 
-def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> BaseDistribution:
+def _range(key: str, spec: dict[str, Any], info: Any, params: Params) -> BaseDistribution:
     low, high = _number_from_text(spec.get("low")), _number_from_text(spec.get("high"))
     integer = info.annotation is int if info else all(type(v) is int for v in (low, high))
     if info is not None and info.annotation not in (int, float):
@@ -505,13 +503,13 @@ def _range(key: str, spec: dict[str, Any], info: Any, raw: dict[str, Any]) -> Ba
     except ValueError as exc:
         raise _refused(key, str(exc).rstrip("."), example) from None
     for value in (low, high):
-        _check_value(key, value, raw)
+        _check_value(key, value, params)
     return dist
 
 
-def _check_value(key: str, value: Any, raw: dict[str, Any]) -> None:
+def _check_value(key: str, value: Any, params: Params) -> None:
     """Refuse a value that `key` does not take, with the schema's own words."""
-    trial = copy.deepcopy(raw)
+    trial = params.to_dict()  # a copy: asdict copies every value
     _set_dotted(trial, key, value)
     try:
         _PARAMS.validate_python(trial)
