@@ -538,6 +538,23 @@ def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning
 
 
 @pytest.mark.slow
+def test_a_line_that_holds_for_every_trial_is_said_once(tmp_path: Path, monkeypatch, capsys):
+    """Without `prepare` (the bundled digits' note) and with a setting this hardware ignores
+    (distribute.logical_cpus: the strategy's note), each trial would say the same lines: the
+    sweep says each once, with its strategy line, and then one line per trial."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    cpus = ["distribute.strategy=default", "distribute.logical_cpus=2"]
+    three = ["sweep.n_trials=3", "sweep.pruner=none", "train.epochs=1", *cpus, *SMALL]
+    assert main(["sweep", "--params", str(project / "params.yaml"), *sets(three)]) == 0
+    out = capsys.readouterr().out
+    lines = ["Note: data/manifest.json not found", "Note: distribute.logical_cpus is ignored"]
+    lines += ["(distribute.strategy=default)", "Seed 42 "]
+    assert [out.count(line) for line in lines] == [1, 1, 1, 1], out
+    assert sum(line.startswith("Trial ") for line in out.splitlines()) == 3, out
+
+
+@pytest.mark.slow
 def test_a_later_trial_says_its_own_warnings_and_no_trial_leaves_a_bar(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:

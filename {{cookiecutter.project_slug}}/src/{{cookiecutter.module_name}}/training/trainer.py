@@ -139,14 +139,12 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
-    quiet = not hooks.say_preamble  # a sweep's later trial: its first said these lines
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
-    strategy, info = make_strategy(params.distribute, quiet=quiet)
+    strategy, info = make_strategy(params.distribute)
     seeded = seed_everything(params.seed, params.repro.deterministic)
     params, determinism = as_run(params)  # as it runs: its line and its record say the truth
-    if not quiet:
-        say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
+    say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
         # The data's version: data/manifest.json's, or the hash of the temporary split's shards.
@@ -309,7 +307,7 @@ def make_plan(
     params: Params, info: StrategyInfo, data: Prepared, hooks: RunHooks | None = None
 ) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; their line unless a sweep's later
-    trial, a note on the precision unless said before (`hooks`, as `_say_findings`)."""
+    trial (`hooks`), a note on the precision."""
     cfg = params.train
     hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
@@ -336,7 +334,7 @@ def make_plan(
     phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
-        _say_findings(hooks, [f"Note: {notice}"])
+        say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
     if hooks.say_preamble:
@@ -615,12 +613,10 @@ def _end_epoch(run: Run, curves: Curves) -> None:
 
 
 def _say_findings(hooks: RunHooks, lines: list[str]) -> None:
-    """Preflight's findings: its warnings and notes unless said before (`RunHooks.said`: a
-    sweep's earlier trial), its 'Preflight: ...' lines (nothing wrong) unless a sweep's later
-    trial (`RunHooks.say_preamble`: its first said them)."""
+    """Preflight's findings: its warnings and notes, its 'Preflight: ...' lines (nothing wrong)
+    unless a sweep's later trial (`RunHooks.say_preamble`: its first said them)."""
     for line in filter(None, lines):
-        if line not in hooks.said and (hooks.say_preamble or not line.startswith("Preflight:")):
-            hooks.said.add(line)
+        if hooks.say_preamble or not line.startswith("Preflight:"):
             say(line)
 
 
