@@ -559,8 +559,9 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
         _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
-    if not run.hooks.say_epochs:  # a sweep's trial leaves no bar; a notebook's widget would stay
-        bar.leave, bar.total = False, bar.n  # (red) if short of its total: a pruned trial's
+    # The bar ends at the run's step: Colab's widget turns a bar closed short of its total red,
+    # and early stopping, a pruned trial or a clean stop is no failure (a crash never gets here).
+    bar.leave, bar.total = run.hooks.say_epochs, bar.n  # a sweep's trial leaves no bar
     bar.close()
     return reason
 
