@@ -225,6 +225,25 @@ def small_storage(tmp_path: Path) -> Iterator[tuple[Path, bool]]:
             subprocess.run(["umount", "-l", str(root)], check=False)
 
 
+@pytest.fixture
+def bars(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The trainer's progress bars, a terminal's (they count steps), kept to see how each ended:
+    Colab's widget turns a bar closed short of its total red."""
+    # Imported here: the trainer (Keras) only for the tests that train.
+    from {{ cookiecutter.module_name }}.core import progress
+    from {{ cookiecutter.module_name }}.training import trainer
+
+    kept = []
+
+    def kept_bar(*args: Any, **kwargs: Any) -> Any:
+        kept.append(progress.progress_bar(*args, **kwargs))
+        return kept[-1]
+
+    monkeypatch.setattr(progress, "bar_kind", lambda: "text")
+    monkeypatch.setattr(trainer, "progress_bar", kept_bar)
+    return kept
+
+
 def cli_env(storage: Path, **extra: str) -> dict[str, str]:
     """Environment for `python -m <module>` in a subprocess: this checkout's src first."""
     env = dict(os.environ)

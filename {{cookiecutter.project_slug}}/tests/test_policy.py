@@ -32,7 +32,7 @@ PER_EPOCH = 1438 // 32  # TINY on one replica
 
 
 def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
-    tiny_project: Path, capsys
+    tiny_project: Path, capsys, bars
 ) -> None:
     # A learning rate of 1e-9 moves no prediction: val_accuracy stays put, and patience 1
     # stops after the second epoch.
@@ -75,6 +75,8 @@ def test_early_stopping_stops_all_replicas_at_one_step_and_remembers_it(
     assert again.step == result.step and "already complete" in out
     # Its checkpoint ends epoch 2: not "epoch 3, batch 0", an epoch that never runs.
     assert f"at step {result.step} (the end of epoch 2) in " in out, out
+    # Both bars end at the run's step (Colab's widget stays red if closed short of its total).
+    assert [(bar.leave, bar.n, bar.total) for bar in bars] == [(True, result.step, result.step)] * 2
 
 
 def test_a_misspelt_monitor_is_refused_before_the_first_step(tiny_project: Path) -> None:

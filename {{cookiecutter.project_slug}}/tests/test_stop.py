@@ -21,7 +21,9 @@ from {{ cookiecutter.module_name }}.training.trainer import train
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
 
-def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Path, capsys) -> None:
+def test_time_budget_stops_with_checkpoint_and_resumes_exactly(
+    tiny_project: Path, capsys, bars
+) -> None:
     base = [*TINY, "train.epochs=3", "run_name=budget"]
     reference = train(
         load_params(tiny_project / "params.yaml", [*base, "run_name=ref"]), tiny_project
@@ -41,6 +43,9 @@ def test_time_budget_stops_with_checkpoint_and_resumes_exactly(tiny_project: Pat
     done = train(load_params(tiny_project / "params.yaml", base), tiny_project)
     assert f"from its checkpoint at step {stopped.step}" in capsys.readouterr().out
     assert done.facts["weights_sha256"] == reference.facts["weights_sha256"]
+    # A clean stop is no failure: its bar ends at its step, as a complete run's (Colab's widget
+    # would stay red if closed short of its total).
+    assert [(bar.leave, bar.total - bar.n) for bar in bars] == [(True, 0)] * 3
 
 
 def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:

@@ -28,10 +28,8 @@ from optuna.trial import TrialState
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
-from {{ cookiecutter.module_name }}.core import progress
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
-from {{ cookiecutter.module_name }}.training import trainer
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.run_record import find_run
 from {{ cookiecutter.module_name }}.training.sweep_results import (
@@ -538,8 +536,25 @@ def test_a_sweep_of_many_trials_prints_a_line_per_trial_and_no_retracing_warning
 
 
 @pytest.mark.slow
+def test_a_line_that_holds_for_every_trial_is_said_once(tmp_path: Path, monkeypatch, capsys):
+    """Without `prepare` (the bundled digits' note) and with a setting this hardware ignores
+    (distribute.logical_cpus: the strategy's note), each trial would say the same lines: the
+    sweep says each once, with its strategy line, and then one line per trial."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    cpus = ["distribute.strategy=default", "distribute.logical_cpus=2"]
+    three = ["sweep.n_trials=3", "sweep.pruner=none", "train.epochs=1", *cpus, *SMALL]
+    assert main(["sweep", "--params", str(project / "params.yaml"), *sets(three)]) == 0
+    out = capsys.readouterr().out
+    lines = ["Note: data/manifest.json not found", "Note: distribute.logical_cpus is ignored"]
+    lines += ["(distribute.strategy=default)", "Seed 42 "]
+    assert [out.count(line) for line in lines] == [1, 1, 1, 1], out
+    assert sum(line.startswith("Trial ") for line in out.splitlines()) == 3, out
+
+
+@pytest.mark.slow
 def test_a_later_trial_says_its_own_warnings_and_no_trial_leaves_a_bar(
-    tmp_path: Path, monkeypatch, capsys
+    tmp_path: Path, monkeypatch, capsys, bars
 ) -> None:
     """Train's first lines are said once, with the first trial, but a note its own values cause
     is said for the trial it holds for, a later one too (train.mixed_precision on the CPU: here
@@ -547,14 +562,6 @@ def test_a_later_trial_says_its_own_warnings_and_no_trial_leaves_a_bar(
     widget stays, red, when a bar that should go ends short of its total)."""
     project = copy_checkout(tmp_path / "project")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
-    bars = []
-
-    def kept_bar(*args, **kwargs):
-        bars.append(progress.progress_bar(*args, **kwargs))
-        return bars[-1]
-
-    monkeypatch.setattr(progress, "bar_kind", lambda: "text")  # a terminal's: it counts steps
-    monkeypatch.setattr(trainer, "progress_bar", kept_bar)
     monkeypatch.setattr(optuna.trial.Trial, "should_prune", lambda trial: True)  # at epoch 1 of 2
     space = "sweep.space={train.mixed_precision: {choices: [false, true]}}"
     grid = ["sweep.sampler=grid", space, "sweep.n_trials=2", "seed=1", "train.epochs=2", *SMALL]

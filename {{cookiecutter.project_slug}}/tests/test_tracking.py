@@ -22,7 +22,9 @@ import types
 from pathlib import Path
 
 import pytest
-
+{% if cookiecutter.tracking == "mlflow" %}
+from {{ cookiecutter.module_name }}.core.progress import said_once
+{%- endif %}
 from {{ cookiecutter.module_name }}.training.tracking import (
     Tracker,
     flatten,
@@ -185,14 +187,17 @@ def test_mlflow_tracking_uri_wins_over_the_local_store(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_an_mlflow_server_that_does_not_answer_is_skipped_at_once(tmp_path, monkeypatch, capsys):
     """Not after minutes of MLflow's retries; TensorBoard still logs, and the URI (it may hold a
-    password) is not printed."""
+    password) is not printed. A sweep's trials (`said_once`) say it once."""
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{port}")
-    log_a_run(tmp_path)
+    with said_once():
+        log_a_run(tmp_path)
+        log_a_run(tmp_path, "20260101T000001Z-r1-abcd")
     said = "".join(capsys.readouterr())
-    assert "mlflow tracking is off for this run: MLFLOW_TRACKING_URI does not answer" in said
+    off = "mlflow tracking is off for this run: MLFLOW_TRACKING_URI does not answer"
+    assert said.count(off) == 1, said
     assert "secret" not in said and "Retrying" not in said
     assert (tmp_path / "results" / "tensorboard" / "r1").is_dir()
 {%- elif cookiecutter.tracking == "wandb" %}

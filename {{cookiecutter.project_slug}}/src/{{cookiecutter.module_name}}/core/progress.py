@@ -4,8 +4,11 @@ carriage returns, a widget a line of placeholder text."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -34,7 +37,28 @@ def progress_bar(total: int, disable: bool = False, **options: Any) -> tqdm:
     return tqdm(total=total, disable=disable or kind == "lines", dynamic_ncols=True, **options)
 
 
+# The lines said so far within `said_once`; None outside it (every line is said).
+_said: ContextVar[set[str] | None] = ContextVar("said", default=None)
+
+
+@contextlib.contextmanager
+def said_once() -> Iterator[None]:
+    """Within it, a line already said is not said again: a sweep's trials say the lines that
+    hold for each of them (the strategy, the seed, a note, a warning) once for the sweep."""
+    token = _said.set(set())
+    try:
+        yield
+    finally:
+        _said.reset(token)
+
+
 def say(line: str) -> None:
-    """Print `line` now, above any bar (a terminal's bar would otherwise write over it)."""
+    """Print `line` now, above any bar (a terminal's bar would otherwise write over it), unless
+    said before within `said_once`."""
+    said = _said.get()
+    if said is not None:
+        if line in said:
+            return
+        said.add(line)
     tqdm.write(line, file=sys.stdout)
     sys.stdout.flush()

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,10 @@ class RunHooks:
     on_epoch: Callable[[dict[str, Any]], str] | None = None
     deadline: float | None = None  # time.monotonic() at which to stop cleanly (resumable)
     # A sweep's trial says train's first lines only when the sweep's first, and no start, epoch
-    # and saving lines (its one line instead) nor, once it ends, a progress bar; a resume is said
-    # either way, a warning or note unless in `said` (a sweep's trials share it: each said once).
+    # and saving lines (its one line instead) nor, once it ends, a progress bar; a resume, a
+    # warning and a note are said either way (a sweep says each line once: `said_once`).
     say_preamble: bool = True
     say_epochs: bool = True
-    said: set[str] = field(default_factory=set)
 
 
 class Stopper:

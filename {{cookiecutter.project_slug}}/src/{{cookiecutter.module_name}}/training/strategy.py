@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..config import DistributeConfig
 from ..core.hardware import tpu_present
+from ..core.progress import say
 
 # TensorFlow is imported where used: the command line and notebooks' setup import this module.
 
@@ -109,17 +110,15 @@ def mixed_precision_policy(device: str, enabled: bool) -> tuple[str, str | None]
     return policy or "float32", None
 
 
-def make_strategy(
-    cfg: DistributeConfig, hw: Hardware | None = None, quiet: bool = False
-) -> tuple[object, StrategyInfo]:
-    """Choose a plan for `hw` (None: detect it), configure the devices, build the strategy; its
-    line unless `quiet`, its notes and warnings always."""
+def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[object, StrategyInfo]:
+    """Choose a plan for `hw` (None: detect it), configure the devices, build the strategy; say
+    its line, its notes and warnings."""
     import tensorflow as tf
 
     hw = hw or detect_hardware()
     plan = choose_plan(hw, cfg)
     for note in plan.notes:
-        print(f"Note: {note}", flush=True)
+        say(f"Note: {note}")
     strategy, device = None, "GPU" if hw.gpus else "CPU"
     if plan.kind == "tpu":
         try:
@@ -127,7 +126,7 @@ def make_strategy(
         except StrategyError as exc:
             if cfg.strategy == "tpu":
                 raise
-            print(f"WARNING: {exc}; continuing without it.", flush=True)
+            say(f"WARNING: {exc}; continuing without it.")
             plan = choose_plan(Hardware(hw.gpus, False, hw.tf_config), cfg)
     if strategy is None:
         _configure_devices(tf, plan, cfg.memory_growth)
@@ -143,14 +142,12 @@ def make_strategy(
     name, replicas = type(strategy).__name__, strategy.num_replicas_in_sync
     info = StrategyInfo(_NAMES.get(name, name), replicas, device, *cluster_role(strategy))
     where = f"{info.workers} workers, " if info.workers > 1 else ""
-    if not quiet:
-        print(
-            f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
-            f"{'set' if hw.tf_config else 'not set'} -> {info.name} on {device}: {where}"
-            f"{info.replicas} replica{'s' if info.replicas != 1 else ''} "
-            f"(distribute.strategy={cfg.strategy})",
-            flush=True,
-        )
+    say(
+        f"Found {hw.gpus} GPU(s), {'a' if hw.tpu else 'no'} TPU, TF_CONFIG "
+        f"{'set' if hw.tf_config else 'not set'} -> {info.name} on {device}: {where}"
+        f"{info.replicas} replica{'s' if info.replicas != 1 else ''} "
+        f"(distribute.strategy={cfg.strategy})"
+    )
     return strategy, info
 
 
@@ -203,10 +200,9 @@ def _configure_devices(tf, plan: DevicePlan, memory_growth: bool) -> None:
         # TensorFlow already started (e.g. a second run in one notebook kernel): keep its setup.
         have = len(tf.config.list_logical_devices("CPU"))
         if plan.logical_cpus > have:
-            print(
+            say(
                 f"WARNING: TensorFlow was already initialised with {have} CPU device(s); "
-                f"restart the runtime to split the CPU into {plan.logical_cpus}.",
-                flush=True,
+                f"restart the runtime to split the CPU into {plan.logical_cpus}."
             )
 
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 from optuna.trial import TrialState
 
 from ..config import ConfigError, Params, flat, yaml_text
+from ..core.progress import said_once
 from ..registry import check
 from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, holder, read_lease
 from .policy import EXIT_BUDGET, RunHooks
@@ -73,7 +74,7 @@ def run_sweep(
         budget = cfg.time_budget_minutes * 60
         deadline = time.monotonic() + budget if budget else None
         deleted: list[str] = []  # the runs whose checkpoints went, said once at the end
-        with quiet_optuna():
+        with quiet_optuna(), said_once():  # a line that holds for every trial: said once
             code = _trials(sweep, deadline, take_over, deleted)
             table = write_trials(sweep)
     finally:
@@ -192,9 +193,7 @@ def run_trial(
 
     again = sweep.command()
     results = sweep.results / run.rsplit("-", 1)[1]
-    hooks = RunHooks(
-        results, on_epoch, deadline, say_preamble=preamble, say_epochs=False, said=sweep.said
-    )
+    hooks = RunHooks(results, on_epoch, deadline, say_preamble=preamble, say_epochs=False)
     try:
         params = sweep.trial_params(values, run, sweep.overrides)
         result = train(

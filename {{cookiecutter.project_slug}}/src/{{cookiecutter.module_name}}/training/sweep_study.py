@@ -46,7 +46,6 @@ class Sweep:
         self.params, self.params_file, self.project_dir = params, params_file, project_dir
         self.overrides = overrides  # the command's `--set` items: the base of every trial
         self.lease = lease  # one session's sweep: it writes the journal; None: a database
-        self.said: set[str] = set()  # its trials' warnings and notes: each is said once
         self.cfg, self.monitor, self.space = params.sweep, params.train.monitor, searched(params)
         self.direction = "minimize" if mode_for(self.monitor) == "min" else "maximize"
         self.results = results_root(project_dir) / "sweeps" / self.cfg.name

@@ -285,7 +285,7 @@ class Tracker:
             try:
                 self.backends.append(kind(Path(project_dir), run_name, run_id))
             except Exception as exc:  # a tracker must never cost a training run
-                print(f"WARNING: {kind.name} tracking is off for this run: {why(exc)}", flush=True)
+                say(f"WARNING: {kind.name} tracking is off for this run: {why(exc)}")
 
     @property
     def locations(self) -> dict[str, str]:
@@ -312,7 +312,5 @@ class Tracker:
             try:
                 getattr(backend, method)(*args)
             except Exception as exc:
-                print(
-                    f"WARNING: {backend.name} {method} failed, skipping it: {why(exc)}", flush=True
-                )
+                say(f"WARNING: {backend.name} {method} failed, skipping it: {why(exc)}")
                 self.backends.remove(backend)

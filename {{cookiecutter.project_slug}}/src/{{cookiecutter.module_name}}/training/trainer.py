@@ -139,14 +139,12 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
-    quiet = not hooks.say_preamble  # a sweep's later trial: its first said these lines
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
-    strategy, info = make_strategy(params.distribute, quiet=quiet)
+    strategy, info = make_strategy(params.distribute)
     seeded = seed_everything(params.seed, params.repro.deterministic)
     params, determinism = as_run(params)  # as it runs: its line and its record say the truth
-    if not quiet:
-        say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
+    say(f"Seed {params.seed} ({', '.join(seeded)}); deterministic ops {determinism}")
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         data = open_data(params, project_dir, prepared, Path(tmp))
         # The data's version: data/manifest.json's, or the hash of the temporary split's shards.
@@ -307,7 +305,7 @@ def make_plan(
     params: Params, info: StrategyInfo, data: Prepared, hooks: RunHooks | None = None
 ) -> RunPlan:
     """Batch, steps, learning rate and precision of the run; their line unless a sweep's later
-    trial, a note on the precision unless said before (`hooks`, as `_say_findings`)."""
+    trial (`hooks`), a note on the precision."""
     cfg = params.train
     hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
@@ -334,7 +332,7 @@ def make_plan(
     phase_step = per_epoch * frozen if 0 < frozen < cfg.epochs else 0
     policy, notice = mixed_precision_policy(info.device, cfg.mixed_precision)
     if notice:
-        _say_findings(hooks, [f"Note: {notice}"])
+        say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
     if hooks.say_preamble:
@@ -559,8 +557,9 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
         _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
-    if not run.hooks.say_epochs:  # a sweep's trial leaves no bar; a notebook's widget would stay
-        bar.leave, bar.total = False, bar.n  # (red) if short of its total: a pruned trial's
+    # The bar ends at the run's step: Colab's widget turns a bar closed short of its total red,
+    # and early stopping, a pruned trial or a clean stop is no failure (a crash never gets here).
+    bar.leave, bar.total = run.hooks.say_epochs, bar.n  # a sweep's trial leaves no bar
     bar.close()
     return reason
 
@@ -613,12 +612,10 @@ def _end_epoch(run: Run, curves: Curves) -> None:
 
 
 def _say_findings(hooks: RunHooks, lines: list[str]) -> None:
-    """Preflight's findings: its warnings and notes unless said before (`RunHooks.said`: a
-    sweep's earlier trial), its 'Preflight: ...' lines (nothing wrong) unless a sweep's later
-    trial (`RunHooks.say_preamble`: its first said them)."""
+    """Preflight's findings: its warnings and notes, its 'Preflight: ...' lines (nothing wrong)
+    unless a sweep's later trial (`RunHooks.say_preamble`: its first said them)."""
     for line in filter(None, lines):
-        if line not in hooks.said and (hooks.say_preamble or not line.startswith("Preflight:")):
-            hooks.said.add(line)
+        if hooks.say_preamble or not line.startswith("Preflight:"):
             say(line)
 
 
