@@ -57,8 +57,7 @@ def export_saved_model(project_dir: Path, destination: Path) -> dict[str, Any]:
             "format": "saved_model",
             "bytes": sum(p.stat().st_size for p in new.rglob("*") if p.is_file()),
             "model_sha256": file_sha256(results / MODEL_FILE),
-            # TensorFlow's own identity of a SavedModel: its graph, signatures and weights.
-            "fingerprint": tf.saved_model.experimental.read_fingerprint(str(new)).singleprint(),
+            "fingerprint": _fingerprint(new),
             "inputs": "as model.keras (endpoint `serve`)",
         }
         _move_into_place(results, new, destination, {**entry, "replaces": replaces})
@@ -361,6 +360,11 @@ def _shown(path: Path, results: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
+def _fingerprint(saved_model: Path) -> str:
+    """TensorFlow's own identity of a SavedModel (its graph, signatures and weights)."""
+    return tf.saved_model.experimental.read_fingerprint(str(saved_model)).singleprint()
+
+
 def _check_replaceable(
     results: Path, path: Path, example: str, beside: Path | None = None
 ) -> str | None:
@@ -372,7 +376,7 @@ def _check_replaceable(
     entry = exports.get(shown, {})
     current = file_sha256(path) if path.is_file() else None
     if (path / "fingerprint.pb").is_file():
-        current = tf.saved_model.experimental.read_fingerprint(str(path)).singleprint()
+        current = _fingerprint(path)
     listed = shown in {e.get("vocabulary") for e in exports.values()}
     recorded = {entry.get("fingerprint"), entry.get("sha256"), entry.get("replaces")}
     if current is None or not (listed or current in recorded):
