@@ -155,14 +155,17 @@ def git_info(project_dir: Path) -> dict[str, Any]:
 def data_hashes(project_dir: Path) -> dict[str, Any]:
     """The data version: DVC's hashes of every tracked output, and the data manifest's sha256."""
     hashes: dict[str, str] = {}
-    # dvc.lock, then the `dvc add` files where they go (beside what they track, not everywhere)
-    patterns = ("*.dvc", "data/*.dvc", "data/*/*.dvc", "models/*.dvc")
-    found = sorted({p for pattern in patterns for p in project_dir.glob(pattern) if p.is_file()})
     lock = project_dir / "dvc.lock"
-    for dvc_file in ([lock] if lock.is_file() else []) + found:
-        doc = _dvc_file(project_dir, dvc_file, hashes)
-        stages = [out for stage in doc.get("stages", {}).values() for out in stage.get("outs", [])]
-        for out in stages + doc.get("outs", []):  # each path relative to its DVC file's folder
+    if lock.is_file():
+        stages = _dvc_file(project_dir, lock, hashes).get("stages", {})
+        for stage in stages.values():
+            for out in stage.get("outs", []):
+                hashes[out["path"]] = out.get("md5") or out.get("hash") or ""
+    # `dvc add` files sit beside what they track: look where they go, not through every data file.
+    patterns = ("*.dvc", "data/*.dvc", "data/*/*.dvc", "models/*.dvc")
+    found = {p for pattern in patterns for p in project_dir.glob(pattern) if p.is_file()}
+    for dvc_file in sorted(found):
+        for out in _dvc_file(project_dir, dvc_file, hashes).get("outs", []):
             rel = (dvc_file.parent / out["path"]).relative_to(project_dir)
             hashes[str(rel)] = out.get("md5") or out.get("hash") or ""
     manifest = project_dir / DATA_MANIFEST  # what `prepare` writes; None before it ran
