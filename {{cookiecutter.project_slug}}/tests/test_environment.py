@@ -59,6 +59,8 @@ def test_packages_data_hashes_and_summary(tmp_path):
     (tmp_path / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  prepare:\n    outs:\n    - path: data/processed\n"
         "      hash: md5\n      md5: 0123abcd.dir\n"
+        # an output outside the project, as DVC allows: named as dvc.lock names it
+        "    - path: /content/drive/MyDrive/mirror\n      md5: ccc.dir\n"
     )
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
@@ -66,7 +68,11 @@ def test_packages_data_hashes_and_summary(tmp_path):
     env = collect_environment(tmp_path, devices=False)
     assert env["python"]["version"].count(".") == 2
     assert env["packages"]["numpy"] and env["packages"]["pyyaml"]
-    assert env["data"]["dvc"] == {"data/processed": "0123abcd.dir", "data/extra": "99ff"}
+    assert env["data"]["dvc"] == {
+        "data/processed": "0123abcd.dir",
+        "/content/drive/MyDrive/mirror": "ccc.dir",
+        "data/extra": "99ff",
+    }
     assert env["data"]["manifest"]["path"] == "data/manifest.json"
     assert env["colab"]["on_colab"] is False
     text = summary(env)
