@@ -107,6 +107,9 @@ def test_two_workers_stop_together_resume_and_end_with_the_same_weights(tmp_path
         assert code == 0, out
         assert "is already complete (88 steps)" in out, out
     assert "its results are there already" in third[0][2]
+    # the other worker's save goes to its scratch folder, deleted at the end: it says so
+    assert "this worker leaves its results to the chief" in third[1][2]
+    assert "writing its results" not in third[0][2] + third[1][2]
     assert _files(chief_project / "results") == before
     assert not (worker_project / "results").exists()
 

@@ -637,6 +637,8 @@ def _finish(run: Run, digest: str, write: bool) -> dict[str, Any]:
     speed = state.step * plan.global_batch / state.train_seconds if state.train_seconds else 0.0
     if state.step == run.started_at_step:
         results = "writing its results" if write else "its results are there already"
+        if not info.is_chief:  # it saves only into its scratch folder, deleted at the end
+            results = "this worker leaves its results to the chief"
         say(
             f"Run '{params.run_name}' is already complete ({state.step} steps); {results}. Raise "
             "train.epochs to train it further, or set another run_name to train a new run."
