@@ -93,7 +93,8 @@ def hidden(relative: str | os.PathLike[str]) -> bool:
 
 def walk_files(path: str) -> Iterator[str]:
     """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
-    `hidden` ones and what is no file to read (a link to nothing, a pipe), as staging copies none.
+    `hidden` ones, what is no file to read (a link to nothing, a pipe) and what is in a link to a
+    folder (one to a parent would list its files again and again), as staging copies none.
     A folder that cannot be listed (a dropped Drive's EIO) raises."""
     if not isdir(path):
         yield path
@@ -103,7 +104,7 @@ def walk_files(path: str) -> Iterator[str]:
     if is_url(path):  # a bucket's `find` is one listing: its failure raises
         files = fs.find(inner)
     else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
-        walked = os.walk(inner, onerror=unlisted, followlinks=True)  # into links, as `find`
+        walked = os.walk(inner, onerror=unlisted)
         listed = (f"{top}/{name}" for top, _, names in walked for name in names)
         files = [f for f in listed if Path(f).is_file()]  # raises EIO, as os.path's does not
     for found in sorted(files):
