@@ -18,6 +18,7 @@ from conftest import PARAMS, drop, main_in_fresh_process, save_for_users
 from {{ cookiecutter.module_name }}.__main__ import STORAGE_FIXES, main
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.data.staging import stage
 from {{ cookiecutter.module_name }}.evaluation.export import export_saved_model
 from {{ cookiecutter.module_name }}.evaluation.predict import predict
 from {{ cookiecutter.module_name }}.model import build_model
@@ -240,6 +241,22 @@ def test_predict_passes_over_a_link_to_nothing_as_prepare_does(tmp_path: Path) -
         str(source / "0.png"),
         str(source / "1.png"),
     ]
+
+
+def test_predict_goes_into_no_link_to_a_folder_as_staging_does(tmp_path: Path) -> None:
+    """A link to a folder (`ln -s .. loop`, a careless one): staging copies nothing of it, and
+    predict went into it, through a link to a parent scoring each image again at each of 40
+    depths (123 rows for 3 images; with two such links it never ended)."""
+    project, _, source = _project(tmp_path, "images")
+    (source / "more").mkdir()
+    shutil.copy(source / "0.png", source / "more" / "2.png")
+    (source / "more" / "loop").symlink_to("..", target_is_directory=True)
+    output = tmp_path / "out.csv"
+    assert predict(source, output, project / "results" / "models") == 3
+    rows = [row["id"] for row in csv.DictReader(output.open())]
+    staged = stage(source, tmp_path / "staged", progress=False).files
+    assert rows == [str(path) for path, _ in staged]
+    assert [rel for _, rel in staged] == ["0.png", "1.png", "more/2.png"]
 
 
 def test_a_subfolder_a_dropped_drive_cannot_list_stops_predict_in_the_remount_line(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterator
 from pathlib import Path, PurePath
 from typing import IO, Any
 
@@ -91,32 +90,28 @@ def hidden(relative: str | os.PathLike[str]) -> bool:
     return any(part.startswith(".") for part in PurePath(relative).parts)
 
 
-def walk_files(path: str) -> Iterator[str]:
-    """Every file under `path` (or `path` itself if it is a file), in a stable order, but the
-    `hidden` ones and what is no file to read (a link to nothing, a pipe), as staging copies none.
-    A folder that cannot be listed (a dropped Drive's EIO) raises."""
-    if not isdir(path):
-        yield path
-        return
+def walk_files(path: str) -> dict[str, int]:
+    """{file: its size in bytes} of every file under `path` (or of `path` itself if it is a
+    file), in a stable order, but the `hidden` ones, what is no file to read (a link to nothing,
+    a pipe) and what is in a link to a folder (one to a parent would list its files again and
+    again), as staging copies none. The sizes come with the listing: a bucket's is a request per
+    page of it, not one per file. A folder that cannot be listed (a dropped Drive's EIO) raises."""
+    here = info(path)
+    if here is None or here["type"] != "directory":
+        return {path: here["size"]} if here else {}
     fs, inner = url_to_fs(path)
-    root = inner.rstrip("/")
     if is_url(path):  # a bucket's `find` is one listing: its failure raises
-        files = fs.find(inner)
+        files = {f: entry["size"] for f, entry in fs.find(inner, detail=True).items()}
     else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
-        walked = os.walk(inner, onerror=unlisted, followlinks=True)  # into links, as `find`
+        walked = os.walk(inner, onerror=unlisted)
         listed = (f"{top}/{name}" for top, _, names in walked for name in names)
-        files = [f for f in listed if Path(f).is_file()]  # raises EIO, as os.path's does not
-    for found in sorted(files):
-        relative = found[len(root) :].strip("/")
-        if not hidden(relative):
-            yield f"{str(path).split('://')[0]}://{found}" if is_url(path) else found
+        # is_file raises EIO, as os.path's does not
+        files = {f: os.path.getsize(f) for f in listed if Path(f).is_file()}
+    scheme = f"{str(path).split('://')[0]}://" if is_url(path) else ""
+    root = inner.rstrip("/")
+    return {scheme + f: files[f] for f in sorted(files) if not hidden(f[len(root) :].strip("/"))}
 
 
 def unlisted(exc: OSError) -> None:
     """os.walk's error: a folder Drive could not list is not an empty one."""
     raise exc
-
-
-def size(path: str) -> int:
-    fs, inner = url_to_fs(path)
-    return int(fs.size(inner))

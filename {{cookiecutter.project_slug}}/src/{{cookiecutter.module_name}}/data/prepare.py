@@ -120,7 +120,7 @@ def _stage(path: str, project_dir: Path, recorded: set[str]) -> tuple[str, dict[
     raw_dir = project_dir / RAW
     if locations.is_url(path):
         # Streamed, not copied: list what was read so the manifest says where the data came from.
-        listing = [{"path": p, "size": locations.size(p)} for p in locations.walk_files(path)]
+        listing = [{"path": p, "size": n} for p, n in locations.walk_files(path).items()]
         save_json(listing, raw_dir / "source.json")
         return path, {f"{RAW}/source.json": f"listing of {path}"}
     local = Path(path)

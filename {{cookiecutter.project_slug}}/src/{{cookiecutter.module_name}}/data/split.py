@@ -74,7 +74,7 @@ def _split_folders(path: str, data: DataConfig) -> dict[str, tuple[str, str]]:
                 "split; keep one"
             )
         target = locations.join(path, folder)
-        if next(locations.walk_files(target), None) is None:
+        if not locations.walk_files(target):
             raise ConfigError(
                 f"data.path: {folder}/ in {data.path} is an empty split folder; add its examples, "
                 f"or move it out of data.path (a missing {split} split is carved out of train)"
