@@ -16,6 +16,7 @@ from typing import Any
 import fsspec
 import numpy as np
 import pytest
+from conftest import PARAMS, drop
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
 from {{ cookiecutter.module_name }}.core import locations
@@ -32,8 +33,6 @@ from {{ cookiecutter.module_name }}.sources import source
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
-
-PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 def run_prepare(project: Path, *overrides: str) -> dict:
@@ -899,6 +898,23 @@ def test_a_folder_that_cannot_be_listed_stops_prepare_and_keeps_the_copies(
     with pytest.raises(OSError, match="Input/output error"):
         run_prepare(project, "data.source=images", f"data.path={pets}")
     assert sorted((project / "data/raw/pets/dog").iterdir()) == copies
+
+
+def test_a_file_a_dropped_drive_cannot_read_is_not_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder listed, one file then failing (EIO): listing it raises, so no file is left out of
+    the data without a word. Python 3.14's `Path.is_file` says False there, as `os.path.isfile`
+    does (set here, so the test holds on every Python)."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("a.png", "b.png"):
+        (folder / name).write_bytes(b"png")
+    monkeypatch.setattr(Path, "is_file", lambda self, **_: os.path.isfile(self))
+    drop(folder / "b.png", errno.EIO, monkeypatch)
+    with pytest.raises(OSError) as raised:
+        locations.walk_files(str(folder))
+    assert raised.value.errno == errno.EIO
 
 
 def test_a_data_path_of_the_wrong_kind_is_refused_before_anything_is_copied(

@@ -4,8 +4,10 @@ picks the file system from the URL (gcsfs for `gs://`) and streams; nothing is d
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 from pathlib import Path, PurePath
 from typing import IO, Any
 
@@ -105,11 +107,23 @@ def walk_files(path: str) -> dict[str, int]:
     else:  # fsspec's `find` leaves out a folder it cannot list, whatever its `on_error`
         walked = os.walk(inner, onerror=unlisted)
         listed = (f"{top}/{name}" for top, _, names in walked for name in names)
-        # is_file raises EIO, as os.path's does not
-        files = {f: os.path.getsize(f) for f in listed if Path(f).is_file()}
+        files = {f: size for f in listed if (size := _file_size(f)) is not None}
     scheme = f"{str(path).split('://')[0]}://" if is_url(path) else ""
     root = inner.rstrip("/")
     return {scheme + f: files[f] for f in sorted(files) if not hidden(f[len(root) :].strip("/"))}
+
+
+def _file_size(path: str) -> int | None:
+    """The size of the file at `path` (through a link); None for a link to nothing or what is no
+    file (a pipe). Any other error (a dropped Drive's EIO) raises: `os.path.isfile` says False
+    there, and so does `Path.is_file` from Python 3.14."""
+    try:
+        found = os.stat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+    return found.st_size if stat.S_ISREG(found.st_mode) else None
 
 
 def unlisted(exc: OSError) -> None:
