@@ -37,7 +37,7 @@ from ..data.pipeline import Prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
-from ..optim import build_optimizer
+from ..optim import build_optimizer, scaled_learning_rate
 from ..task import make_task
 from . import fingerprint, preflight
 from .checkpoints import (
@@ -311,7 +311,7 @@ def make_plan(
     cfg = params.train
     hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
-    lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
+    lr = scaled_learning_rate(cfg, info.replicas)
     n_train = data.count("train")
     # Full global batches only: every step has the same shape (XLA, TPUs), and the dropped
     # examples change every epoch.
