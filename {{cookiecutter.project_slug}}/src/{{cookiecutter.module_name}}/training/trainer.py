@@ -265,9 +265,12 @@ def _result(
     digest = weights_digest(run.parts.model)  # the last step's: equal digests, bit-identical runs
     if reason:
         saved = f"checkpoint saved in {run.paths.checkpoints}"
-        if run.last_saved != run.state.step:
-            newest = max(run.last_saved, 0)
-            saved = f"its checkpoint could not be saved, the newest is at step {newest}"
+        if run.last_saved < 0:  # the stop's save failed, every one before it too, no resume
+            saved = (
+                "its checkpoint could not be saved and the run has none: it starts again at step 0"
+            )
+        elif run.last_saved != run.state.step:  # the stop's save failed (a storage fault, said)
+            saved = f"its checkpoint could not be saved, the newest is at step {run.last_saved}"
         say(
             f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}"
