@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ import tensorflow as tf
 
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
-from ..core.environment import utc_now
 from ..core.progress import progress_bar, say
 from ..core.storage import SIDECAR_FILE, RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
@@ -168,7 +168,7 @@ def train(
         lease = None
         if info.is_chief:
             lease = Lease.acquire(paths.checkpoints, params.run_name, take_over).start_heartbeat()
-        started_at = utc_now()
+        started_at = datetime.now(UTC)
         try:
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
             plan = make_plan(params, info, data, hooks)
