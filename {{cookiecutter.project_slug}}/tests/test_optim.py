@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from pathlib import Path
 
 import keras
@@ -11,11 +12,15 @@ import pytest
 import tensorflow as tf
 from conftest import PARAMS
 
+from {{ cookiecutter.module_name }} import optim
 from {{ cookiecutter.module_name }}.config import TrainConfig, load_params
 from {{ cookiecutter.module_name }}.optim import (
     build_optimizer,
     clip_gradients,
 )
+from {{ cookiecutter.module_name }}.training import fingerprint
+from {{ cookiecutter.module_name }}.training.strategy import StrategyInfo
+from {{ cookiecutter.module_name }}.training.trainer import make_plan
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
 
@@ -42,6 +47,26 @@ def test_optimizers_from_params() -> None:
     assert current_learning_rate(adam) == pytest.approx(0.004)  # linear scaling x 4
     unscaled = build_optimizer(train_cfg("train.lr_scaling=none"), 100, replicas=4)
     assert current_learning_rate(unscaled) == pytest.approx(0.001)
+
+
+def test_a_new_scaling_rule_in_optim_is_the_rate_the_run_states(monkeypatch, capsys) -> None:
+    """A user who writes another rule in `scaled_learning_rate` (square-root scaling here) gets
+    its rate in the optimizer, the plan (its line and train.json) and the fingerprint alike."""
+
+    def square_root(cfg: TrainConfig, replicas: int) -> float:
+        return cfg.learning_rate * replicas**0.5
+
+    # The function's body replaced, as an edit of optim.py would: every import of it sees it.
+    monkeypatch.setattr(optim.scaled_learning_rate, "__code__", square_root.__code__)
+    params = load_params(PARAMS, ["train.learning_rate=0.01"])
+    info = StrategyInfo("MirroredStrategy", 4, "CPU", True)
+    plan = make_plan(params, info, types.SimpleNamespace(count=lambda split: 1000))
+    assert plan.learning_rate == pytest.approx(0.02)
+    assert "learning rate 0.02 (train.learning_rate 0.01" in capsys.readouterr().out
+    stated = fingerprint.of(params, "ab" * 32, info.replicas)["learning_rate_applied"]
+    assert stated == pytest.approx(0.02)
+    optimizer = build_optimizer(params.train, plan.total, info.replicas)
+    assert current_learning_rate(optimizer) == pytest.approx(0.02)
 
 
 def test_cosine_with_warmup_and_the_fine_tune_factor() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from conftest import PARAMS, cli, cli_env, drop, fill, sets
+from conftest import PARAMS, TINY, cli, cli_env, drop, fill, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
@@ -94,6 +94,37 @@ def test_a_run_on_a_full_storage_root_completes_and_says_which_checkpoints_faile
     assert (project / "results/models/model.keras").stat().st_size > 1_000_000
     if mounted:  # the shortfall was foreseen before the first step
         assert "WARNING: preflight:" in out and "MiB free at" in out
+
+
+def test_a_stop_whose_checkpoint_fails_names_the_newest_one_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A run stopped (its time budget) on a full disk: the stop's checkpoint fails, and the line
+    names the checkpoint the next run resumes from, or says there is none."""
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    shutil.copy(PARAMS, tmp_path / "params.yaml")
+    stopped = [*TINY, "distribute.strategy=default", "train.time_budget_minutes=0.00005"]
+
+    def full(self, checkpoint, step, meta):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def stop_on_a_full_disk() -> str:
+        with monkeypatch.context() as patch:
+            patch.setattr(CheckpointStore, "save", full)
+            result = train(load_params(tmp_path / "params.yaml", stopped), tmp_path)
+        assert result.status == "stopped"
+        return capsys.readouterr().out
+
+    out = stop_on_a_full_disk()
+    assert "Stopped at step 5 of " in out, out
+    assert (
+        "its checkpoint could not be saved and the run has none: it starts again at step 0" in out
+    )
+    train(load_params(tmp_path / "params.yaml", stopped), tmp_path)  # saved at step 5
+    assert "; checkpoint saved in " in capsys.readouterr().out
+    out = stop_on_a_full_disk()  # resumed at step 5, stopped at 10
+    assert "Stopped at step 10 of " in out, out
+    assert "its checkpoint could not be saved, the newest is at step 5" in out
 
 
 def _var(size: int) -> tuple[tf.train.Checkpoint, tf.Variable]:

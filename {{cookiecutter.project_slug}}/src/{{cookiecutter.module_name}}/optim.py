@@ -9,6 +9,9 @@ steps, the number of replicas and the step where fine-tuning starts (0: none); a
 replica's step, `clip_gradients(gradients, clip_norm, loss_scale) -> gradients`. Change the
 optimizer or the schedule here (the built-ins: adam, adamw, sgd; constant, cosine); a new choice
 of `train.optimizer` or `train.schedule` also needs its name in config.py.
+`scaled_learning_rate(cfg, replicas) -> float` is the peak rate on `replicas` replicas
+(`train.lr_scaling`): the optimizer's, and the one the plan's line, train.json and the run's
+fingerprint state, so a new rule goes there.
 
 The schedule is a function of the optimizer's own step counter (`optimizer.iterations`), which a
 checkpoint saves: a resumed run continues at exactly the same learning rate, also across the
@@ -32,7 +35,7 @@ def build_optimizer(
     trainer wraps it in `keras.optimizers.LossScaleOptimizer` (float16). `train.clip_norm` is not
     set here: the optimizer would clip each replica's share of the gradient, not the sum; the
     step calls `clip_gradients` instead."""
-    peak = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
+    peak = scaled_learning_rate(cfg, replicas)
     rate = learning_rate_schedule(cfg, peak, total_steps, phase_change_step)
     common: dict[str, Any] = {"learning_rate": rate, "weight_decay": cfg.weight_decay or None}
     if cfg.optimizer == "sgd":
@@ -44,6 +47,12 @@ def build_optimizer(
     if cfg.weight_decay:  # decay the weights, not the biases and normalisation scales/offsets
         optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
+
+
+def scaled_learning_rate(cfg: TrainConfig, replicas: int) -> float:
+    """The peak learning rate on `replicas` replicas: `train.learning_rate`, times the replicas
+    when `train.lr_scaling` is linear (their global batch is that many times larger)."""
+    return cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
 
 
 def clip_gradients(gradients: list[Any], clip_norm: float, loss_scale: Any = 1.0) -> list[Any]:

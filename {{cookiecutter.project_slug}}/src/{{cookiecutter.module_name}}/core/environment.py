@@ -31,7 +31,7 @@ def collect_environment(project_dir: Path, devices: bool = True) -> dict[str, An
     tf_info = tensorflow_info() if devices else {"skipped": True}
     gpus = nvidia_gpus() or [{"name": name} for name in tf_info.get("gpus", [])]
     return {
-        "collected_at": utc_now().isoformat(timespec="seconds"),
+        "collected_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": {
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
@@ -228,8 +228,3 @@ def log_environment(project_dir: Path, output: Path | None = None) -> dict:
     save_json(env, output)
     print(f"Saved {output}")
     return env
-
-
-def utc_now() -> datetime:
-    """The current time in UTC."""
-    return datetime.now(UTC)

@@ -21,6 +21,7 @@ from typing import Any
 from ..config import Params, flat
 from ..core import locations
 from ..core.files import file_sha256
+from ..optim import scaled_learning_rate
 
 RUN_ONLY = frozenset(
     {
@@ -56,13 +57,11 @@ def of(params: Params, data_hash: str, replicas: int) -> dict[str, Any]:
     (`with_variables` adds the model's once it is built), as a checkpoint's meta.json holds it,
     so that the two compare equal: lists, not tuples, and a float JSON has no number for as text
     (`.inf` is "Infinity", where json_text would write null, another value)."""
-    cfg = params.train
-    scaled = cfg.learning_rate * (replicas if cfg.lr_scaling == "linear" else 1)
     found = {
         DATA: data_hash,
         **settings(params),
-        "global_batch": cfg.batch_size * replicas,
-        "learning_rate_applied": scaled,
+        "global_batch": params.train.batch_size * replicas,
+        "learning_rate_applied": scaled_learning_rate(params.train, replicas),
     }
     return json.loads(json.dumps(found, default=str), parse_constant=str)
 

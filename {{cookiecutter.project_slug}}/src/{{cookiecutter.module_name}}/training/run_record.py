@@ -8,7 +8,7 @@ import json
 import secrets
 import shlex
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from ..config import COMMAND
-from ..core.environment import collect_environment, utc_now
+from ..core.environment import collect_environment
 from ..core.files import atomic_write, file_sha256, save_json
 from ..core.storage import TRAIN_METRICS, results_root
 from .checkpoints import ResultsWriteError
@@ -234,7 +234,7 @@ def record_run(
         artifacts=artifacts,
         checkpoints=paths.checkpoints,
         started_at=started_at,
-        finished_at=utc_now(),
+        finished_at=datetime.now(UTC),
         command=command,
         tracking=tracker.locations,
         class_weight=result.class_weight,

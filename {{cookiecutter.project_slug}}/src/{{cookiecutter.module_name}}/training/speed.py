@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,6 @@ import tensorflow as tf
 
 from .. import registry
 from ..config import COMMAND, Params
-from ..core.environment import utc_now
 from ..core.progress import say
 from ..core.storage import results_root
 from ..data.feed import make_feed, on_replicas
@@ -34,7 +34,7 @@ def speed(params: Params, project_dir: Path, steps: int, command: str = "") -> d
     strategy, info = make_strategy(params.distribute)
     seed_everything(params.seed, params.repro.deterministic)
     params, _ = as_run(params)  # its record says whether ops were deterministic, as they were
-    started = utc_now()
+    started = datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="digits-") as tmp:
         # Text: token ids in the input path, as `train` has them.
         data = for_model(open_data(params, project_dir, prepared, Path(tmp)), params.model)
@@ -199,7 +199,7 @@ def record(
         artifacts=[],
         checkpoints=Path("-"),
         started_at=started,
-        finished_at=utc_now(),
+        finished_at=datetime.now(UTC),
         command=command,
         tracking={"tensorboard": str(logdir)},
         kind="speed",

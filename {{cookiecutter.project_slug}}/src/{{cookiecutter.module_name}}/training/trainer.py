@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ import tensorflow as tf
 
 from .. import registry
 from ..config import COMMAND, ConfigError, Params
-from ..core.environment import utc_now
 from ..core.progress import progress_bar, say
 from ..core.storage import SIDECAR_FILE, RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
@@ -37,7 +37,7 @@ from ..data.pipeline import Prepared
 from ..data.prepare import PROCESSED, bundled_digits
 from ..loop import StepParts, Validator, make_chunk_function, metric_values
 from ..model import build_model, fine_tune_variables, set_backbone_trainable
-from ..optim import build_optimizer
+from ..optim import build_optimizer, scaled_learning_rate
 from ..task import make_task
 from . import fingerprint, preflight
 from .checkpoints import (
@@ -166,7 +166,7 @@ def train(
         lease = None
         if info.is_chief:
             lease = Lease.acquire(paths.checkpoints, params.run_name, take_over).start_heartbeat()
-        started_at = utc_now()
+        started_at = datetime.now(UTC)
         try:
             data = pipeline.for_model(data, params.model)  # text: token ids in the input pipeline
             plan = make_plan(params, info, data, hooks)
@@ -263,9 +263,12 @@ def _result(
     digest = weights_digest(run.parts.model)  # the last step's: equal digests, bit-identical runs
     if reason:
         saved = f"checkpoint saved in {run.paths.checkpoints}"
-        if run.last_saved != run.state.step:
-            newest = max(run.last_saved, 0)
-            saved = f"its checkpoint could not be saved, the newest is at step {newest}"
+        if run.last_saved < 0:  # the stop's save failed, every one before it too, no resume
+            saved = (
+                "its checkpoint could not be saved and the run has none: it starts again at step 0"
+            )
+        elif run.last_saved != run.state.step:  # the stop's save failed (a storage fault, said)
+            saved = f"its checkpoint could not be saved, the newest is at step {run.last_saved}"
         say(
             f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); {saved}.\n"
             f"Continue with: {resume_command or 'the same train command'}"
@@ -309,7 +312,7 @@ def make_plan(
     cfg = params.train
     hooks = hooks or RunHooks()  # speed's plan: its lines
     global_batch = cfg.batch_size * info.replicas
-    lr = cfg.learning_rate * (info.replicas if cfg.lr_scaling == "linear" else 1)
+    lr = scaled_learning_rate(cfg, info.replicas)
     n_train = data.count("train")
     # Full global batches only: every step has the same shape (XLA, TPUs), and the dropped
     # examples change every epoch.
