@@ -135,19 +135,32 @@ def test_a_missing_number_in_a_users_source_is_refused_naming_its_example(
     assert not processed(tmp_path).exists()
 
 
+@pytest.mark.parametrize(
+    ("odd", "refusal"),
+    [
+        (
+            7,
+            "pairs.jsonl line 8: 2 numbers, where pairs.jsonl line 2 (the first training "
+            "example) has 3; give every example as many (example: [0.5, 0.5, 0.5])",
+        ),
+        (
+            1,
+            "pairs.jsonl line 12: 3 numbers, where pairs.jsonl line 2 (the first training "
+            "example) has 2; give every example as many (example: [0.5, 0.5])",
+        ),
+    ],
+)
 def test_a_vector_of_another_width_is_refused_naming_its_example(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, odd: int, refusal: str
 ) -> None:
     """A line of 2 numbers among lines of 3: the model takes one width; prepare names the line
-    and writes nothing."""
+    and the first training example it was measured against (line 2: when that is the odd one,
+    the user sees it), and writes nothing."""
     x = [np.arange(3, dtype=np.float32) + i for i in range(20)]
-    x[7] = x[7][:2]
+    x[odd] = x[odd][:2]
     with pytest.raises(ConfigError) as refused:
         run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, np.array(x, dtype=object)))
-    assert str(refused.value) == (
-        "pairs.jsonl line 8: 2 numbers, where the first training example has 3; give every "
-        "example as many (example: [0.5, 0.5, 0.5])"
-    )
+    assert str(refused.value) == refusal
     assert not processed(tmp_path).exists()
 
 
@@ -397,7 +410,8 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
     assert str(refused.value).startswith(
-        f"{folder}: record 20: 2 numbers, where the first training example has 3; give every"
+        f"{folder}: record 20: 2 numbers, where {folder}: record 1 (the first training example) "
+        "has 3; give every"
     )
     (folder / "part-2.tfrecord").unlink()
 

@@ -195,7 +195,9 @@ def _vector(source: Source, i: int, moments: list[Any]) -> np.ndarray:
     another width than the first training example (the model takes one)."""
     with np.errstate(over="ignore"):
         x = np.asarray(source.load(i), np.float32).reshape(-1)
-    width = moments[1].size if moments[0] else len(x)  # moments: see write_shards
+    if not moments[0]:  # the first training example: the width of all (moments: write_shards)
+        moments[3] = source.where(i)
+    width = moments[1].size if moments[0] else len(x)
     example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
     if not np.isfinite(x).all():
         raise ConfigError(
@@ -204,8 +206,8 @@ def _vector(source: Source, i: int, moments: list[Any]) -> np.ndarray:
         )
     if len(x) != width:
         raise ConfigError(
-            f"{source.where(i)}: {len(x)} numbers, where the first training example has "
-            f"{width}; give every example as many (example: [{example}])"
+            f"{source.where(i)}: {len(x)} numbers, where {moments[3]} (the first training "
+            f"example) has {width}; give every example as many (example: [{example}])"
         )
     return x
 
@@ -239,9 +241,9 @@ def write_shards(
     moments: list[Any] | None = None,
 ) -> list[str]:
     """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names.
-    Vectors: `moments` ([0, 0.0, 0.0] in float64) gathers the training split's count, mean and
-    sum of squared deviations as they are written (Welford's: one pass, no example held); each
-    split's vectors are checked against its width (train is written first)."""
+    Vectors: `moments` ([0, 0.0, 0.0, ""]) gathers the training split's count, mean and sum of
+    squared deviations (float64; Welford's: one pass, no example held) and its first example's
+    `where`; each split's vectors are checked against its width (train is written first)."""
     names: list[str] = []
     writer = None
     written = 0
@@ -285,7 +287,7 @@ def write_processed(
             )
     # Vectors: their width, and the training split's feature mean and variance, which the model
     # standardises with.
-    moments = [0, np.float64(0), np.float64(0)] if source.kind == "vector" else None
+    moments = [0, np.float64(0), np.float64(0), ""] if source.kind == "vector" else None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".prepare-partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -307,7 +309,7 @@ def write_processed(
     labels = np.asarray(source.labels)
     stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
     if moments is not None:
-        count, mean, squares = moments
+        count, mean, squares, _ = moments
         stats.update(feature_mean=mean.tolist(), feature_var=(squares / count).tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
