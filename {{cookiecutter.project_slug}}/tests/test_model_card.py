@@ -4,8 +4,10 @@ the run record, train.json and the test metrics; the user's section kept through
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.files import file_sha256
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.evaluation import export, model_card
 from {{ cookiecutter.module_name }}.evaluation.evaluate import evaluate
 from {{ cookiecutter.module_name }}.evaluation.model_card import (
     USER_BEGIN,
@@ -149,3 +152,15 @@ def test_dvc_keeps_the_card_between_runs_and_git_tracks_it() -> None:
     outs = {k: v for o in stages["evaluate"]["outs"] if isinstance(o, dict) for k, v in o.items()}
     assert outs["results/reports/model_card.md"] == {"cache": False, "persist": True}
     assert "!/results/reports/model_card.md" in (PROJECT / ".gitignore").read_text().splitlines()
+
+
+def test_export_and_the_model_card_do_not_import_each_other() -> None:
+    """Either can be read, changed and tested without the other: what both need (export.json's
+    place) is in core/storage.py."""
+    for module, other in ((export, "model_card"), (model_card, "export")):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        ]
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names]
+        assert other not in [m.split(".")[-1] for m in imported] + names, module.__name__

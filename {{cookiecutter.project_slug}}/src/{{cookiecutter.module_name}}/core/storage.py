@@ -26,6 +26,7 @@ MODEL_FILE = "models/model.keras"  # the model users get (training/saved_model.p
 SIDECAR_FILE = "models/model.json"  # what it needs beside it: task, names, inputs
 TRAIN_METRICS = "metrics/train.json"
 TEST_METRICS = "metrics/evaluate.json"
+EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 DRIVE_ROOT = Path("/content/drive")  # where Colab mounts Google Drive
 COLAB_DRIVE = DRIVE_ROOT / "MyDrive"
 

@@ -25,7 +25,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from ..config import COMMAND, ConfigError, Params
 from ..core.files import atomic_write, file_sha256, read_json, save_json
-from ..core.storage import MODEL_FILE, results_root
+from ..core.storage import EXPORTS, MODEL_FILE, results_root
 from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
 from ..spec import SPEC, load_spec
@@ -34,7 +34,6 @@ from ..training.saved_model import load_for_users
 
 LITERT_FILE = "models/model.tflite"  # under the results root
 SAVED_MODEL_DIR = "models/saved_model"
-EXPORTS = "metrics/export.json"  # one entry per exported file: what the model card lists
 VOCABULARY = "vocabulary.txt"
 SAVED_MODEL = {"saved_model.pb", "fingerprint.pb", "variables", "assets", "assets.extra"}
 

@@ -15,13 +15,19 @@ import pandas as pd
 
 from ..config import COMMAND, Params, flat, load_params
 from ..core.files import atomic_write, file_sha256, read_json
-from ..core.storage import MODEL_FILE, PROJECT_SLUG, SIDECAR_FILE, TRAIN_METRICS, results_root
+from ..core.storage import (
+    EXPORTS,
+    MODEL_FILE,
+    PROJECT_SLUG,
+    SIDECAR_FILE,
+    TRAIN_METRICS,
+    results_root,
+)
 from ..data import manifest
 from ..data.split import describe, origin
 from ..spec import SPLITS, DataSpec
 from ..tasks.base import Evaluation, Task, make_task, task_class
 from ..training.run_record import find_run
-from .export import load_exports
 
 CARD = "reports/model_card.md"  # under the results root
 USER_BEGIN = "<!-- intended-use: yours; regeneration keeps everything up to the closing marker -->"
@@ -249,7 +255,7 @@ def exports_table(results: Path) -> str:
         if (results / n).is_file()
     ]
     checked = []
-    for name, entry in load_exports(results).items():
+    for name, entry in read_json(results / EXPORTS).items():
         # An absolute name stays as it is; `replaces`: an export a kill stopped (export again).
         if not (results / name).exists() or "replaces" in entry:
             continue
