@@ -170,7 +170,7 @@ def test_pruning_makes_room_but_never_takes_the_newest_complete_one(
     var.assign(tf.fill([400_000], 4.0))
     assert store.try_save(ckpt, 4, {}) is not None  # room made by pruning the oldest first
     out = capsys.readouterr().out
-    assert "Pruning step-000000001 early" in out and "not saved" not in out
+    assert "Pruning run/step-000000001 early" in out and "not saved" not in out
     assert [s for s, _ in list_checkpoints(storage / "run")] == [2, 3, 4]
     assert store.restore(ckpt)["step"] == 4 and float(var[0]) == 4.0
 

@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import COMMAND, ConfigError, load_params, sweep_space
 from {{ cookiecutter.module_name }}.data.prepare import prepare
+from {{ cookiecutter.module_name }}.training import checkpoints
 from {{ cookiecutter.module_name }}.training import sweep as sweep_module
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.run_record import find_run
@@ -550,6 +551,41 @@ def test_a_line_that_holds_for_every_trial_is_said_once(tmp_path: Path, monkeypa
     lines += ["(distribute.strategy=default)", "Seed 42 "]
     assert [out.count(line) for line in lines] == [1, 1, 1, 1], out
     assert sum(line.startswith("Trial ") for line in out.splitlines()) == 3, out
+
+
+def room_for_three(folder: Path) -> int:
+    """Free space of a disk that holds three of the run's checkpoints but not a fourth."""
+    sizes = [sum(f.stat().st_size for f in step.rglob("*")) for step in folder.glob("step-*")]
+    return int(3.5 * max(sizes)) - sum(sizes) if sizes else 2**30
+
+
+@pytest.mark.slow
+def test_each_trial_says_its_pruned_checkpoints_and_its_divergence(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A line said once for the sweep (`said_once`) is not one a trial's own news shares: two
+    trials that diverge (a train.learning_rate far too high, not searched) on a disk that holds
+    three checkpoints each both prune their run's step-000000011 and fail; each trial says which
+    run's checkpoint went, and its line says why it failed and what to lower."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.setattr(checkpoints, "free_bytes", room_for_three)
+    space = "sweep.space={model.dropout: {low: 0.0, high: 0.5}}"
+    diverge = ["train.learning_rate=1e30", "train.optimizer=sgd", "train.epochs=1"]
+    two = [space, *diverge, "sweep.n_trials=2", "train.checkpoint_every_steps=11", *SMALL]
+    assert main(["sweep", "--params", str(project / "params.yaml"), *sets(two)]) == 0
+    out = capsys.readouterr().out
+    why = "val_loss is nan at epoch 1: training diverged; lower train.learning_rate"
+    said = [line for line in out.splitlines() if line.startswith(("Pruning", "Trial", "Stopped"))]
+    assert [line.split(": ")[0].split(" early")[0] for line in said] == [
+        "Pruning lr-dropout-0/step-000000011",
+        "Trial 0 (lr-dropout-0)",
+        "Pruning lr-dropout-1/step-000000011",
+        "Trial 1 (lr-dropout-1)",
+    ], out
+    assert all(
+        f"-> failed: {why} (example: --set train.learning_rate=1e+29)" in t for t in said[1::2]
+    )
 
 
 @pytest.mark.slow

@@ -121,7 +121,8 @@ class CheckpointStore:
         if free is None or free >= need or free + sum(_folder_bytes(p) for _, p in older) < need:
             return  # it fits, or pruning would not help (or free space is unknown): keep them
         for _, path in older:
-            say(f"Pruning {path.name} early to make room for the next checkpoint.")
+            run = path.parent.name  # named too: a sweep's trials each prune a step-... alike
+            say(f"Pruning {run}/{path.name} early to make room for the next checkpoint.")
             shutil.rmtree(path, ignore_errors=True)
             if (free_bytes(self.directory) or 0) >= need:
                 return

@@ -219,7 +219,7 @@ def run_trial(
         print(f"{line} stopped: {result.reason}", flush=True)
         return result.exit_code  # stopped: it resumes later
     if not isinstance(value, (int, float)) or not math.isfinite(value):
-        return _failed(sweep, trial, line, f"{sweep.monitor} is {value}")
+        return _failed(sweep, trial, line, result.reason or f"{sweep.monitor} is {value}")
     sweep.study.tell(trial, value)
     print(f"{line} {sweep.monitor} {value:.4g}", flush=True)
     return 0

@@ -64,7 +64,7 @@ class TrainResult:
     status: str  # "completed" | "stopped"
     step: int
     exit_code: int = 0
-    reason: str = ""
+    reason: str = ""  # why it stopped, or why a complete run ended early (it diverged)
     metrics: dict[str, Any] = field(default_factory=dict)  # every number (train.json: a few)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
     facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
@@ -301,7 +301,8 @@ def _result(
     sidecar = run.paths.model_file.with_name(Path(SIDECAR_FILE).name)  # beside them, unrecorded
     kept = idle and sidecar.is_file() and is_recorded(project_dir, facts, files)
     metrics = _finish(run, digest, write=not kept) if not reason else {}
-    return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts, kept)
+    why = reason or divergence(run)
+    return TrainResult(status, run.state.step, exit_code, why, metrics, by_name, facts, kept)
 
 
 def make_plan(
@@ -448,7 +449,7 @@ def _restore(run: Run, fresh: bool) -> None:
     early = EarlyStopping.from_state(cfg.monitor, cfg.early_stopping_patience, saved.get("early"))
     saved.update(early=early, step=int(run.parts.step_var.numpy()))
     run.state = RunState(**saved)
-    run.stopped_early = early.should_stop or diverged(run.state)  # already complete
+    run.stopped_early = early.should_stop or bool(divergence(run))  # already complete
     if meta is None:
         _say(
             run, f"Starting run '{params.run_name}' from step 0; checkpoints in {paths.checkpoints}"
@@ -591,16 +592,13 @@ def _end_epoch(run: Run, curves: Curves) -> None:
         run.best.keep()
     # The lockstep rule: the verdict is agreed across workers, at the same step on each (the
     # validation metrics are the same numbers on every worker, but each decides on its own).
-    stop = state.early.should_stop or diverged(state)
+    diverged = divergence(run)  # a sweep's trial says it in its one line (TrainResult.reason)
+    stop = state.early.should_stop or bool(diverged)
     run.stopped_early = agree(run.parts.strategy, stop, run.info.workers)
     shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
     _say(run, f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
-    if diverged(state):
-        say(
-            f"Stopped early: val_loss is {val['val_loss']} at epoch {row['epoch']}: training "
-            "diverged; lower train.learning_rate (example: --set train.learning_rate="
-            f"{cfg.learning_rate / 10:g})"
-        )
+    if diverged:
+        _say(run, f"Stopped early: {diverged}")
     elif run.stopped_early:
         why = "another worker stopped early"
         if state.early.should_stop:
@@ -628,9 +626,17 @@ def _say(run: Run, line: str) -> None:
         say(line)
 
 
-def diverged(state: RunState) -> bool:
-    """True once an epoch's val_loss is not a number: NaN weights, which no later epoch mends."""
-    return bool(state.history) and not math.isfinite(state.history[-1]["val_loss"])
+def divergence(run: Run) -> str:
+    """Why the run stops once an epoch's val_loss is not a number (NaN weights, which no later
+    epoch mends) and what to lower; '' while it is a number."""
+    last = run.state.history[-1] if run.state.history else {"val_loss": 0.0}  # no epoch yet
+    if math.isfinite(last["val_loss"]):
+        return ""
+    rate = run.params.train.learning_rate
+    return (
+        f"val_loss is {last['val_loss']} at epoch {last['epoch']}: training diverged; lower "
+        f"train.learning_rate (example: --set train.learning_rate={rate / 10:g})"
+    )
 
 
 def _finish(run: Run, digest: str, write: bool) -> dict[str, Any]:
