@@ -10,10 +10,12 @@ import threading
 import time
 from pathlib import Path
 
+import keras
 import pytest
 from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.registry import register
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
 from {{ cookiecutter.module_name }}.training.trainer import train
@@ -46,6 +48,32 @@ def test_time_budget_stops_with_checkpoint_and_resumes_exactly(
     # A clean stop is no failure: its bar ends at its step, as a complete run's (Colab's widget
     # would stay red if closed short of its total).
     assert [(bar.leave, bar.total - bar.n) for bar in bars] == [(True, 0)] * 3
+
+
+class Fragile(keras.layers.Layer):
+    """A user's layer with a bug that shows only in training."""
+
+    def call(self, x, training=None):  # noqa: ANN001, ANN201
+        if training:
+            raise ValueError("Fragile: this layer cannot train")
+        return x
+
+
+@register("architecture", "test_fragile")
+def fragile(inputs, spec, cfg):  # noqa: ANN001, ANN201
+    """A user's architecture whose layer raises in the run's first chunk."""
+    return Fragile()(keras.layers.Flatten()(inputs))
+
+
+def test_a_crash_closes_its_bar_short_of_its_total(tiny_project: Path, bars) -> None:
+    """A run that crashes ends its progress bar on the way out, short of its total: Colab's
+    widget turns it red, where a bar left open (a notebook keeps the traceback, and the bar with
+    it) would stay at 0/88 as if the run still went on."""
+    params = load_params(tiny_project / "params.yaml", [*TINY, "model.architecture=test_fragile"])
+    with pytest.raises(ValueError, match="Fragile: this layer cannot train"):
+        train(params, tiny_project)
+    # tqdm's close() disables the bar; a widget's closed short of its total turns 'danger'.
+    assert [(bar.disable, bar.n, bar.total) for bar in bars] == [(True, 0, 2 * (1438 // 32))]
 
 
 def test_sigint_stops_cleanly(tiny_project: Path, capsys) -> None:

@@ -524,47 +524,47 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
     strategy, seed, augment = run.parts.strategy, run.params.seed, run.params.data.augment
     trains = state.step < plan.total and not run.stopped_early  # a run already complete: no file
     curves = Curves(run.paths.tensorboard, info.is_chief and trains, state.step)
-    bar = progress_bar(plan.total, initial=state.step, unit="step", disable=not info.is_chief)
     profiler = Profiler(cfg.profile_steps, run.paths.tensorboard, info.is_chief)
     reason, chunk, tuned = "", None, False
     # One feed for the whole run, from the run's step on (a resume continues exactly).
     feed = make_feed(strategy, run.data, plan.global_batch, seed, state.step, cfg.epochs, augment)
-    while state.step < plan.total and not reason and not run.stopped_early:
-        fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
-        if chunk is None or fine_tuning != tuned:  # also right after a resume
-            if chunk is not None:
-                _say(run, f"Step {state.step}: fine-tuning the backbone's top layers")
-            if plan.phase_step:  # trace the chunk for the variables this phase trains
-                unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
-                set_backbone_trainable(run.parts.model, unfreeze)
-            chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
-            tuned = fine_tuning
-        # Chunks are counted from each epoch start, and a run stops only between chunks: a
-        # resumed run cuts the same chunks as an uninterrupted one, bit for bit.
-        n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
-        with profiler.chunk(state.step):
-            started = time.perf_counter()
-            sums = chunk(feed.args(state.step), tf.constant(n, tf.int64)).numpy()  # waits for it
-        elapsed = time.perf_counter() - started
-        state.step += n
-        profiler.after(state.step)
-        _log_chunk(run, curves, n, float(sums[0]), float(sums[1]), elapsed)
-        bar.update(n)
-        bar.set_postfix(loss=f"{sums[0] / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}")
-        if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
-            _end_epoch(run, curves)
-        if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
-            _save(run)
-        reason = stopper.check(strategy, info.workers)
-
+    bar = progress_bar(plan.total, initial=state.step, unit="step", disable=not info.is_chief)
+    with bar:  # closed on a crash too, short of its total: red in Colab's widget
+        while state.step < plan.total and not reason and not run.stopped_early:
+            fine_tuning = bool(plan.phase_step) and state.step >= plan.phase_step
+            if chunk is None or fine_tuning != tuned:  # also right after a resume
+                if chunk is not None:
+                    _say(run, f"Step {state.step}: fine-tuning the backbone's top layers")
+                if plan.phase_step:  # trace the chunk for the variables this phase trains
+                    unfreeze = cfg.fine_tune.unfreeze_layers if fine_tuning else None
+                    set_backbone_trainable(run.parts.model, unfreeze)
+                chunk = make_chunk_function(run.parts, cfg, feed.next_batch)
+                tuned = fine_tuning
+            # Chunks are counted from each epoch start, and a run stops only between chunks: a
+            # resumed run cuts the same chunks as an uninterrupted one, bit for bit.
+            n = min(cfg.steps_per_execution, plan.per_epoch - state.step % plan.per_epoch)
+            with profiler.chunk(state.step):
+                started = time.perf_counter()
+                sums = chunk(feed.args(state.step), tf.constant(n, tf.int64)).numpy()  # waits on it
+            elapsed = time.perf_counter() - started
+            state.step += n
+            profiler.after(state.step)
+            _log_chunk(run, curves, n, float(sums[0]), float(sums[1]), elapsed)
+            bar.update(n)
+            bar.set_postfix(
+                loss=f"{sums[0] / n:.4f}", ex_s=f"{n * plan.global_batch / elapsed:,.0f}"
+            )
+            if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
+                _end_epoch(run, curves)
+            if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
+                _save(run)
+            reason = stopper.check(strategy, info.workers)
+        # Else it ends at the run's step: early stopping, a pruned trial or a stop is no failure.
+        bar.leave, bar.total = run.hooks.say_epochs, bar.n  # a sweep's trial leaves no bar
     if reason:
         _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
-    # The bar ends at the run's step: Colab's widget turns a bar closed short of its total red,
-    # and early stopping, a pruned trial or a clean stop is no failure (a crash never gets here).
-    bar.leave, bar.total = run.hooks.say_epochs, bar.n  # a sweep's trial leaves no bar
-    bar.close()
     return reason
 
 
