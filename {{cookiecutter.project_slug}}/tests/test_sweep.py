@@ -589,6 +589,28 @@ def test_each_trial_says_its_pruned_checkpoints_and_its_divergence(
 
 
 @pytest.mark.slow
+def test_a_trial_that_diverged_where_the_space_searches_the_rate_says_to_lower_its_range(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """When sweep.space searches train.learning_rate, the trial's value overrides any --set: a
+    diverged trial's line says to lower the space's range, with a valid example below its value."""
+    project = copy_checkout(tmp_path / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    space = "sweep.space={train.learning_rate: {low: 1.0e29, high: 1.0e30}}"
+    one = [space, "train.optimizer=sgd", "train.epochs=1", "sweep.n_trials=1", *SMALL]
+    assert main(["sweep", "--params", str(project / "params.yaml"), *sets(one)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("Trial 0 ")]
+    rate = line.split("train.learning_rate=")[1].split()[0]  # as the line shows it
+    why = "val_loss is nan at epoch 1: training diverged; lower sweep.space's train.learning_rate"
+    assert f"-> failed: {why} below {rate} (example: train.learning_rate: " in line, out
+    assert "--set train.learning_rate" not in out
+    example = line.split("(example: ")[1].removesuffix(")")
+    lower = sweep_space(params_with("sweep.space={" + example + "}"))["train.learning_rate"]
+    assert lower.high < float(rate), line
+
+
+@pytest.mark.slow
 def test_a_later_trial_says_its_own_warnings_and_no_trial_leaves_a_bar(
     tmp_path: Path, monkeypatch, capsys, bars
 ) -> None:
