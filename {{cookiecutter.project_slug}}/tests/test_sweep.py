@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import os
 import re
@@ -255,6 +256,20 @@ def test_the_figure_numbers_trials_in_whole_numbers() -> None:
     figure.draw_without_rendering()  # the labels are set when drawn
     labels = [t.get_text().lstrip("−") for t in figure.axes[0].get_xticklabels()]
     assert labels and all(label.isdigit() for label in labels), labels
+
+
+def test_the_figure_of_a_sweep_whose_trials_all_failed_so_far_is_drawn() -> None:
+    """The first trial failed (diverged, or out of memory): a searched key's log axis has no
+    trial to draw and spans the space's range (matplotlib found no positive value to scale it
+    by, and the sweep stopped with a traceback after the trial's line)."""
+    space = {"train.learning_rate": FloatDistribution(1e-4, 1e-1, log=True)}
+    table = pd.DataFrame(
+        {"number": [0], "state": ["FAIL"], "train.learning_rate": [0.05], "val_loss": [None]}
+    )
+    sweep = SimpleNamespace(monitor="val_loss", direction="minimize", space=space)
+    figure = plot_trials(sweep, table)
+    figure.savefig(io.BytesIO(), format="png")  # as write_trials saves it
+    assert figure.axes[1].get_xlim() == (1e-4, 1e-1)
 
 
 def test_the_figures_value_axis_spans_the_complete_trials_pruned_ones_at_its_edge() -> None:

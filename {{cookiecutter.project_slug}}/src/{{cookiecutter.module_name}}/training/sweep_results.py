@@ -73,7 +73,8 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
         ax.set_ylim(*span)
     for ax, (key, dist) in zip(axes[1:], dists.items(), strict=True):
         ax.set(xlabel=key, ylabel=monitor)
-        ax.set_xscale("log" if getattr(dist, "log", False) else "linear")
+        if getattr(dist, "log", False):  # the space's range, even before a trial is drawn
+            ax.set(xscale="log", xlim=(dist.low, dist.high))
         if key in places:
             ax.set_xticks(list(places[key].values()), [str(c) for c in places[key]])
     best = done[monitor].cummin() if sweep.direction == "minimize" else done[monitor].cummax()
