@@ -68,7 +68,7 @@ class TrainResult:
     metrics: dict[str, Any] = field(default_factory=dict)  # every number (train.json: a few)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
     facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
-    kept: bool = False  # trained no step; its results were left as a run record names them
+    kept: bool = False  # trained no step; its results are as a run record names them
 
 
 @dataclass
@@ -294,13 +294,15 @@ def _result(
         "resumes": run.state.resumes,
         "started_at_step": run.started_at_step,
     }
-    # A session that trained no step leaves the run's results as a record names them: Keras never
-    # saves a model in the same bytes twice, and find_run (the model card) and DVC know these.
+    # A session that trained no step leaves the run's results as a record names them, or writes
+    # them again in the same bytes (`dvc repro` deletes a stage's outputs first): that record
+    # stays the run's, for find_run (the model card) and DVC.
     idle = run.state.step == run.started_at_step
     files = [run.paths.model_file, run.paths.metrics_file]
     sidecar = run.paths.model_file.with_name(Path(SIDECAR_FILE).name)  # beside them, unrecorded
     kept = idle and sidecar.is_file() and is_recorded(project_dir, facts, files)
     metrics = _finish(run, digest, write=not kept) if not reason else {}
+    kept = kept or (idle and not reason and is_recorded(project_dir, facts, files))
     return TrainResult(status, run.state.step, exit_code, reason, metrics, by_name, facts, kept)
 
 
