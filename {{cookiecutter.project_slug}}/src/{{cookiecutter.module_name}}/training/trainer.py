@@ -290,7 +290,7 @@ def _result(
         "replicas": run.info.replicas,
         "workers": run.info.workers,
         "global_batch": run.plan.global_batch,
-        "learning_rate": run.plan.learning_rate,  # train.learning_rate, scaled (train.lr_scaling)
+        "learning_rate": run.plan.learning_rate,  # train.learning_rate, scaled_learning_rate's
         "resumes": run.state.resumes,
         "started_at_step": run.started_at_step,
     }
@@ -340,12 +340,12 @@ def make_plan(
         say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    if hooks.say_preamble:
+    replicas = f"{info.replicas} replica{'s' if info.replicas != 1 else ''}"
+    if hooks.say_preamble:  # the rate as optim.py's rule gave it (yours, if you wrote one)
         say(
-            f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
-            f"replica{'s' if info.replicas != 1 else ''}; "
-            f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
-            f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
+            f"Global batch {global_batch} = {cfg.batch_size} per replica x {replicas}; "
+            f"learning rate {lr:g} = scaled_learning_rate(train.learning_rate "
+            f"{cfg.learning_rate:g}, {replicas}), {cfg.optimizer}, {cfg.schedule}; "
             f"{per_epoch} steps per epoch, {total} in all; "
             f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
         )
