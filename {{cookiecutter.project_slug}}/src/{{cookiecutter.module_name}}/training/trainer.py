@@ -139,6 +139,9 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
+    # Keras names layers by what this process built before (dense, dense_1, ...): cleared, a run's
+    # model.keras is in the same bytes in a notebook's kernel as in `dvc repro`'s process.
+    keras.backend.clear_session()
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
     strategy, info = make_strategy(params.distribute)
