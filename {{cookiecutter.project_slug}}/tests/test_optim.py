@@ -51,7 +51,7 @@ def test_optimizers_from_params() -> None:
 
 def test_a_new_scaling_rule_in_optim_is_the_rate_the_run_states(monkeypatch, capsys) -> None:
     """A user who writes another rule in `scaled_learning_rate` (square-root scaling here) gets
-    its rate in the optimizer, the plan (its line and train.json) and the fingerprint alike."""
+    its rate in the optimizer, the plan (its line and the run record) and the fingerprint alike."""
 
     def square_root(cfg: TrainConfig, replicas: int) -> float:
         return cfg.learning_rate * replicas**0.5
@@ -62,7 +62,9 @@ def test_a_new_scaling_rule_in_optim_is_the_rate_the_run_states(monkeypatch, cap
     info = StrategyInfo("MirroredStrategy", 4, "CPU", True)
     plan = make_plan(params, info, types.SimpleNamespace(count=lambda split: 1000))
     assert plan.learning_rate == pytest.approx(0.02)
-    assert "learning rate 0.02 (train.learning_rate 0.01" in capsys.readouterr().out
+    line = "learning rate 0.02 = scaled_learning_rate(train.learning_rate 0.01, 4 replicas), adam"
+    out = capsys.readouterr().out
+    assert line in out and "lr_scaling" not in out  # the rule decides it, not that setting
     stated = fingerprint.of(params, "ab" * 32, info.replicas)["learning_rate_applied"]
     assert stated == pytest.approx(0.02)
     optimizer = build_optimizer(params.train, plan.total, info.replicas)

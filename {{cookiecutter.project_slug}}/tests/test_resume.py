@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import time
+import zipfile
 from pathlib import Path
 
 import keras
@@ -22,7 +23,7 @@ from {{ cookiecutter.module_name }}.data.feed import Resident
 from {{ cookiecutter.module_name }}.data.prepare import PROCESSED, prepare
 from {{ cookiecutter.module_name }}.registry import register
 from {{ cookiecutter.module_name }}.spec import load_spec
-from {{ cookiecutter.module_name }}.training import trainer
+from {{ cookiecutter.module_name }}.training import checkpoints, trainer
 from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointMismatch,
     list_checkpoints,
@@ -144,8 +145,14 @@ def test_damaged_newest_checkpoint_falls_back_and_still_ends_identical(
     assert _same(_weights(tiny_project / "results/models/model.keras"), reference)
 
 
+def _another_save(keras_file: Path) -> None:
+    """A .keras file in other bytes than the last save of the same model."""
+    with zipfile.ZipFile(keras_file, "a") as saved:
+        saved.comment = b"another save"
+
+
 def test_fresh_starts_over_and_a_finished_run_just_writes_results(
-    tiny_project: Path, capsys
+    tiny_project: Path, capsys, monkeypatch
 ) -> None:
     params = load_params(tiny_project / "params.yaml", [*TINY, "train.epochs=1", "run_name=f"])
     model = tiny_project / "results/models/model.keras"
@@ -155,17 +162,25 @@ def test_fresh_starts_over_and_a_finished_run_just_writes_results(
     again = train(params, tiny_project)
     out = capsys.readouterr().out
     assert "already complete" in out and "--fresh" not in out
-    assert model.read_bytes() == saved  # as its record names it (Keras saves new bytes each time)
+    assert model.read_bytes() == saved  # as its record names it
     assert again.facts["weights_sha256"] == first.facts["weights_sha256"]
     assert again.metrics["history"] == first.metrics["history"]  # nothing trained again
     # A session that trained no step adds no record (nor tracker run) to the run's own, unless
     # that one is missing (it could not be written, a full disk): then the same command writes it.
     assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]
-    # Results not there as a record names them (`dvc repro` deletes a stage's outputs first) are
-    # written again, with a record of the session that wrote them; the model card's run is still
-    # the session that trained it, not that one (resumes 1, a few seconds).
+    # Results not there (`dvc repro` deletes a stage's outputs first) are written again in the
+    # bytes its record names: no record either.
+    metrics = tiny_project / "results/metrics/train.json"
+    for output in (model, model.with_name("model.json"), metrics):
+        output.unlink()
+    train(params, tiny_project)
+    assert model.read_bytes() == saved
+    assert [r["status"] for r in list_runs(tiny_project)] == ["completed"]
+    # Written in other bytes (a GPU's validation need not be deterministic), they get a record of
+    # the session that wrote them; the model card's run is still the session that trained it,
+    # not that one (resumes 1, a few seconds).
     model.unlink()
-    model.with_name("model.json").unlink()
+    monkeypatch.setattr(checkpoints, "same_bytes", _another_save)
     train(params, tiny_project)
     trained, rewrote = list_runs(tiny_project)
     assert rewrote["facts"]["started_at_step"] == rewrote["metrics"]["steps"]

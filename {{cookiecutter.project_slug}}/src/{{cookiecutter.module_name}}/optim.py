@@ -10,7 +10,7 @@ replica's step, `clip_gradients(gradients, clip_norm, loss_scale) -> gradients`.
 optimizer or the schedule here (the built-ins: adam, adamw, sgd; constant, cosine); a new choice
 of `train.optimizer` or `train.schedule` also needs its name in config.py.
 `scaled_learning_rate(cfg, replicas) -> float` is the peak rate on `replicas` replicas
-(`train.lr_scaling`): the optimizer's, and the one the plan's line, train.json and the run's
+(`train.lr_scaling`): the optimizer's, and the one the plan's line, the run record and the run's
 fingerprint state, so a new rule goes there.
 
 The schedule is a function of the optimizer's own step counter (`optimizer.iterations`), which a

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import time
+import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -299,6 +300,27 @@ def _folder_bytes(path: Path | None) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path else 0
 
 
+def same_bytes(keras_file: Path) -> None:
+    """Rewrite a saved .keras file so that the same model always gives the same bytes (a complete
+    run's results written again, after `dvc repro` deleted them, are then the ones its record
+    names): Keras stamps the time into metadata.json and the zip's entries, and Python object
+    ids into config.json's `shared_object_id`; here the time is 1980-01-01, as Keras dates its
+    other entries, and the ids are numbered in order."""
+    with zipfile.ZipFile(keras_file) as saved:
+        entries = {name: saved.read(name) for name in saved.namelist()}
+    ids: dict[str, int] = {}
+    entries["config.json"] = re.sub(
+        r'"shared_object_id": (\d+)',
+        lambda found: f'"shared_object_id": {ids.setdefault(found[1], len(ids) + 1)}',
+        entries["config.json"].decode(),
+    ).encode()
+    metadata = {**json.loads(entries["metadata.json"]), "date_saved": "1980-01-01@00:00:00"}
+    entries["metadata.json"] = json.dumps(metadata).encode()
+    with zipfile.ZipFile(keras_file, "w") as rewritten:
+        for name, data in entries.items():
+            rewritten.writestr(zipfile.ZipInfo(name), data)  # dated 1980-01-01
+
+
 def write_results(
     model: Any,
     metrics: dict[str, Any],
@@ -313,6 +335,7 @@ def write_results(
         keras_tmp = Path(temp_file(model_file, suffix=".keras"))
         try:
             model.save(keras_tmp)
+            same_bytes(keras_tmp)
             os.replace(keras_tmp, model_file)
         finally:
             keras_tmp.unlink(missing_ok=True)

@@ -68,7 +68,7 @@ class TrainResult:
     metrics: dict[str, Any] = field(default_factory=dict)  # every number (train.json: a few)
     class_weight: dict[str, float] | None = None  # train.class_weight as the loss used it
     facts: dict[str, Any] = field(default_factory=dict)  # the run record's `facts`
-    kept: bool = False  # trained no step; its results were left as a run record names them
+    kept: bool = False  # trained no step; its results are as a run record names them
 
 
 @dataclass
@@ -139,6 +139,9 @@ def train(
     registry.check(params)  # a misspelt architecture or task: one line, before anything is written
     prepared = check_data(params, project_dir)
     hooks = hooks or RunHooks()
+    # Keras names layers by what this process built before (dense, dense_1, ...): cleared, a run's
+    # model.keras is in the same bytes in a notebook's kernel as in `dvc repro`'s process.
+    keras.backend.clear_session()
     # The strategy comes first: device setup and MultiWorkerMirroredStrategy need a TensorFlow
     # that has not run any op yet.
     strategy, info = make_strategy(params.distribute)
@@ -290,17 +293,19 @@ def _result(
         "replicas": run.info.replicas,
         "workers": run.info.workers,
         "global_batch": run.plan.global_batch,
-        "learning_rate": run.plan.learning_rate,  # train.learning_rate, scaled (train.lr_scaling)
+        "learning_rate": run.plan.learning_rate,  # train.learning_rate, scaled_learning_rate's
         "resumes": run.state.resumes,
         "started_at_step": run.started_at_step,
     }
-    # A session that trained no step leaves the run's results as a record names them: Keras never
-    # saves a model in the same bytes twice, and find_run (the model card) and DVC know these.
+    # A session that trained no step leaves the run's results as a record names them, or writes
+    # them again in the same bytes (`dvc repro` deletes a stage's outputs first): that record
+    # stays the run's, for find_run (the model card) and DVC.
     idle = run.state.step == run.started_at_step
     files = [run.paths.model_file, run.paths.metrics_file]
     sidecar = run.paths.model_file.with_name(Path(SIDECAR_FILE).name)  # beside them, unrecorded
     kept = idle and sidecar.is_file() and is_recorded(project_dir, facts, files)
     metrics = _finish(run, digest, write=not kept) if not reason else {}
+    kept = kept or (idle and not reason and is_recorded(project_dir, facts, files))
     why = reason or divergence(run)
     return TrainResult(status, run.state.step, exit_code, why, metrics, by_name, facts, kept)
 
@@ -339,12 +344,12 @@ def make_plan(
         say(f"Note: {notice}")
     keras.mixed_precision.set_global_policy(policy)
     frozen_note = f"; backbone frozen for {frozen} epochs (until step {phase_step})"
-    if hooks.say_preamble:
+    replicas = f"{info.replicas} replica{'s' if info.replicas != 1 else ''}"
+    if hooks.say_preamble:  # the rate as optim.py's rule gave it (yours, if you wrote one)
         say(
-            f"Global batch {global_batch} = {cfg.batch_size} per replica x {info.replicas} "
-            f"replica{'s' if info.replicas != 1 else ''}; "
-            f"learning rate {lr:g} (train.learning_rate {cfg.learning_rate:g}, "
-            f"train.lr_scaling={cfg.lr_scaling}, {cfg.optimizer}, {cfg.schedule}); "
+            f"Global batch {global_batch} = {cfg.batch_size} per replica x {replicas}; "
+            f"learning rate {lr:g} = scaled_learning_rate(train.learning_rate "
+            f"{cfg.learning_rate:g}, {replicas}), {cfg.optimizer}, {cfg.schedule}; "
             f"{per_epoch} steps per epoch, {total} in all; "
             f"precision {policy}{', XLA' if cfg.xla else ''}{frozen_note if phase_step else ''}"
         )
