@@ -407,7 +407,7 @@ def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     check(params)  # names and the components' own arguments, before anything is written
     # What an earlier prepare wrote, or staged before it failed: the only files it may replace.
     recorded = staged_files(project_dir)
-    recorded |= set((manifest.load(project_dir) or {}).get("written", []))
+    recorded |= set(manifest.load(project_dir).get("written", []))
     source, raw_sources, origin = _load_source(params, project_dir, recorded)
     idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED
