@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import COMMAND
 from ..core import locations
-from ..core.files import atomic_write, file_digests, read_json, save_json
+from ..core.files import atomic_write, file_digests, file_sha256, read_json, save_json
 
 MANIFEST = "data/manifest.json"
 KEPT = "manifests"  # <storage>/manifests/<data hash>.json
@@ -73,7 +73,7 @@ def check(project_dir: Path) -> int:
             raise ManifestMismatch(
                 f"{rel}: {size} bytes, but {MANIFEST} says {entry['size']}; {fix}"
             )
-        sha = file_digests(path, "sha256")["sha256"]
+        sha = file_sha256(path)
         if sha != entry["sha256"]:
             raise ManifestMismatch(
                 f"{rel}: changed since prepare (sha256 {sha[:12]}..., {MANIFEST} says "
