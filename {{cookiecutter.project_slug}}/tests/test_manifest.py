@@ -77,6 +77,6 @@ def test_a_hidden_folders_files_are_no_data(project: Path) -> None:
 
 
 def test_no_manifest(tmp_path: Path) -> None:
-    assert manifest.load(tmp_path) is None
+    assert manifest.load(tmp_path) == {}
     with pytest.raises(manifest.ManifestMismatch, match="prepare"):
         manifest.check(tmp_path)

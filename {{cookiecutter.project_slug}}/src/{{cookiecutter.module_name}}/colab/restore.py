@@ -93,7 +93,7 @@ def restore_data(
     """Keep this VM's data; else fetch `data_hash`'s (None: dvc.lock's) from DVC; else prepare
     again, saying whether it made exactly that data."""
     here = manifest.load(project_dir)
-    if here is not None:
+    if here:
         mine = shown_id(project_dir / manifest.MANIFEST)
         if data_hash and manifest.data_hash(here) != data_hash:
             return (
@@ -117,7 +117,7 @@ def restore_data(
     from ..data.prepare import prepare
 
     prepare(params, project_dir)  # deterministic: the same sources and code make the same files
-    made = manifest.data_hash(manifest.load(project_dir) or {"files": []})
+    made = manifest.data_hash(manifest.load(project_dir))
     target = data_hash or (manifest.data_hash(wanted) if wanted else None)
     ours = shown_id(project_dir / manifest.MANIFEST)
     if target is None:

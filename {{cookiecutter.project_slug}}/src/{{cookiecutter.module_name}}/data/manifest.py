@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from ..config import COMMAND
 from ..core import locations
-from ..core.files import atomic_write, file_digests, save_json
+from ..core.files import atomic_write, file_digests, file_sha256, read_json, save_json
 
 MANIFEST = "data/manifest.json"
 KEPT = "manifests"  # <storage>/manifests/<data hash>.json
@@ -47,16 +46,15 @@ def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
     return doc
 
 
-def load(project_dir: Path) -> dict | None:
-    """The manifest, or None when `prepare` has not run."""
-    target = project_dir / MANIFEST
-    return json.loads(target.read_text()) if target.is_file() else None
+def load(project_dir: Path) -> dict[str, Any]:
+    """The manifest, or {} when `prepare` has not run."""
+    return read_json(project_dir / MANIFEST)
 
 
 def check(project_dir: Path) -> int:
     """The number of files checked against the manifest, else ManifestMismatch (one line)."""
     manifest = load(project_dir)
-    if manifest is None:
+    if not manifest:
         raise ManifestMismatch(
             f"{MANIFEST}: not found; prepare the data first: `{COMMAND} prepare` "
             "(or `dvc pull` / `dvc repro prepare`)"
@@ -75,7 +73,7 @@ def check(project_dir: Path) -> int:
             raise ManifestMismatch(
                 f"{rel}: {size} bytes, but {MANIFEST} says {entry['size']}; {fix}"
             )
-        sha = file_digests(path, "sha256")["sha256"]
+        sha = file_sha256(path)
         if sha != entry["sha256"]:
             raise ManifestMismatch(
                 f"{rel}: changed since prepare (sha256 {sha[:12]}..., {MANIFEST} says "
@@ -103,7 +101,7 @@ def kept_path(storage: Path, digest: str) -> Path:
 def keep(project_dir: Path, storage: Path) -> Path | None:
     """Copy the manifest to `kept_path`, where a new VM (whose clone has none) finds it."""
     doc = load(project_dir)
-    if doc is None or Path(storage).resolve() == Path(project_dir).resolve():
+    if not doc or Path(storage).resolve() == Path(project_dir).resolve():
         return None
     target = kept_path(storage, data_hash(doc))
     if not target.is_file():

@@ -189,37 +189,25 @@ def remove_stale(project_dir: Path, recorded: set[str], written: set[str]) -> No
             folder = folder.parent
 
 
-def _vector(source: Source, i: int, moments: list[Any]) -> np.ndarray:
-    """Example `i` of a vector source as flat float32 numbers, or one line naming it when one is
-    missing or infinite (a reader's `None` or `1e39`: the model would learn NaN), or when it has
-    another width than the first training example (the model takes one)."""
-    with np.errstate(over="ignore"):
-        x = np.asarray(source.load(i), np.float32).reshape(-1)
-    if not moments[0]:  # the first training example: the width of all (moments: write_shards)
-        moments[3] = source.where(i)
-    width = moments[1].size if moments[0] else len(x)
-    example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
-    if not np.isfinite(x).all():
-        raise ConfigError(
-            f"{source.where(i)}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the "
-            f"missing or infinite values, or leave the example out (example: [{example}])"
-        )
-    if len(x) != width:
-        raise ConfigError(
-            f"{source.where(i)}: {len(x)} numbers, where {moments[3]} (the first training "
-            f"example) has {width}; give every example as many (example: [{example}])"
-        )
-    return x
+@dataclasses.dataclass
+class Moments:
+    """A vector source's training split, gathered as it is written (Welford's: one pass, no
+    example held): the feature mean and variance the model standardises with, and the width."""
+
+    count: int = 0
+    mean: Any = np.float64(0)  # float64 (an array from the first example on: its width is all's)
+    squares: Any = np.float64(0)  # the sum of squared deviations
+    first: str = ""  # where the first example is
 
 
-def _payloads(
-    source: Source, order: np.ndarray, image: tuple[int, int, int] | None, moments: list[Any] | None
-):
+def _payloads(source: Source, order: np.ndarray, image: tuple[int, int, int] | None):
     """The encoded x of each example in `order` (images re-encoded in threads, chunk by chunk)."""
     if image is None:
         for i in order:
-            if moments is not None:
-                yield _vector(source, int(i), moments)
+            if source.kind == "vector":  # flat float32 (a reader's `None`: NaN; `1e39`: inf)
+                with np.errstate(over="ignore"):
+                    x = np.asarray(source.load(int(i)), np.float32).reshape(-1)
+                yield x
             else:
                 yield str(source.load(int(i))).encode("utf-8")
         return
@@ -238,21 +226,35 @@ def write_shards(
     folder: Path,
     split: str,
     image: tuple | None,
-    moments: list[Any] | None = None,
+    moments: Moments | None = None,
 ) -> list[str]:
     """Write the examples `order` of `source` as `<split>-NNNNN.tfrecord` shards; return names.
-    Vectors: `moments` ([0, 0.0, 0.0, ""]) gathers the training split's count, mean and sum of
-    squared deviations (float64; Welford's: one pass, no example held) and its first example's
-    `where`; each split's vectors are checked against its width (train is written first)."""
+    Vectors: one line names one with a number missing or infinite (the model would learn NaN) or
+    not as wide as the first training one (written first); the training split's go to `moments`."""
     names: list[str] = []
     writer = None
     written = 0
-    for i, x in zip(order, _payloads(source, order, image, moments), strict=True):
+    for i, x in zip(order, _payloads(source, order, image), strict=True):
+        if moments is not None:
+            where = source.where(int(i))
+            width = moments.mean.size if moments.count else len(x)
+            example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
+            if not np.isfinite(x).all():
+                raise ConfigError(
+                    f"{where}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the "
+                    f"missing or infinite values, or leave the example out (example: [{example}])"
+                )
+            if len(x) != width:
+                raise ConfigError(
+                    f"{where}: {len(x)} numbers, where {moments.first} (the first training "
+                    f"example) has {width}; give every example as many (example: [{example}])"
+                )
         if moments is not None and split == "train":
-            moments[0] += 1
-            delta = x - moments[1]
-            moments[1] = moments[1] + delta / moments[0]
-            moments[2] = moments[2] + delta * (x - moments[1])
+            moments.first = moments.first or where
+            moments.count += 1
+            delta = x - moments.mean
+            moments.mean = moments.mean + delta / moments.count
+            moments.squares = moments.squares + delta * (x - moments.mean)
         record = serialize(x, source.labels[i], source.ids(int(i)) if source.ids else str(i))
         if writer is None or written >= SHARD_BYTES:
             if writer is not None:
@@ -285,9 +287,7 @@ def write_processed(
                 "data.image_size / data.image_channels: expected [height, width] and 1 or 3 "
                 "(example: --set data.image_size=[64,64] --set data.image_channels=3)"
             )
-    # Vectors: their width, and the training split's feature mean and variance, which the model
-    # standardises with.
-    moments = [0, np.float64(0), np.float64(0), ""] if source.kind == "vector" else None
+    moments = Moments() if source.kind == "vector" else None
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / ".prepare-partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -309,13 +309,13 @@ def write_processed(
     labels = np.asarray(source.labels)
     stats = {**task.statistics(labels[idx["train"]]), **vocabulary}
     if moments is not None:
-        count, mean, squares, _ = moments
-        stats.update(feature_mean=mean.tolist(), feature_var=(squares / count).tolist())
+        var = moments.squares / moments.count
+        stats.update(feature_mean=moments.mean.tolist(), feature_var=var.tolist())
     counts = {s: task.counts(labels[idx[s]]) for s in SPLITS}  # None: a kind without classes
     class_counts = None if counts["train"] is None else {s: c.tolist() for s, c in counts.items()}
     # Vectors flat, as the shards hold them (a reader's nested lists row by row), as wide as they
     # are (a reader may not say): one CSV column each for predict, one input each for the model.
-    flat = (moments[1].size,) if moments is not None else ()
+    flat = (moments.mean.size,) if moments is not None else ()
     shape = image or ((cfg.sequence_length,) if source.kind == "text" else flat)
     names = list(source.feature_names)
     if source.kind == "vector" and not names:  # yours, TFRecord, TFDS: predict's CSV columns
@@ -407,7 +407,7 @@ def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
     check(params)  # names and the components' own arguments, before anything is written
     # What an earlier prepare wrote, or staged before it failed: the only files it may replace.
     recorded = staged_files(project_dir)
-    recorded |= set((manifest.load(project_dir) or {}).get("written", []))
+    recorded |= set(manifest.load(project_dir).get("written", []))
     source, raw_sources, origin = _load_source(params, project_dir, recorded)
     idx, split = split_examples(source, cfg, params.seed, origin)
     processed = project_dir / PROCESSED

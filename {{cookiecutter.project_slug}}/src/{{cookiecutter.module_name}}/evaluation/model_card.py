@@ -135,7 +135,7 @@ def model_section(
 
 def data_section(project_dir: Path, spec: DataSpec, task: Task, run: dict[str, Any]) -> str:
     """Source, data version, the split and its sizes, the classes' balance or the target."""
-    doc = manifest.load(project_dir) or {}
+    doc = manifest.load(project_dir)
     path = project_dir / manifest.MANIFEST
     sha = file_sha256(path) if path.is_file() else None
     version = f"`{manifest.MANIFEST}` sha256 `{sha[:12]}`" if sha else "no data manifest"

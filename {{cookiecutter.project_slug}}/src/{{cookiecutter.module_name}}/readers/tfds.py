@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from ..config import ConfigError, DataConfig
+from ..core.files import json_text
 from ..sources import Source, source
 from ..tasks.base import encode
 
@@ -63,7 +63,7 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
     names = list(getattr(label_feature, "names", None) or [str(i) for i in range(num)])
     y, names = encode(kind, [names[i] for i in labels], f"tfds {name} labels")
     given = {s: r for s, r in ranges.items() if len(r)} if len(ranges.get("train", ())) else None
-    record = json.dumps({"tfds": name, "examples": len(labels), "classes": names}, indent=2)
+    record = json_text({"tfds": name, "examples": len(labels), "classes": names})
     return Source(
         what,
         kind,
@@ -75,5 +75,5 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
         splits=given,
         feature_names=["text"] if what == "text" else [],
         split_from={s: f"tfds {name} {s}" for s in given or ()},
-        raw={"tfds.json": (f"{record}\n".encode(), f"tensorflow_datasets {name}")},
+        raw={"tfds.json": (record.encode(), f"tensorflow_datasets {name}")},
     )

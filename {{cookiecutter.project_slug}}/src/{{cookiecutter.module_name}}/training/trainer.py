@@ -235,7 +235,7 @@ def choose_run(
 def check_data(params: Params, project_dir: Path) -> bool:
     """The data first: a file that differs from data/manifest.json stops here. True when
     `prepare` ran; else `open_data` splits the bundled digits."""
-    prepared = manifest.load(project_dir) is not None
+    prepared = bool(manifest.load(project_dir))
     if prepared:
         manifest.check(project_dir)
     elif params.data.source != "digits":  # never train on the example by surprise
