@@ -7,6 +7,7 @@ import configparser
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -584,7 +585,9 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
     ... Is your cache up to date?"); off Colab `dvc push` wrote to /content/drive on this disk.
     The baker's printed steps, then the README's joining lines, run as written (GitHub a local bare
     repository, Drive for desktop a folder in HOME): the teammate has the data set. A commit with
-    no dvc.lock fails in the words the README quotes, beside what to do then."""
+    no dvc.lock fails in the words the README quotes, beside what to do then. Later the baker trains
+    and commits but does not `dvc push`: a teammate's data-only pulls still work, and the README's
+    `dvc pull` of the data and the model says what to do."""
     home, origin = tmp_path / "home", tmp_path / "origin.git"
     subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
     subprocess.run(["git", "symbolic-ref", "HEAD", "refs/heads/main"], cwd=origin, check=True)  # as GitHub's
@@ -622,3 +625,37 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
     done = run(joiner[1:], clone, clone)
     quoted = re.search(r'"([^"]+)" with no dvc.lock: nothing pushed yet, so `make data && dvc push`', pull)
     assert quoted and done.returncode != 0 and quoted.group(1) in done.stderr + done.stdout, done.stderr
+
+    # Later the baker trains by the README's daily loop (on main: no branch of its own) and pushes
+    # the commit, but forgets step 5's `dvc push`: dvc.lock names a model the remote never got.
+    # A teammate's commands for the data alone still work (they said `dvc pull`, which stopped at
+    # that model: "Checkout failed ... results/models/model.keras"); the README's `dvc pull` for the
+    # data and the model fails in the words it quotes, beside what to do then.
+    baker_dir = tmp_path / "out" / "colab-project"
+    readme = (baker_dir / "README.md").read_text()
+    loop = readme.split("## The daily loop", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    trained = [line for line in loop if line.startswith(("dvc repro", "git add -A", "git push"))]
+    done = run(trained, baker_dir, baker_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    later = tmp_path / "later" / "colab-project"
+    later.parent.mkdir()
+    done = run(joiner[:-1], later.parent, later)  # clone, reach the remote: nothing pulled yet
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = (later / "docs" / "reproducibility.md").read_text().split("## Reproducing a run", 1)[1]
+    (record,) = [json.loads(path.read_text()) for path in baker_dir.glob("results/runs/*/manifest.json")]
+    data_only = [
+        next(line for line in doc.splitlines() if line.startswith("dvc pull")),  # after `git checkout`
+        next(line for line in record["reproduce"] if line.startswith("dvc pull")),  # as for a run made at HEAD
+        re.search(r"a teammate gets exactly that version with\s+`([^`]+)`", (later / "docs" / "data.md").read_text())[1],
+    ]
+    for line in data_only:
+        done = run([line], later, later)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert (later / "data" / "processed" / "spec.json").is_file(), line
+    pull = re.search(r'teammates get that data and model with `([^`]+)`\s+\("([^"]+)" naming `([^`]+)`', readme)
+    assert pull, "the README's `dvc pull` of a data set and a model says nothing of a model never pushed"
+    shutil.rmtree(later / "data" / "processed")
+    done = run([pull[1]], later, later)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and pull[2] in said and f"{pull[3]}/model.keras" in said, said
+    assert (later / "data" / "processed" / "spec.json").is_file(), "no data for the README's `dvc repro`"
