@@ -623,7 +623,7 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
     assert (clone / "data" / "processed" / "spec.json").is_file()
     subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=clone, check=True)  # a commit nobody pushed data for
     done = run(joiner[1:], clone, clone)
-    quoted = re.search(r'"([^"]+)" with no dvc.lock: nothing pushed yet, so `make data && dvc push`', pull)
+    quoted = re.search(r'"([^"]+)": that data was never pushed \(or no dvc.lock yet\), so `([^`]+)`', pull)
     assert quoted and done.returncode != 0 and quoted.group(1) in done.stderr + done.stdout, done.stderr
 
     # Later the baker trains by the README's daily loop (on main: no branch of its own) and pushes
@@ -652,10 +652,26 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
         done = run([line], later, later)
         assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
         assert (later / "data" / "processed" / "spec.json").is_file(), line
-    pull = re.search(r'teammates get that data and model with `([^`]+)`\s+\("([^"]+)" naming `([^`]+)`', readme)
-    assert pull, "the README's `dvc pull` of a data set and a model says nothing of a model never pushed"
+    both = re.search(r'teammates get that data and model with `([^`]+)`\s+\("([^"]+)" naming `([^`]+)`', readme)
+    assert both, "the README's `dvc pull` of a data set and a model says nothing of a model never pushed"
     shutil.rmtree(later / "data" / "processed")
-    done = run([pull[1]], later, later)
+    done = run([both[1]], later, later)
     said = done.stdout + done.stderr
-    assert done.returncode != 0 and pull[2] in said and f"{pull[3]}/model.keras" in said, said
+    assert done.returncode != 0 and both[2] in said and f"{both[3]}/model.keras" in said, said
     assert (later / "data" / "processed" / "spec.json").is_file(), "no data for the README's `dvc repro`"
+
+    # Then the baker changes the data (params.yaml), `make data`, commits and pushes, again without
+    # `dvc push`: the Local start's `dvc pull prepare` fails, with a dvc.lock, in the words the README
+    # quotes (they said "with no dvc.lock"), and what it says to do then works.
+    params = baker_dir / "params.yaml"
+    text = params.read_text()
+    changed = re.sub(r"(\n  validation_fraction: )[0-9.]+", r"\g<1>0.25", text, count=1)
+    assert changed != text, "params.yaml has no data.validation_fraction line"
+    params.write_text(changed)
+    done = run(["make data", *trained[1:]], baker_dir, baker_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run(["git pull -q", pull], later, later)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and quoted.group(1) in said and "data/processed" in said, said
+    done = run([quoted.group(2)], later, later)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
