@@ -652,6 +652,36 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
         done = run([line], later, later)
         assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
         assert (later / "data" / "processed" / "spec.json").is_file(), line
+    # A data file then changes in that clone: `make evaluate` refuses with one line, and each
+    # command it gives to restore the data runs as written (they said `dvc checkout` / `dvc pull`:
+    # "Can't remove the following unsaved files without confirmation", and past that the model
+    # never pushed), after which the package's check passes.
+    shard = later / "data" / "processed" / "train-00000.tfrecord"
+    versioned = shard.read_bytes()
+    flipped = versioned[:-1] + bytes([versioned[-1] ^ 0xFF])
+    shard.write_bytes(flipped)
+    done = run(["make evaluate"], later, later)
+    refusal = next(line for line in done.stderr.splitlines() if line.startswith("error: data/processed/"))
+    restore = re.search(r"restore the versioned data[^`]*`([^`]+)` \(or `([^`]+)`\)", refusal)
+    assert done.returncode != 0 and "changed since prepare" in refusal and restore, done.stderr[-3000:]
+    check = "python -c 'from pathlib import Path; from colab_project.data import manifest; manifest.check(Path.cwd())'"
+    for command in restore.groups():
+        shard.write_bytes(flipped)
+        done = run([command, check], later, later)
+        assert done.returncode == 0, f"{refusal}\n{command}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert shard.read_bytes() == versioned, command
+    data_md = (later / "docs" / "data.md").read_text()
+    assert re.search(rf"Fix: `{re.escape(restore[1])}`\s+\(or `{re.escape(restore[2])}`\)", data_md), "docs/data.md quotes other commands"
+    # Without data/manifest.json (git's, not in DVC's cache) the check's other commands make it
+    # (it said `dvc pull` too, which brings it back from nowhere: still "not found").
+    (later / "data" / "manifest.json").unlink()
+    done = run([check], later, later)
+    missing = re.search(r"not found; prepare the data first: `[^`]+` \(or (.+)\)$", done.stderr.strip())
+    assert done.returncode != 0 and missing, done.stderr[-3000:]
+    for command in re.findall(r"`([^`]+)`", missing[1]):
+        (later / "data" / "manifest.json").unlink(missing_ok=True)
+        done = run([command, check], later, later)
+        assert done.returncode == 0, f"{missing[0]}\n{command}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     both = re.search(r'teammates get that data and model with `([^`]+)`\s+\("([^"]+)" naming `([^`]+)`', readme)
     assert both, "the README's `dvc pull` of a data set and a model says nothing of a model never pushed"
     shutil.rmtree(later / "data" / "processed")
