@@ -322,7 +322,9 @@ def test_answers_reach_the_project(baked: tuple[dict, Path]) -> None:
 
 def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, Path]) -> None:
     """The README's storage diagram and its Drive line: the DVC remote on Drive only for
-    dvc_remote=drive, the other remotes outside it, and no push or pull arrow without one."""
+    dvc_remote=drive, the other remotes outside it, and no push or pull arrow without one. Without
+    one its "On Colab" bullet said teammates get the model with `git pull && dvc pull` ("no remote
+    specified"): a teammate's `dvc repro` trains it again."""
     answers, project = baked
     readme = (project / "README.md").read_text()
     drive = readme.split('subgraph Drive["', 1)[1].split("\n    end\n", 1)[0]
@@ -330,6 +332,8 @@ def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, 
     assert ("(the DVC remote)" in drive, "and the DVC remote" in readme) == (on_drive, on_drive)
     has_remote = answers["dvc_remote"] != "none"
     assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
+    teammates = ("`git pull && dvc pull`" in readme, "`git pull && dvc repro`" in readme)
+    assert teammates == (has_remote, not has_remote)
 
 
 # What the template's README says a Colab user does with each dvc_remote, as the baked data.md says it.
