@@ -7,6 +7,7 @@ import configparser
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -321,7 +322,9 @@ def test_answers_reach_the_project(baked: tuple[dict, Path]) -> None:
 
 def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, Path]) -> None:
     """The README's storage diagram and its Drive line: the DVC remote on Drive only for
-    dvc_remote=drive, the other remotes outside it, and no push or pull arrow without one."""
+    dvc_remote=drive, the other remotes outside it, and no push or pull arrow without one. Without
+    one its "On Colab" bullet said teammates get the model with `git pull && dvc pull` ("no remote
+    specified"): a teammate's `dvc repro` trains it again."""
     answers, project = baked
     readme = (project / "README.md").read_text()
     drive = readme.split('subgraph Drive["', 1)[1].split("\n    end\n", 1)[0]
@@ -329,6 +332,8 @@ def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, 
     assert ("(the DVC remote)" in drive, "and the DVC remote" in readme) == (on_drive, on_drive)
     has_remote = answers["dvc_remote"] != "none"
     assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
+    teammates = ("`git pull && dvc pull`" in readme, "`git pull && dvc repro`" in readme)
+    assert teammates == (has_remote, not has_remote)
 
 
 # What the template's README says a Colab user does with each dvc_remote, as the baked data.md says it.
@@ -584,7 +589,9 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
     ... Is your cache up to date?"); off Colab `dvc push` wrote to /content/drive on this disk.
     The baker's printed steps, then the README's joining lines, run as written (GitHub a local bare
     repository, Drive for desktop a folder in HOME): the teammate has the data set. A commit with
-    no dvc.lock fails in the words the README quotes, beside what to do then."""
+    no dvc.lock fails in the words the README quotes, beside what to do then. Later the baker trains
+    and commits but does not `dvc push`: a teammate's data-only pulls still work, and the README's
+    `dvc pull` of the data and the model says what to do."""
     home, origin = tmp_path / "home", tmp_path / "origin.git"
     subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
     subprocess.run(["git", "symbolic-ref", "HEAD", "refs/heads/main"], cwd=origin, check=True)  # as GitHub's
@@ -620,5 +627,85 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
     assert (clone / "data" / "processed" / "spec.json").is_file()
     subprocess.run(["git", "rm", "-q", "dvc.lock"], cwd=clone, check=True)  # a commit nobody pushed data for
     done = run(joiner[1:], clone, clone)
-    quoted = re.search(r'"([^"]+)" with no dvc.lock: nothing pushed yet, so `make data && dvc push`', pull)
+    quoted = re.search(r'"([^"]+)": that data was never pushed \(or no dvc.lock yet\), so `([^`]+)`', pull)
     assert quoted and done.returncode != 0 and quoted.group(1) in done.stderr + done.stdout, done.stderr
+
+    # Later the baker trains by the README's daily loop (on main: no branch of its own) and pushes
+    # the commit, but forgets step 5's `dvc push`: dvc.lock names a model the remote never got.
+    # A teammate's commands for the data alone still work (they said `dvc pull`, which stopped at
+    # that model: "Checkout failed ... results/models/model.keras"); the README's `dvc pull` for the
+    # data and the model fails in the words it quotes, beside what to do then.
+    baker_dir = tmp_path / "out" / "colab-project"
+    readme = (baker_dir / "README.md").read_text()
+    loop = readme.split("## The daily loop", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    trained = [line for line in loop if line.startswith(("dvc repro", "git add -A", "git push"))]
+    done = run(trained, baker_dir, baker_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    later = tmp_path / "later" / "colab-project"
+    later.parent.mkdir()
+    done = run(joiner[:-1], later.parent, later)  # clone, reach the remote: nothing pulled yet
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = (later / "docs" / "reproducibility.md").read_text().split("## Reproducing a run", 1)[1]
+    (record,) = [json.loads(path.read_text()) for path in baker_dir.glob("results/runs/*/manifest.json")]
+    data_only = [
+        next(line for line in doc.splitlines() if line.startswith("dvc pull")),  # after `git checkout`
+        next(line for line in record["reproduce"] if line.startswith("dvc pull")),  # as for a run made at HEAD
+        re.search(r"a teammate gets exactly that version with\s+`([^`]+)`", (later / "docs" / "data.md").read_text())[1],
+    ]
+    for line in data_only:
+        done = run([line], later, later)
+        assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert (later / "data" / "processed" / "spec.json").is_file(), line
+    # A data file then changes in that clone: `make evaluate` refuses with one line, and each
+    # command it gives to restore the data runs as written (they said `dvc checkout` / `dvc pull`:
+    # "Can't remove the following unsaved files without confirmation", and past that the model
+    # never pushed), after which the package's check passes.
+    shard = later / "data" / "processed" / "train-00000.tfrecord"
+    versioned = shard.read_bytes()
+    flipped = versioned[:-1] + bytes([versioned[-1] ^ 0xFF])
+    shard.write_bytes(flipped)
+    done = run(["make evaluate"], later, later)
+    refusal = next(line for line in done.stderr.splitlines() if line.startswith("error: data/processed/"))
+    restore = re.search(r"restore the versioned data[^`]*`([^`]+)` \(or `([^`]+)`\)", refusal)
+    assert done.returncode != 0 and "changed since prepare" in refusal and restore, done.stderr[-3000:]
+    check = "python -c 'from pathlib import Path; from colab_project.data import manifest; manifest.check(Path.cwd())'"
+    for command in restore.groups():
+        shard.write_bytes(flipped)
+        done = run([command, check], later, later)
+        assert done.returncode == 0, f"{refusal}\n{command}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert shard.read_bytes() == versioned, command
+    data_md = (later / "docs" / "data.md").read_text()
+    assert re.search(rf"Fix: `{re.escape(restore[1])}`\s+\(or `{re.escape(restore[2])}`\)", data_md), "docs/data.md quotes other commands"
+    # Without data/manifest.json (git's, not in DVC's cache) the check's other commands make it
+    # (it said `dvc pull` too, which brings it back from nowhere: still "not found").
+    (later / "data" / "manifest.json").unlink()
+    done = run([check], later, later)
+    missing = re.search(r"not found; prepare the data first: `[^`]+` \(or (.+)\)$", done.stderr.strip())
+    assert done.returncode != 0 and missing, done.stderr[-3000:]
+    for command in re.findall(r"`([^`]+)`", missing[1]):
+        (later / "data" / "manifest.json").unlink(missing_ok=True)
+        done = run([command, check], later, later)
+        assert done.returncode == 0, f"{missing[0]}\n{command}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    both = re.search(r'teammates get that data and model with `([^`]+)`\s+\("([^"]+)" naming `([^`]+)`', readme)
+    assert both, "the README's `dvc pull` of a data set and a model says nothing of a model never pushed"
+    shutil.rmtree(later / "data" / "processed")
+    done = run([both[1]], later, later)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and both[2] in said and f"{both[3]}/model.keras" in said, said
+    assert (later / "data" / "processed" / "spec.json").is_file(), "no data for the README's `dvc repro`"
+
+    # Then the baker changes the data (params.yaml), `make data`, commits and pushes, again without
+    # `dvc push`: the Local start's `dvc pull prepare` fails, with a dvc.lock, in the words the README
+    # quotes (they said "with no dvc.lock"), and what it says to do then works.
+    params = baker_dir / "params.yaml"
+    text = params.read_text()
+    changed = re.sub(r"(\n  validation_fraction: )[0-9.]+", r"\g<1>0.25", text, count=1)
+    assert changed != text, "params.yaml has no data.validation_fraction line"
+    params.write_text(changed)
+    done = run(["make data", *trained[1:]], baker_dir, baker_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run(["git pull -q", pull], later, later)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and quoted.group(1) in said and "data/processed" in said, said
+    done = run([quoted.group(2)], later, later)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

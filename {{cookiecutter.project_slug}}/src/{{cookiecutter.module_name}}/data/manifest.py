@@ -57,11 +57,11 @@ def check(project_dir: Path) -> int:
     if not manifest:
         raise ManifestMismatch(
             f"{MANIFEST}: not found; prepare the data first: `{COMMAND} prepare` "
-            "(or `dvc pull` / `dvc repro prepare`)"
+            "(or `dvc repro prepare`)"
         )
     fix = (
-        f"restore the versioned data with `dvc checkout` (or `dvc pull`), or rerun "
-        f"`{COMMAND} prepare` to make this the new version"
+        "restore the versioned data, discarding the change: `dvc checkout --force prepare` (or "
+        f"`dvc pull --force prepare`), or rerun `{COMMAND} prepare` to make this the new version"
     )
     listed = {entry["path"] for entry in manifest["files"]}
     for entry in manifest["files"]:

@@ -99,7 +99,7 @@ def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str, kind: 
     return [
         *(warning if git.get("dirty") else []),
         f"git checkout {commit}",
-        "dvc pull  # the data version of that commit (checked against data.manifest)",
+        "dvc pull prepare  # the data version of that commit (checked against data.manifest)",
         f"cp {shlex.quote(str(run_dir / 'params.yaml'))} params.yaml",  # a path with spaces
         f"{COMMAND} speed"
         if kind == "speed"
