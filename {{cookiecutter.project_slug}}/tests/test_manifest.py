@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from {{ cookiecutter.module_name }}.config import COMMAND
 from {{ cookiecutter.module_name }}.data import manifest
 
 pytestmark = pytest.mark.slow  # not the user's loop: `make test-all` runs it
@@ -80,3 +84,22 @@ def test_no_manifest(tmp_path: Path) -> None:
     assert manifest.load(tmp_path) == {}
     with pytest.raises(manifest.ManifestMismatch, match="prepare"):
         manifest.check(tmp_path)
+
+
+def test_a_manifest_that_is_not_json_is_refused_in_a_line_whose_fix_runs(project: Path) -> None:
+    """A hand edit or a merge conflict left in data/manifest.json: one line, not a traceback, and
+    its git command brings back the committed manifest."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "data"], cwd=project, check=True)
+    path = project / manifest.MANIFEST
+    path.write_text(path.read_text().replace('"files"', '<<<<<<< HEAD\n"files"', 1))
+    with pytest.raises(manifest.ManifestMismatch) as refused:
+        manifest.check(project)
+    line = str(refused.value)
+    assert line.startswith(f"{manifest.MANIFEST}: not JSON (Expecting ") and "\n" not in line
+    assert line.endswith(f"or move it out and run `{COMMAND} prepare`")
+    command = re.search(r"`(git checkout [^`]+)`", line)[1]
+    subprocess.run(shlex.split(command), cwd=project, check=True)
+    assert manifest.check(project) == 2

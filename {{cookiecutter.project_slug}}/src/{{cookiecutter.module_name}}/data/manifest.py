@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,13 @@ def write(project_dir: Path, outs: dict[str, dict[str, str]], info: dict[str, An
 
 def load(project_dir: Path) -> dict[str, Any]:
     """The manifest, or {} when `prepare` has not run."""
-    return read_json(project_dir / MANIFEST)
+    try:
+        return read_json(project_dir / MANIFEST)
+    except json.JSONDecodeError as exc:  # a hand edit or a merge conflict: git has it whole
+        raise ManifestMismatch(
+            f"{MANIFEST}: not JSON ({exc}); restore the committed one (`git checkout -- "
+            f"{MANIFEST}`), or move it out and run `{COMMAND} prepare`"
+        ) from None
 
 
 def check(project_dir: Path) -> int:
