@@ -334,6 +334,13 @@ def test_readme_shows_the_dvc_remote_where_dvc_config_has_it(baked: tuple[dict, 
     assert ("(the DVC remote)" in readme, "--> remote" in readme) == (has_remote, has_remote)
     teammates = ("`git pull && dvc pull`" in readme, "`git pull && dvc repro`" in readme)
     assert teammates == (has_remote, not has_remote)
+    # Without a remote every `dvc push` and `dvc pull` stops ("no remote specified"): the README
+    # named them in its table, its daily loop's step 5 and the baker's steps, which had none.
+    assert ("dvc push" in readme, "dvc pull" in readme) == (has_remote, has_remote)
+    # The baker's steps stand for the Local start's lines up to the one this sentence names.
+    named = readme.split("whoever baked the project ran the bake's steps instead, to `", 1)[1].split("`", 1)[0]
+    local_start = readme.split("## Local start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert f"\n{named} " in f"\n{local_start}", (named, local_start)
 
 
 # What the template's README says a Colab user does with each dvc_remote, as the baked data.md says it.
