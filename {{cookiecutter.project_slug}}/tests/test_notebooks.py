@@ -297,6 +297,22 @@ def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
     assert note.startswith(expected)
 
 
+def test_a_push_that_fails_says_dvcs_error(tmp_path, capsys):
+    # With no remote DVC's last line is a hint, `    dvc remote add -d <remote name> <remote url>`,
+    # and the warning showed that line alone, not the error it belongs to.
+    for args in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(args, cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  make:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
+    )
+    (tmp_path / "out.txt").write_text("hi\n")
+    (tmp_path / "params.yaml").write_text("run_name: baseline\n")
+    assert not push_stage(tmp_path, "make")
+    warning = capsys.readouterr().out
+    assert warning.startswith("WARNING: `dvc push --run-cache make` failed: ERROR: "), warning
+    assert "no remote specified" in warning and "dvc remote add" in warning
+
+
 def test_training_notebook_shows_tensorboard_on_colab():
     train = next(p for p in NOTEBOOKS if p.name.startswith("02_"))
     assert any("%tensorboard --logdir" in c.source for c in code_cells(train))

@@ -189,7 +189,10 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
         command = [sys.executable, "-m", "dvc", *args]
         run = subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
         if run.returncode != 0:
-            reason = (run.stderr.strip().splitlines() or ["no message"])[-1]
+            lines = run.stderr.strip().splitlines() or ["no message"]
+            # DVC can end its error in a hint line (`dvc remote add -d ...`): from the ERROR on.
+            errors = (i for i, line in enumerate(lines) if line.startswith("ERROR:"))
+            reason = " ".join(line.strip() for line in lines[max(errors, default=-1) :])
             print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
             return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
