@@ -424,7 +424,7 @@ def _build(
     held = held or preflight.data_bytes(
         data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
     )
-    variables = [*model.variables, *optimizer.variables]
+    variables = [*model.variables, *optimizer.variables, *best.variables]  # what a checkpoint saves
     _say_findings(
         hooks, preflight.before_first_step(params, info, paths.restore_from, variables, held)
     )
