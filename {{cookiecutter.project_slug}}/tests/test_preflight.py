@@ -81,6 +81,25 @@ def test_checkpoint_size_estimate_matches_a_real_checkpoint(tmp_path: Path) -> N
     assert 0.9 < written / estimate < 1.1, (written, estimate)
 
 
+def test_a_runs_checkpoint_size_estimate_counts_all_it_saves(
+    tiny_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's estimate counts what its checkpoint saves: the model, the optimizer's slots and
+    the best weights (a copy of the model's); meta.json's few KiB are left out."""
+    estimates, finding = [], preflight.space_finding
+
+    def spy(folder: Path, checkpoint_bytes: int, keep: int) -> str:
+        estimates.append(checkpoint_bytes)
+        return finding(folder, checkpoint_bytes, keep)
+
+    monkeypatch.setattr(preflight, "space_finding", spy)
+    overrides = [*TINY, "train.epochs=1", "model.hidden_units=[256]", "run_name=size"]
+    assert main(["train", *sets(overrides), "--params", str(tiny_project / "params.yaml")]) == 0
+    step = sorted((tmp_path / "storage" / "checkpoints" / "size").glob("step-*"))[-1]
+    written = sum(f.stat().st_size for f in step.glob("ckpt.*"))
+    assert 0.9 < written / estimates[0] < 1.1, (written, estimates)
+
+
 def test_space_and_memory_findings_are_one_line_warnings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -608,21 +608,32 @@ def test_a_trial_that_diverged_where_the_space_searches_the_rate_says_to_lower_i
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
     """When sweep.space searches train.learning_rate, the trial's value overrides any --set: a
-    diverged trial's line says to lower the space's range, with a valid example below its value."""
+    diverged trial's line says to lower the space's range, with a valid example below its value,
+    in a new study (the same study refuses a changed space); following it, the sweep starts.
+    The trial fails though train.monitor (val_accuracy) is a number: its weights are NaN."""
     project = copy_checkout(tmp_path / "project")
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     space = "sweep.space={train.learning_rate: {low: 1.0e29, high: 1.0e30}}"
-    one = [space, "train.optimizer=sgd", "train.epochs=1", "sweep.n_trials=1", *SMALL]
-    assert main(["sweep", "--params", str(project / "params.yaml"), *sets(one)]) == 0
+    rest = ["train.optimizer=sgd", "train.epochs=1", "train.monitor=val_accuracy", *SMALL]
+    sweep = ["sweep", "--params", str(project / "params.yaml"), *sets(["sweep.n_trials=1", *rest])]
+    assert main([*sweep, *sets([space])]) == 0
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if line.startswith("Trial 0 ")]
     rate = line.split("train.learning_rate=")[1].split()[0]  # as the line shows it
     why = "val_loss is nan at epoch 1: training diverged; lower sweep.space's train.learning_rate"
     assert f"-> failed: {why} below {rate} (example: train.learning_rate: " in line, out
     assert "--set train.learning_rate" not in out
-    example = line.split("(example: ")[1].removesuffix(")")
+    example, study = line.split("(example: ")[1:]
+    example = example.removesuffix("), in a new study ")
     lower = sweep_space(params_with("sweep.space={" + example + "}"))["train.learning_rate"]
     assert lower.high < float(rate), line
+    assert study == "--set sweep.name=lr-dropout-2)", line
+    lowered = sets(["sweep.space={" + example + "}"])
+    assert main([*sweep, *lowered]) == 2  # the same study: refused
+    assert "or start a new study" in capsys.readouterr().err
+    assert main([*sweep, *lowered, *shlex.split(study.removesuffix(")"))]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Trial")]
+    assert line.startswith("Trial 0 (lr-dropout-2-0): train.learning_rate="), line
 
 
 @pytest.mark.slow

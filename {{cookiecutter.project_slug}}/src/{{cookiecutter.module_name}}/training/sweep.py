@@ -218,7 +218,8 @@ def run_trial(
     if result.status != "completed":
         print(f"{line} stopped: {result.reason}", flush=True)
         return result.exit_code  # stopped: it resumes later
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
+    # A complete run's reason is its divergence: its NaN weights' val_accuracy is still a number.
+    if result.reason or not isinstance(value, (int, float)) or not math.isfinite(value):
         return _failed(sweep, trial, line, result.reason or f"{sweep.monitor} is {value}")
     sweep.study.tell(trial, value)
     print(f"{line} {sweep.monitor} {value:.4g}", flush=True)

@@ -424,7 +424,7 @@ def _build(
     held = held or preflight.data_bytes(
         data.spec.input_shape, plan.global_batch, pipeline.SHUFFLE_WINDOW
     )
-    variables = [*model.variables, *optimizer.variables]
+    variables = [*model.variables, *optimizer.variables, *best.variables]  # what a checkpoint saves
     _say_findings(
         hooks, preflight.before_first_step(params, info, paths.restore_from, variables, held)
     )
@@ -648,9 +648,10 @@ def divergence(run: Run) -> str:
     else:
         low = min(float(spec["low"]), float(f"{high / 10:g}"))  # float: YAML reads 1e-4 as text
         lower = {**spec, "low": low, "high": high}
-    return (
+    return (  # a changed space is another study: the sweep refuses it under the same name
         f"{why}sweep.space's train.learning_rate below {rate:.4g} "
-        f"(example: train.learning_rate: {yaml_text(lower)})"
+        f"(example: train.learning_rate: {yaml_text(lower)}), in a new study "
+        f"(example: --set sweep.name={run.params.sweep.name}-2)"
     )
 
 
