@@ -100,9 +100,11 @@ def test_a_source_registered_as_the_others_are_reads_its_path(tmp_path: Path, mo
     assert load_spec(processed(tmp_path)).input_shape == (2,) and info["input_shape"] == [2]
 
 
-def register_pairs(folder: Path, monkeypatch, x: np.ndarray) -> tuple[str, str]:  # noqa: ANN001
+def register_pairs(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, x: np.ndarray, named: list[int] | None = None
+) -> tuple[str, str]:
     """A source of the user's own, as docs/customise.md registers one, of the vectors `x` (20 of
-    them); the overrides that prepare it."""
+    them), each example it names appended to `named`; the overrides that prepare it."""
     from {{ cookiecutter.module_name }}.registry import _ENTRIES
     from {{ cookiecutter.module_name }}.sources import Source, encode
 
@@ -112,7 +114,11 @@ def register_pairs(folder: Path, monkeypatch, x: np.ndarray) -> tuple[str, str]:
     @source("pairs", takes="file")
     def read_pairs(path, data, kind):  # noqa: ANN001, ANN202
         y, names = encode(kind, ["a", "b"] * 10, data.label)
-        where = lambda i: f"pairs.jsonl line {i + 1}"  # noqa: E731
+
+        def where(i: int) -> str:
+            (named if named is not None else []).append(i)
+            return f"pairs.jsonl line {i + 1}"
+
         return Source("vector", kind, y, names, x.__getitem__, where, input_shape=x.shape[1:])
 
     return "data.source=pairs", f"data.path={folder / 'pairs.jsonl'}"
@@ -166,9 +172,11 @@ def test_a_vector_of_another_width_is_refused_naming_its_example(
 
 def test_each_example_of_a_vector_source_is_loaded_once(tmp_path: Path, monkeypatch) -> None:
     """One pass writes the shards and gathers the training split's feature statistics: a reader
-    that streams (each load a read from Drive) reads each example once, and holds none."""
+    that streams (each load a read from Drive) reads each example once, and holds none. Only the
+    first training example is named (for a refusal's line); the others cost no string."""
     x = np.arange(60, dtype=np.float32).reshape(20, 3) ** 1.5
     loads: dict[int, int] = {}
+    named: list[int] = []
 
     class Counted:  # the vectors, each load counted
         shape = x.shape
@@ -177,8 +185,9 @@ def test_each_example_of_a_vector_source_is_loaded_once(tmp_path: Path, monkeypa
             loads[i] = loads.get(i, 0) + 1
             return x[i]
 
-    run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, Counted()))
+    run_prepare(tmp_path, *register_pairs(tmp_path, monkeypatch, Counted(), named))
     assert loads == dict.fromkeys(range(20), 1)
+    assert len(named) == 1
     spec = load_spec(processed(tmp_path))
     train, _, _ = read_split(processed(tmp_path), "train")
     assert spec.feature_mean == pytest.approx(train.mean(0), rel=1e-6)

@@ -236,21 +236,11 @@ def write_shards(
     written = 0
     for i, x in zip(order, _payloads(source, order, image), strict=True):
         if moments is not None:
-            where = source.where(int(i))
             width = moments.mean.size if moments.count else len(x)
-            example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
-            if not np.isfinite(x).all():
-                raise ConfigError(
-                    f"{where}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the "
-                    f"missing or infinite values, or leave the example out (example: [{example}])"
-                )
-            if len(x) != width:
-                raise ConfigError(
-                    f"{where}: {len(x)} numbers, where {moments.first} (the first training "
-                    f"example) has {width}; give every example as many (example: [{example}])"
-                )
+            if len(x) != width or not np.isfinite(x).all():
+                raise _refusal(source.where(int(i)), x, width, moments.first)
         if moments is not None and split == "train":
-            moments.first = moments.first or where
+            moments.first = moments.first or source.where(int(i))
             moments.count += 1
             delta = x - moments.mean
             moments.mean = moments.mean + delta / moments.count
@@ -267,6 +257,21 @@ def write_shards(
     if writer is not None:
         writer.close()
     return names
+
+
+def _refusal(where: str, x: np.ndarray, width: int, first: str) -> ConfigError:
+    """The line that refuses the vector at `where`: a number missing or infinite, or not `width`
+    numbers as the first training example (at `first`)."""
+    example = ", ".join(["0.5"] * min(width, 3)) + (", ..." if width > 3 else "")
+    if not np.isfinite(x).all():
+        return ConfigError(
+            f"{where}: {x[~np.isfinite(x)][0]} among its {len(x)} numbers; fill in the missing "
+            f"or infinite values, or leave the example out (example: [{example}])"
+        )
+    return ConfigError(
+        f"{where}: {len(x)} numbers, where {first} (the first training example) has {width}; "
+        f"give every example as many (example: [{example}])"
+    )
 
 
 def write_processed(
