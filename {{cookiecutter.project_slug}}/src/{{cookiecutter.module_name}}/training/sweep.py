@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import keras
 import optuna
 import tensorflow as tf
 from optuna.trial import TrialState
@@ -26,7 +25,7 @@ from .lease import EXIT_LEASE_LOST, HEARTBEAT_S, LEASE_FILE, Lease, LeaseHeld, h
 from .policy import EXIT_BUDGET, RunHooks
 from .sweep_results import keep_best_checkpoints, summary, write_trials
 from .sweep_study import Sweep, quiet_optuna, searched, shown, study_folder
-from .trainer import train
+from .trainer import lower_the_rate, train
 
 # Keys that may differ between the sessions of one study: they do not change what a trial learns.
 FREE_KEYS = (
@@ -208,7 +207,6 @@ def run_trial(
         return _failed(sweep, trial, line, f"{type(exc).__name__}: {first}")  # else taken up again
     finally:
         stop.set()
-        keras.backend.clear_session()  # the next trial builds its model afresh
     value = result.metrics.get(sweep.monitor)
     lost = sweep.lease is not None and sweep.lease.lost  # the session that took over tells it
     if "pruned" in trial.user_attrs and not lost:  # also when a stop came at the epoch end
@@ -219,11 +217,32 @@ def run_trial(
         print(f"{line} stopped: {result.reason}", flush=True)
         return result.exit_code  # stopped: it resumes later
     # A complete run's reason is its divergence: its NaN weights' val_accuracy is still a number.
-    if result.reason or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return _failed(sweep, trial, line, result.reason or f"{sweep.monitor} is {value}")
+    if result.reason:
+        return _failed(sweep, trial, line, f"{result.reason}; {_lower_the_rate(sweep, params)}")
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return _failed(sweep, trial, line, f"{sweep.monitor} is {value}")
     sweep.study.tell(trial, value)
     print(f"{line} {sweep.monitor} {value:.4g}", flush=True)
     return 0
+
+
+def _lower_the_rate(sweep: Sweep, params: Params) -> str:
+    """What a trial that diverged at its train.learning_rate lowers: the setting, or its range
+    in sweep.space where the space searches it (the trial's value overrides any --set)."""
+    rate, spec = params.train.learning_rate, sweep.cfg.space.get("train.learning_rate")
+    if spec is None:
+        return lower_the_rate(rate)
+    high = float(f"{rate / 10:.2g}")
+    if "choices" in spec:
+        lower = {"choices": [c for c in spec["choices"] if float(c) < rate] or [high]}
+    else:
+        low = min(float(spec["low"]), float(f"{high / 10:g}"))  # float: YAML reads 1e-4 as text
+        lower = {**spec, "low": low, "high": high}
+    return (  # a changed space is another study: the sweep refuses it under the same name
+        f"lower sweep.space's train.learning_rate below {rate:.4g} (example: "
+        f"train.learning_rate: {yaml_text(lower)}), in a new study "
+        f"(example: --set sweep.name={sweep.cfg.name}-2)"
+    )
 
 
 def _failed(sweep: Sweep, trial: optuna.Trial, line: str, why: str) -> int:

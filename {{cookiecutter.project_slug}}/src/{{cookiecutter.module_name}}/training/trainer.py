@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import registry
-from ..config import COMMAND, ConfigError, Params, yaml_text
+from ..config import COMMAND, ConfigError, Params
 from ..core.progress import progress_bar, say
 from ..core.storage import SIDECAR_FILE, RunPaths, run_paths, storage_root
 from ..data import manifest, pipeline
@@ -603,7 +603,7 @@ def _end_epoch(run: Run, curves: Curves) -> None:
     shown = "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in _NOT_METRICS)
     _say(run, f"epoch {row['epoch']}/{cfg.epochs}  step {state.step}/{plan.total}  {shown}")
     if diverged:
-        _say(run, f"Stopped early: {diverged}")
+        _say(run, f"Stopped early: {diverged}; {lower_the_rate(run.params.train.learning_rate)}")
     elif run.stopped_early:
         why = "another worker stopped early"
         if state.early.should_stop:
@@ -633,26 +633,16 @@ def _say(run: Run, line: str) -> None:
 
 def divergence(run: Run) -> str:
     """Why the run stops once an epoch's val_loss is not a number (NaN weights, which no later
-    epoch mends) and what to lower: train.learning_rate, or for a sweep's trial that searches
-    it, its range in sweep.space (the trial's value overrides any --set); '' while a number."""
+    epoch mends); '' while a number."""
     last = run.state.history[-1] if run.state.history else {"val_loss": 0.0}  # no epoch yet
     if math.isfinite(last["val_loss"]):
         return ""
-    why = f"val_loss is {last['val_loss']} at epoch {last['epoch']}: training diverged; lower "
-    rate, space = run.params.train.learning_rate, run.params.sweep.space
-    if run.hooks.say_epochs or "train.learning_rate" not in space:  # `train`, or not searched
-        return f"{why}train.learning_rate (example: --set train.learning_rate={rate / 10:g})"
-    spec, high = space["train.learning_rate"], float(f"{rate / 10:.2g}")
-    if "choices" in spec:
-        lower = {"choices": [c for c in spec["choices"] if float(c) < rate] or [high]}
-    else:
-        low = min(float(spec["low"]), float(f"{high / 10:g}"))  # float: YAML reads 1e-4 as text
-        lower = {**spec, "low": low, "high": high}
-    return (  # a changed space is another study: the sweep refuses it under the same name
-        f"{why}sweep.space's train.learning_rate below {rate:.4g} "
-        f"(example: train.learning_rate: {yaml_text(lower)}), in a new study "
-        f"(example: --set sweep.name={run.params.sweep.name}-2)"
-    )
+    return f"val_loss is {last['val_loss']} at epoch {last['epoch']}: training diverged"
+
+
+def lower_the_rate(rate: float) -> str:
+    """What a run that diverged at train.learning_rate `rate` does next."""
+    return f"lower train.learning_rate (example: --set train.learning_rate={rate / 10:g})"
 
 
 def _finish(run: Run, digest: str, write: bool) -> dict[str, Any]:
