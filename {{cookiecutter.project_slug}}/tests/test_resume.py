@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import time
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -145,10 +146,25 @@ def test_damaged_newest_checkpoint_falls_back_and_still_ends_identical(
     assert _same(_weights(tiny_project / "results/models/model.keras"), reference)
 
 
-def _another_save(keras_file: Path) -> None:
+def _another_save(saved: Path, target: Path) -> None:
     """A .keras file in other bytes than the last save of the same model."""
-    with zipfile.ZipFile(keras_file, "a") as saved:
-        saved.comment = b"another save"
+    shutil.copyfile(saved, target)
+    with zipfile.ZipFile(target, "a") as copy:
+        copy.comment = b"another save"
+
+
+def test_the_saved_models_weights_are_streamed_not_held(tmp_path: Path) -> None:
+    """Writing the results in fixed bytes (`same_bytes`) copies the weights in chunks: a
+    backbone's 100 MB are not held again at the end of a run, on a VM the run has filled."""
+    model = keras.Sequential([keras.Input((1000,)), keras.layers.Dense(4000)])  # 16 MB
+    model.save(tmp_path / "saved.keras")
+    tracemalloc.start()
+    checkpoints.same_bytes(tmp_path / "saved.keras", tmp_path / "fixed.keras")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4 * 2**20, peak  # the copy's chunk (1 MiB), not the weights
+    loaded = keras.models.load_model(tmp_path / "fixed.keras")
+    assert _same(loaded.get_weights(), model.get_weights())
 
 
 def test_fresh_starts_over_and_a_finished_run_just_writes_results(

@@ -300,25 +300,37 @@ def _folder_bytes(path: Path | None) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path else 0
 
 
-def same_bytes(keras_file: Path) -> None:
-    """Rewrite a saved .keras file so that the same model always gives the same bytes (a complete
-    run's results written again, after `dvc repro` deleted them, are then the ones its record
-    names): Keras stamps the time into metadata.json and the zip's entries, and Python object
-    ids into config.json's `shared_object_id`; here the time is 1980-01-01, as Keras dates its
-    other entries, and the ids are numbered in order."""
-    with zipfile.ZipFile(keras_file) as saved:
-        entries = {name: saved.read(name) for name in saved.namelist()}
+def same_bytes(saved: Path, target: Path) -> None:
+    """Copy a saved .keras file to `target` (atomically) so that the same model always gives the
+    same bytes (a complete run's results written again, after `dvc repro` deleted them, are then
+    the ones its record names): Keras stamps the time into metadata.json and the zip's entries,
+    and Python object ids into config.json's `shared_object_id`; here the time is 1980-01-01, as
+    Keras dates its other entries, and the ids are numbered in order. The weights are streamed
+    (a backbone's 100 MB are never all in memory), so the disk holds the model twice meanwhile."""
+    fixed = Path(temp_file(target))
+    try:
+        with zipfile.ZipFile(saved) as source, zipfile.ZipFile(fixed, "w") as copy:
+            for saved_entry in source.infolist():
+                name, entry_info = saved_entry.filename, zipfile.ZipInfo(saved_entry.filename)
+                entry_info.file_size = saved_entry.file_size  # past 2 GiB: zip64, as saved
+                with source.open(name) as entry, copy.open(entry_info, "w") as out:
+                    if name == "config.json":
+                        out.write(_ids_in_order(entry.read().decode()).encode())
+                    elif name == "metadata.json":
+                        metadata = {**json.load(entry), "date_saved": "1980-01-01@00:00:00"}
+                        out.write(json.dumps(metadata).encode())
+                    else:
+                        shutil.copyfileobj(entry, out, 1 << 20)
+        os.replace(fixed, target)
+    finally:
+        fixed.unlink(missing_ok=True)
+
+
+def _ids_in_order(config: str) -> str:
+    """A saved model's config.json with its `shared_object_id`s numbered 1, 2, ... in order."""
     ids: dict[str, int] = {}
-    entries["config.json"] = re.sub(
-        r'"shared_object_id": (\d+)',
-        lambda found: f'"shared_object_id": {ids.setdefault(found[1], len(ids) + 1)}',
-        entries["config.json"].decode(),
-    ).encode()
-    metadata = {**json.loads(entries["metadata.json"]), "date_saved": "1980-01-01@00:00:00"}
-    entries["metadata.json"] = json.dumps(metadata).encode()
-    with zipfile.ZipFile(keras_file, "w") as rewritten:
-        for name, data in entries.items():
-            rewritten.writestr(zipfile.ZipInfo(name), data)  # dated 1980-01-01
+    number = lambda found: str(ids.setdefault(found[0], len(ids) + 1))  # noqa: E731
+    return re.sub(r'(?<="shared_object_id": )\d+', number, config)
 
 
 def write_results(
@@ -335,8 +347,7 @@ def write_results(
         keras_tmp = Path(temp_file(model_file, suffix=".keras"))
         try:
             model.save(keras_tmp)
-            same_bytes(keras_tmp)
-            os.replace(keras_tmp, model_file)
+            same_bytes(keras_tmp, model_file)
         finally:
             keras_tmp.unlink(missing_ok=True)
         if sidecar is not None:
