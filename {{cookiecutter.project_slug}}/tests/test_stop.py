@@ -15,7 +15,7 @@ import pytest
 from conftest import PARAMS, TINY, cli, cli_env, sets
 
 from {{ cookiecutter.module_name }}.config import load_params
-from {{ cookiecutter.module_name }}.registry import register
+from {{ cookiecutter.module_name }}.registry import _ENTRIES, register
 from {{ cookiecutter.module_name }}.training.checkpoints import list_checkpoints
 from {{ cookiecutter.module_name }}.training.policy import EXIT_BUDGET
 from {{ cookiecutter.module_name }}.training.trainer import train
@@ -59,16 +59,17 @@ class Fragile(keras.layers.Layer):
         return x
 
 
-@register("architecture", "test_fragile")
 def fragile(inputs, spec, cfg):  # noqa: ANN001, ANN201
     """A user's architecture whose layer raises in the run's first chunk."""
     return Fragile()(keras.layers.Flatten()(inputs))
 
 
-def test_a_crash_closes_its_bar_short_of_its_total(tiny_project: Path, bars) -> None:
+def test_a_crash_closes_its_bar_short_of_its_total(tiny_project: Path, bars, monkeypatch) -> None:
     """A run that crashes ends its progress bar on the way out, short of its total: Colab's
     widget turns it red, where a bar left open (a notebook keeps the traceback, and the bar with
     it) would stay at 0/88 as if the run still went on."""
+    monkeypatch.setitem(_ENTRIES["architecture"], "test_fragile", None)  # gone after this test
+    register("architecture", "test_fragile")(fragile)
     params = load_params(tiny_project / "params.yaml", [*TINY, "model.architecture=test_fragile"])
     with pytest.raises(ValueError, match="Fragile: this layer cannot train"):
         train(params, tiny_project)
