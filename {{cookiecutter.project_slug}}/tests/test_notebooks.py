@@ -297,20 +297,40 @@ def test_a_run_with_other_params_is_not_pushed_as_the_stage(tmp_path, capsys):
     assert note.startswith(expected)
 
 
-def test_a_push_that_fails_says_dvcs_error(tmp_path, capsys):
-    # With no remote DVC's last line is a hint, `    dvc remote add -d <remote name> <remote url>`,
-    # and the warning showed that line alone, not the error it belongs to.
+def dvc_stage(folder: Path) -> None:
+    """A git and DVC project in `folder` with one stage, `make`, whose output is there."""
     for args in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
-        subprocess.run(args, cwd=tmp_path, check=True)
-    (tmp_path / "dvc.yaml").write_text(
+        subprocess.run(args, cwd=folder, check=True)
+    (folder / "dvc.yaml").write_text(
         "stages:\n  make:\n    cmd: echo hi > out.txt\n    outs: [out.txt]\n"
     )
-    (tmp_path / "out.txt").write_text("hi\n")
-    (tmp_path / "params.yaml").write_text("run_name: baseline\n")
+    (folder / "out.txt").write_text("hi\n")
+    (folder / "params.yaml").write_text("run_name: baseline\n")
+
+
+def test_a_push_with_no_remote_records_the_stage_and_warns_of_nothing(tmp_path, capsys):
+    """A project baked with dvc_remote=none: each run of a notebook records its stage in
+    dvc.lock, and says there is no remote to push to, with no WARNING (nothing went wrong)."""
+    dvc_stage(tmp_path)
+    assert not push_stage(tmp_path, "make")
+    assert capsys.readouterr().out == (
+        "DVC: `make` recorded in dvc.lock (commit dvc.lock); the project has no default DVC "
+        "remote to push it to (docs/data.md, Remote storage for data and models)\n"
+    )
+    assert "out.txt" in (tmp_path / "dvc.lock").read_text()
+
+
+def test_a_push_that_fails_says_dvcs_error(tmp_path, capsys):
+    """A remote that cannot be written (here a folder inside a file) is a WARNING with DVC's
+    error, from its ERROR line on."""
+    dvc_stage(tmp_path)
+    (tmp_path / "a-file").touch()
+    remote = ["remote", "add", "-d", "broken", str(tmp_path / "a-file" / "remote")]
+    subprocess.run([sys.executable, "-m", "dvc", *remote], cwd=tmp_path, check=True)
     assert not push_stage(tmp_path, "make")
     warning = capsys.readouterr().out
     assert warning.startswith("WARNING: `dvc push --run-cache make` failed: ERROR: "), warning
-    assert "no remote specified" in warning and "dvc remote add" in warning
+    assert "Not a directory" in warning
 
 
 def test_training_notebook_shows_tensorboard_on_colab():

@@ -171,7 +171,8 @@ def sync_run_records(runs: Path, kept: Path) -> int:
 
 def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None = None) -> bool:
     """Commit `stage` to dvc.lock and push it with its run cache; True when pushed. A run whose
-    `overrides` differ from params.yaml is not the stage: a note says which."""
+    `overrides` differ from params.yaml is not the stage: a note says which. With no default
+    remote (`dvc remote default` exits 1) the stage is only committed, and a note says so."""
     project_dir = Path(project_dir)
     saved = flat(yaml.safe_load((project_dir / "params.yaml").read_text(encoding="utf-8")))
     differ = [
@@ -186,17 +187,30 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
         )
         return False
     for args in (["commit", "--force", "--quiet", stage], ["push", "--run-cache", stage]):
-        command = [sys.executable, "-m", "dvc", *args]
-        run = subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
-        if run.returncode != 0:
-            lines = run.stderr.strip().splitlines() or ["no message"]
-            # DVC can end its error in a hint line (`dvc remote add -d ...`): from the ERROR on.
-            errors = (i for i, line in enumerate(lines) if line.startswith("ERROR:"))
-            reason = " ".join(line.strip() for line in lines[max(errors, default=-1) :])
-            print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
+        run = _dvc(project_dir, *args)
+        if run.returncode == 0:
+            continue
+        if args[0] == "push" and _dvc(project_dir, "remote", "default").returncode == 1:
+            print(  # a project baked without one (dvc_remote=none): nothing went wrong
+                f"DVC: `{stage}` recorded in dvc.lock (commit dvc.lock); the project has no "
+                "default DVC remote to push it to (docs/data.md, Remote storage for data and "
+                "models)"
+            )
             return False
+        lines = run.stderr.strip().splitlines() or ["no message"]
+        # DVC can end its error in a hint line (`dvc remote add -d ...`): from the ERROR on.
+        errors = (i for i, line in enumerate(lines) if line.startswith("ERROR:"))
+        reason = " ".join(line.strip() for line in lines[max(errors, default=-1) :])
+        print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
+        return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
     return True
+
+
+def _dvc(project_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """DVC's command line in `project_dir`, with its output captured."""
+    command = [sys.executable, "-m", "dvc", *args]
+    return subprocess.run(command, cwd=project_dir, capture_output=True, text=True)
 
 
 def run_notebooks(
