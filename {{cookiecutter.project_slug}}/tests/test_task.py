@@ -16,6 +16,7 @@ from conftest import PARAMS
 from sklearn.metrics import roc_auc_score
 
 from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.core.files import save_json
 from {{ cookiecutter.module_name }}.spec import DataSpec
 from {{ cookiecutter.module_name }}.task import Classification, Task, make_task
 from {{ cookiecutter.module_name }}.tasks.multilabel import Multilabel
@@ -301,8 +302,7 @@ def test_notebook_03_shows_what_fits_each_task(tmp_path: Path) -> None:
         task = task_for(kind)
         record = {"method": "files", "from": {"test": "test.csv"}, "carved": {}}
         spec = DataSpec("vector", (4,), kind, task.names, {"test": len(y)}, split=record)
-        (tmp_path / kind / "data" / "processed").mkdir(parents=True)
-        (tmp_path / kind / "data" / "processed" / "spec.json").write_text(spec.to_json())
+        save_json(dataclasses.asdict(spec), tmp_path / kind / "data" / "processed" / "spec.json")
         write_evaluation(tmp_path / kind / "results", task.evaluate([(y, outputs)]), task)
         fig, name = report.plot_evaluation(tmp_path / kind, kind)
         shown[kind] = report.evaluation_summary(tmp_path / kind, kind).splitlines(), fig, name

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,6 @@ class DataSpec:
     vocabulary: str = ""  # text: the vocabulary file beside spec.json, one token per line
     vocabulary_size: int = 0  # text: its tokens plus padding (id 0) and [UNK] (id 1)
     extra: dict[str, Any] = field(default_factory=dict)  # source-specific details (shards, ...)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"  # tuples as lists
 
 
 def load_spec(processed_dir: Path) -> DataSpec:

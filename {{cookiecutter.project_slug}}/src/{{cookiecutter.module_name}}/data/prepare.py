@@ -341,7 +341,7 @@ def write_processed(
         },
         **stats,
     )
-    atomic_write(folder / SPEC, spec.to_json())
+    save_json(dataclasses.asdict(spec), folder / SPEC)
     return spec
 
 
