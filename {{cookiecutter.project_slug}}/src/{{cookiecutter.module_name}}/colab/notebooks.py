@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -198,9 +199,11 @@ def push_stage(project_dir: Path, stage: str, overrides: dict[str, Any] | None =
             )
             return False
         lines = run.stderr.strip().splitlines() or ["no message"]
-        # DVC can end its error in a hint line (`dvc remote add -d ...`): from the ERROR on.
+        # DVC's error is its last ERROR line and the lines under it (a hint), up to a blank line
+        # (then DVC's "Having any troubles?" footer).
         errors = (i for i, line in enumerate(lines) if line.startswith("ERROR:"))
-        reason = " ".join(line.strip() for line in lines[max(errors, default=-1) :])
+        error = itertools.takewhile(bool, lines[max(errors, default=-1) :])
+        reason = " ".join(line.strip() for line in error)
         print(f"WARNING: `dvc {' '.join(args)}` failed: {reason}")
         return False
     print(f"DVC: `{stage}` recorded in dvc.lock and pushed with its run cache (commit dvc.lock)")
