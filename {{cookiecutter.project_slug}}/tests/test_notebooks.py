@@ -308,6 +308,7 @@ def dvc_stage(folder: Path) -> None:
     (folder / "params.yaml").write_text("run_name: baseline\n")
 
 
+@pytest.mark.slow  # DVC's push from a notebook, run for real: the machinery
 def test_a_push_with_no_remote_records_the_stage_and_warns_of_nothing(tmp_path, capsys):
     """A project baked with dvc_remote=none: each run of a notebook records its stage in
     dvc.lock, and says there is no remote to push to, with no WARNING (nothing went wrong)."""
@@ -320,6 +321,7 @@ def test_a_push_with_no_remote_records_the_stage_and_warns_of_nothing(tmp_path, 
     assert "out.txt" in (tmp_path / "dvc.lock").read_text()
 
 
+@pytest.mark.slow  # DVC's push from a notebook, run for real: the machinery
 def test_a_push_that_fails_says_dvcs_error(tmp_path, capsys):
     """A remote that cannot be written (here a folder inside a file) is a WARNING with DVC's
     error line, without the footer DVC prints under it."""
