@@ -7,6 +7,7 @@ under its own number; the study is Optuna's (sweep_study.py). docs/training.md, 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import threading
@@ -133,6 +134,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list
             trial, resumed = sweep.study.ask(sweep.space), False
         code = run_trial(sweep, trial, resumed, deadline, take_over and resumed, preamble)
         preamble = False
+        gc.collect()  # the trial's model, held in Keras's reference cycles: freed (a GPU's memory)
         write_trials(sweep)
         deleted += keep_best_checkpoints(sweep)
         if code:
