@@ -1,7 +1,8 @@
 """One writer per run: `<storage>/checkpoints/<run_name>/lease.json` names the session that
 trains the run, with a heartbeat. Another session is refused (exit code 4) unless the holder is
 gone or `--take-over`; Drive has no atomic create, so across VMs a holder that finds another token
-at a heartbeat stops with a checkpoint (exit code 5). The rules: docs/training-faults.md.
+at a heartbeat or before a checkpoint stops, writing nothing more (exit code 5). The rules:
+docs/training-faults.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ LEASE_FILE = "lease.json"
 HEARTBEAT_S = float(os.environ.get("PROJECT_LEASE_HEARTBEAT_S", "30"))
 STALE_AFTER = 3  # missed heartbeats after which another host's lease is stale
 EXIT_LEASE_HELD = 4  # `train` refused: another session holds the run
-EXIT_LEASE_LOST = 5  # `train` stopped (with a checkpoint): another session took the run over
+EXIT_LEASE_LOST = 5  # `train` stopped (no checkpoint): another session took the run over
 
 
 class LeaseHeld(RuntimeError):
@@ -77,17 +78,17 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
     return None
 
 
-def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
-    """Wait, saying so, until another host's lease `doc` beats again or is replaced (None), is
-    released ('') or goes stale (why it is free now)."""
+def watch(path: Path, doc: dict[str, Any], what: str) -> str | None:
+    """Wait, saying so, until another host's lease `doc` on `what` (`run 'baseline'`) beats
+    again or is replaced (None), is released ('') or goes stale (why it is free now)."""
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
     beat = float(doc.get("heartbeat", 0))
     stale_at = beat + STALE_AFTER * interval
     say(
-        f"Run '{run_name}' is held by {holder(doc)}, whose last heartbeat was "
+        f"{what[:1].upper()}{what[1:]} is held by {holder(doc)}, whose last heartbeat was "
         f"{time.time() - beat:.0f} s ago: waiting up to {stale_at - time.time():.0f} s for the "
         f"next one (a live session beats every {interval:g} s); without one its VM is gone and "
-        "this session takes the run over.",
+        "this session takes it over.",
     )
     poll = min(5.0, max(interval / 10, 0.05))
     while (now := time.time()) <= stale_at:
@@ -103,9 +104,10 @@ def watch(path: Path, doc: dict[str, Any], run_name: str) -> str | None:
 class Lease:
     """This session's claim on one run folder; `acquire` makes one."""
 
-    def __init__(self, run_dir: Path, run_name: str) -> None:
+    def __init__(self, run_dir: Path, run_name: str, kind: str = "run") -> None:
         self.path = run_dir / LEASE_FILE
         self.run_name = run_name
+        self.what = f"{kind} '{run_name}'"  # for messages: a sweep's lease is on the sweep
         self.interval = HEARTBEAT_S
         self.token = uuid.uuid4().hex
         self.doc = {
@@ -125,17 +127,20 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def acquire(cls, run_dir: Path, run_name: str, take_over: bool = False) -> Lease:
-        """Claim `run_dir` for this process, or raise LeaseHeld naming the holder."""
-        lease = cls(run_dir, run_name)
+    def acquire(
+        cls, run_dir: Path, run_name: str, take_over: bool = False, kind: str = "run"
+    ) -> Lease:
+        """Claim `run_dir` for this process (the `kind` named `run_name`), or raise LeaseHeld
+        naming the holder."""
+        lease = cls(run_dir, run_name, kind)
         current = read_lease(lease.path)
         reason = "--take-over" if take_over and current else why_free(current, time.time())
         if reason is None and (current or {}).get("host") != socket.gethostname():
-            reason = watch(lease.path, current or {}, run_name)
+            reason = watch(lease.path, current or {}, lease.what)
             current = read_lease(lease.path)
         if reason is None:
             raise LeaseHeld(
-                f"run '{run_name}' is being trained by another session ({holder(current or {})}; "
+                f"{lease.what} is being trained by another session ({holder(current or {})}; "
                 f"lease {lease.path}). Wait for it, use another run_name, or take the run over "
                 f"with `train --take-over` if that session is gone"
             )
@@ -145,7 +150,7 @@ class Lease:
                 lease._create()
             else:
                 reason = reason or "its lease file was unreadable"
-                say(f"Taking over run '{run_name}' from {holder(current)}: {reason}.")
+                say(f"Taking over {lease.what} from {holder(current)}: {reason}.")
                 atomic_write(lease.path, json.dumps(lease.doc, indent=1))
         except OSError as exc:  # a full or unreachable storage: a storage fault, not a refusal
             lease.storage_fault = str(exc)
@@ -161,7 +166,7 @@ class Lease:
     def _raced(self) -> LeaseHeld:
         held = holder(read_lease(self.path) or {})
         return LeaseHeld(
-            f"run '{self.run_name}' was claimed by another session at the same moment ({held}); "
+            f"{self.what} was claimed by another session at the same moment ({held}); "
             "use another run_name"
         )
 
@@ -180,15 +185,21 @@ class Lease:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def check(self) -> bool:
+        """Whether the lease is still this session's, read again (no write: a take-over written
+        meanwhile is not overwritten); else why not, in `lost`."""
+        current = read_lease(self.path)
+        if current and current.get("token") != self.token:
+            self.lost = f"{self.what} was taken over by {holder(current)}"
+        return not self.lost
+
     def beat(self) -> None:
         """Refresh the lease's time, or note that another session took it; none once released."""
         with self._writing:
             if self._stop.is_set():
                 return
             try:
-                current = read_lease(self.path)
-                if current and current.get("token") != self.token:
-                    self.lost = f"run '{self.run_name}' was taken over by {holder(current)}"
+                if not self.check():
                     return
                 self.doc["heartbeat"] = time.time()
                 atomic_write(self.path, json.dumps(self.doc, indent=1))

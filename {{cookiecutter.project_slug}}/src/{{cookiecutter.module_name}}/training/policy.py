@@ -49,8 +49,9 @@ class RunHooks:
 
 
 class Stopper:
-    """Asks the loop to stop cleanly (a checkpoint, then exit) at the time budget, when the lease
-    is lost, or on SIGTERM / SIGINT (a notebook's interrupt); a second SIGINT stops at once."""
+    """Asks the loop to stop cleanly (a checkpoint, then exit) at the time budget, on SIGTERM /
+    SIGINT (a notebook's interrupt; a second SIGINT stops at once), or when the lease is lost (no
+    checkpoint: the run is another session's)."""
 
     def __init__(
         self, budget_minutes: float, lease: Lease | None = None, deadline: float | None = None
@@ -81,8 +82,12 @@ class Stopper:
         if signum == signal.SIGINT:  # a second Ctrl-C / interrupt stops without waiting
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def check(self, strategy: Any, workers: int) -> str:
-        """The reason to stop now that all workers share (any worker's, `agree`), or ''."""
+    def check(self, strategy: Any, workers: int, saving: bool = False) -> str:
+        """The reason to stop now that all workers share (any worker's, `agree`), or ''.
+        `saving`: a checkpoint is due, so the lease is read first: a session that took the run
+        over is seen before this one writes, not at the next heartbeat."""
+        if saving and self.lease is not None:
+            self.lease.check()
         if not self.reason and self.budget_s > 0 and time.monotonic() - self.start > self.budget_s:
             self.reason = f"time budget of {self.budget_s / 60:g} minutes reached"
             self.exit_code = EXIT_BUDGET
@@ -93,6 +98,11 @@ class Stopper:
         if agree(strategy, bool(self.reason), workers) and not self.reason:
             self.reason, self.exit_code = "another worker stopped", EXIT_BUDGET
         return self.reason
+
+    def may_write(self, strategy: Any, workers: int) -> bool:
+        """False on every worker once the run was taken over: its folder is another session's
+        (a checkpoint is written by all workers together, so all skip it)."""
+        return not agree(strategy, self.exit_code == EXIT_LEASE_LOST, workers)
 
 
 def agree(strategy: Any, wish: bool, workers: int) -> bool:

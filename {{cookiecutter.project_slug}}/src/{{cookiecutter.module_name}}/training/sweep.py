@@ -94,7 +94,7 @@ def _sweep_lease(project_dir: Path, name: str, take_over: bool) -> Lease:
     """One session per sweep without a database: the run lease, on the study's folder."""
     folder = study_folder(project_dir, name)
     try:
-        return Lease.acquire(folder, f"sweep-{name}", take_over).start_heartbeat()
+        return Lease.acquire(folder, name, take_over, kind="sweep").start_heartbeat()
     except LeaseHeld:
         who = holder(read_lease(folder / LEASE_FILE) or {})
         raise LeaseHeld(
@@ -110,7 +110,7 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list
     said = False
     preamble = True  # the first trial's strategy, seed and preflight lines hold for every trial
     while deadline is None or time.monotonic() < deadline:
-        if sweep.lease is not None and sweep.lease.lost:  # `sweep --take-over` elsewhere
+        if sweep.lease is not None and not sweep.lease.check():  # `sweep --take-over` elsewhere
             print(f"Stopped: {sweep.lease.lost}.", flush=True)
             return EXIT_LEASE_LOST
         optuna.storages.fail_stale_trials(sweep.study)  # a database's worker that stopped beating
@@ -135,6 +135,8 @@ def _trials(sweep: Sweep, deadline: float | None, take_over: bool, deleted: list
         code = run_trial(sweep, trial, resumed, deadline, take_over and resumed, preamble)
         preamble = False
         gc.collect()  # the trial's model, held in Keras's reference cycles: freed (a GPU's memory)
+        if code == EXIT_LEASE_LOST:  # taken over: the study and its runs are the other session's
+            return code
         write_trials(sweep)
         deleted += keep_best_checkpoints(sweep)
         if code:
@@ -179,7 +181,7 @@ def run_trial(
 
     def on_epoch(record: dict[str, Any]) -> str:
         """The trainer's epoch hook: report the epoch's value, then ask the pruner."""
-        if sweep.lease is not None and sweep.lease.lost:
+        if sweep.lease is not None and not sweep.lease.check():
             return ""  # another session took the sweep over: it writes the study now
         value, epoch = float(record[sweep.monitor]), int(record["epoch"])
         trial.report(value, epoch)
@@ -210,8 +212,10 @@ def run_trial(
     finally:
         stop.set()
     value = result.metrics.get(sweep.monitor)
-    lost = sweep.lease is not None and sweep.lease.lost  # the session that took over tells it
-    if "pruned" in trial.user_attrs and not lost:  # also when a stop came at the epoch end
+    if sweep.lease is not None and not sweep.lease.check():  # the session that took over tells it
+        print(f"{line} stopped: {sweep.lease.lost}", flush=True)
+        return EXIT_LEASE_LOST
+    if "pruned" in trial.user_attrs:  # also when a stop came at the epoch end
         sweep.study.tell(trial, state=TrialState.PRUNED)
         print(f"{line} pruned: {trial.user_attrs['pruned']}", flush=True)
         return result.exit_code

@@ -48,7 +48,7 @@ from .checkpoints import (
     newest_meta,
     write_results,
 )
-from .lease import Lease
+from .lease import EXIT_LEASE_LOST, Lease
 from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
 from .run_record import is_recorded, record_run
 from .saved_model import user_sidecar, wrap_for_users
@@ -265,7 +265,12 @@ def _result(
 ) -> TrainResult:
     """How the run ended: stopped (`reason`; said with how to continue), or complete (`_finish`)."""
     digest = weights_digest(run.parts.model)  # the last step's: equal digests, bit-identical runs
-    if reason:
+    if exit_code == EXIT_LEASE_LOST:  # the run's folder is the other session's now
+        say(
+            f"Stopped at step {run.state.step} of {run.plan.total} ({reason}); that session "
+            "trains it on, so this one wrote nothing more."
+        )
+    elif reason:
         saved = f"checkpoint saved in {run.paths.checkpoints}"
         if run.last_saved < 0:  # the stop's save failed, every one before it too, no resume
             saved = (
@@ -562,13 +567,12 @@ def _train_loop(run: Run, stopper: Stopper) -> str:
             )
             if state.step % plan.per_epoch == 0:  # validate first: the checkpoint holds the best
                 _end_epoch(run, curves)
-            if checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch):
+            due = checkpoint_due(state.step, n, cfg.checkpoint_every_steps, plan.per_epoch)
+            reason = stopper.check(strategy, info.workers, saving=due)
+            if (due or reason) and stopper.may_write(strategy, info.workers):
                 _save(run)
-            reason = stopper.check(strategy, info.workers)
         # Else it ends at the run's step: early stopping, a pruned trial or a stop is no failure.
         bar.leave, bar.total = run.hooks.say_epochs, bar.n  # a sweep's trial leaves no bar
-    if reason:
-        _save(run)
     profiler.after(state.step, last=True)
     curves.close(state.step)
     return reason
