@@ -358,17 +358,24 @@ def test_pruned_trial_best_promoted_and_dvc_does_not_train_again(
     # again from its checkpoints, in new bytes, by a session that recorded them)
     trained = find_run(project / "results", "models/model.keras")
     assert trained["facts"]["run_name"] == "lr-dropout-0"
-    (record,) = re.findall(r"`dvc (commit [^`]+)`", out)  # as printed: no terminal to confirm
-    for cmd in (record.split(), ["status", "train", "--json"]):
+    # As printed (no terminal to confirm): the train stage recorded, only evaluate runs, and
+    # then every stage is up to date (evaluate.json, plots and card of the promoted model).
+    (record,) = re.findall(r"`(dvc commit [^`]+)`", out)
+    said = []
+    for cmd in (record, "dvc status --json"):
         done = subprocess.run(
-            [sys.executable, "-m", "dvc", *cmd],
+            cmd.replace("dvc ", f"{shlex.quote(sys.executable)} -m dvc "),
+            shell=True,
             cwd=project,
             env=env,
             capture_output=True,
             text=True,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout or "{}") == {}  # `dvc repro` would not train again
+        said.append(done.stdout)
+    assert "Stage 'train' didn't change, skipping" in said[0], said[0]
+    assert "Running stage 'evaluate'" in said[0], said[0]
+    assert json.loads(said[1] or "{}") == {}
 
 
 def pruning_grid(name: str, n_trials: int) -> list[str]:
@@ -419,6 +426,40 @@ def test_a_trial_interrupted_as_it_is_pruned_stays_pruned_at_that_epoch(
     assert "Trial 1 (ctrl-c-1) was cut off" not in both
     rows = _trials(tiny_project / "results/sweeps/ctrl-c/trials.csv")
     assert [r["state"] for r in rows] == ["COMPLETE", "PRUNED", "PRUNED"], both
+
+
+def test_a_sweep_taken_over_writes_no_more_to_its_study(
+    tmp_path: Path, tiny_project: Path, monkeypatch, capsys
+) -> None:
+    """Another session takes the sweep over (`sweep --take-over`; here its lease is written at
+    trial 0's first epoch end): this one reports no more epochs to the study, asks for no new
+    trial, tells it nothing of the trial (that session trains it on) and stops with exit code 5,
+    naming that session."""
+    grid = pruning_grid("taken", n_trials=3)
+    args = ["--params", str(tiny_project / "params.yaml"), *sets(grid)]
+    prepare(load_params(tiny_project / "params.yaml"), tiny_project)
+    folder = tmp_path / "storage" / "sweeps" / "taken"
+    real_train = sweep_module.train
+
+    def train_taken_over(params, project_dir, **kwargs):
+        verdict = kwargs["hooks"].on_epoch
+
+        def on_epoch(record):
+            other = {"host": "other-vm", "pid": 4242, "heartbeat": time.time(), "token": "x"}
+            (folder / "lease.json").write_text(json.dumps(other))
+            return verdict(record)
+
+        kwargs["hooks"] = dataclasses.replace(kwargs["hooks"], on_epoch=on_epoch)
+        return real_train(params, project_dir, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train", train_taken_over)
+    assert main(["sweep", *args]) == 5
+    out = capsys.readouterr().out
+    said = "-> stopped: sweep 'taken' was taken over by host other-vm, pid 4242"
+    assert said in out and "Trial 1" not in out, out
+    study = optuna.load_study(study_name="taken", storage=journal_storage(folder, mend=False))
+    (trial,) = study.get_trials()
+    assert trial.state == TrialState.RUNNING and trial.intermediate_values == {}, trial
 
 
 class Killed(BaseException):
@@ -694,7 +735,7 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from {{ cookiecutter.module_name }}.training.lease import Lease
-Lease.acquire(Path(sys.argv[1]), "sweep-held").start_heartbeat()
+Lease.acquire(Path(sys.argv[1]), "held", kind="sweep").start_heartbeat()
 print("held", flush=True)
 time.sleep(600)
 """
@@ -710,7 +751,7 @@ def test_a_stopped_trials_continue_command_pastes_into_a_shell(tmp_path, monkeyp
         "sweep.space={model.dropout: {low: 0.0, high: 0.5}}",
     ]
     params = params_with(*overrides)
-    lease = SimpleNamespace(lost="")  # one session's sweep, its lease held
+    lease = SimpleNamespace(lost="", check=lambda: True)  # one session's sweep, its lease held
     sweep = Sweep(params, PARAMS, tmp_path, overrides, lease)
     seen = {}
 
@@ -730,7 +771,7 @@ def test_a_trial_out_of_memory_fails_and_the_sweep_goes_on(tmp_path, monkeypatch
     trial, taken up again each time."""
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
     monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
-    sweep = Sweep(params_with(), PARAMS, tmp_path, [], SimpleNamespace(lost=""))
+    sweep = Sweep(params_with(), PARAMS, tmp_path, [], SimpleNamespace(lost="", check=lambda: True))
 
     def out_of_memory(params, project_dir, **kwargs):
         raise tf.errors.ResourceExhaustedError(
@@ -756,7 +797,7 @@ def test_checkpoints_of_finished_trials_go_but_the_best_and_what_the_project_did
     storage = tmp_path / "storage"
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(storage))
     params = params_with("sweep.keep_best=1")
-    sweep = Sweep(params, PARAMS, tmp_path, [], SimpleNamespace(lost=""))
+    sweep = Sweep(params, PARAMS, tmp_path, [], SimpleNamespace(lost="", check=lambda: True))
     point = {"train.learning_rate": 1e-3, "model.dropout": 0.1, "train.optimizer": "adam"}
     ends = {
         "best": (TrialState.COMPLETE, 0.1),

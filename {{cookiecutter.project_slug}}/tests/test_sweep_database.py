@@ -160,7 +160,7 @@ def test_a_refused_login_is_one_line_naming_the_key(database: str, monkeypatch) 
     with pytest.raises(ConfigError) as err:
         database_storage(database)
     text = str(err.value)
-    assert text.startswith("sweep.storage: cannot open postgresql") and "\n" not in text
+    assert text.startswith(f"sweep.storage: cannot open {database}: ") and "\n" not in text
     assert "password authentication failed" in text and "wrong" not in text
 
 
@@ -273,6 +273,7 @@ def test_a_postgresql_url_gets_a_driver_that_installs_from_a_wheel() -> None:
     url = database_url("postgresql://me@host:5432/db")
     assert url.drivername in ("postgresql+psycopg2", "postgresql+psycopg")
     assert database_url("postgresql+psycopg://me@host/db").drivername == "postgresql+psycopg"
+    assert database_url("postgres://me@host/db").drivername == url.drivername  # a hosted one's
 
 
 # Six trials of 3 epochs x 179 steps (batch 8), a checkpoint every 20 steps; no pruning.

@@ -62,6 +62,8 @@ def plot_trials(sweep: Sweep, table: pd.DataFrame) -> Figure:
     span = (low - pad, high + pad) if len(done) else (None, None)  # None: no limit
     for state, marker, color in (("COMPLETE", "o", "C0"), ("PRUNED", "x", "C3")):
         rows = table[(table.state == state) & table[monitor].notna()]
+        if rows.empty:  # no legend entry for a state no trial is in
+            continue
         ys = rows[monitor].clip(*span)
         axes[0].scatter(
             rows.number, ys, marker=marker, color=color, label=state.lower(), clip_on=False
@@ -112,14 +114,16 @@ def keep_best_checkpoints(sweep: Sweep) -> list[str]:
 def summary(sweep: Sweep, table: pd.DataFrame, deleted: list[str]) -> None:
     """Where the sweep stands, in a few lines (`deleted`: runs whose checkpoints went)."""
     counts = ", ".join(f"{v} {k.lower()}" for k, v in table.state.value_counts().items())
+    trials = f"{len(table)} trial{'s' if len(table) != 1 else ''}"
     print(
-        f"\nSweep '{sweep.cfg.name}': {len(table)} trials ({counts}) for {sweep.cfg.n_trials} "
-        f"wanted; table {sweep.results / 'trials.csv'}, figure {sweep.results / 'trials.png'}",
+        f"\nSweep '{sweep.cfg.name}': {trials} ({counts}) for {sweep.cfg.n_trials} wanted; "
+        f"table {sweep.results / 'trials.csv'}, figure {sweep.results / 'trials.png'}",
         flush=True,
     )
     if deleted:
+        runs = f"{len(deleted)} finished run{'s' if len(deleted) != 1 else ''}"
         print(
-            f"Checkpoints deleted for {len(deleted)} finished runs; kept for the "
+            f"Checkpoints deleted for {runs}; kept for the "
             f"{sweep.cfg.keep_best} best (sweep.keep_best: Drive's quota).",
             flush=True,
         )
@@ -161,8 +165,9 @@ def promote_best(params: Params, project_dir: Path, params_file: Path) -> int:
     print(
         f"Promoted trial {best.number} ({run}, {sweep.monitor} {best.value:.4g}) to "
         f"{results_root(project_dir)}\n{params_file.name}: {shown or 'already has its settings'}"
-        f"\nRecord it as the `train` stage without training again: `dvc commit --force train`,"
-        f" then commit {params_file.name}, dvc.lock and results/{TRAIN_METRICS}.",
+        "\nRecord it as the `train` stage without training again, and evaluate it: `dvc commit "
+        f"--force train && dvc repro` (only `evaluate` runs); then commit {params_file.name}, "
+        "dvc.lock and results/.",
         flush=True,
     )
     return 0

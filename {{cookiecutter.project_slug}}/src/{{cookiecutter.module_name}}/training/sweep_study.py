@@ -153,8 +153,9 @@ def journal_storage(folder: Path, mend: bool) -> optuna.storages.JournalStorage:
 
 
 def database_url(text: str) -> sqlalchemy.URL:
-    """`sweep.storage` checked: a URL without a password; `postgresql://` gets Colab's psycopg2
-    where it is installed, else psycopg 3 (a wheel in requirements.txt)."""
+    """`sweep.storage` checked: a URL without a password; `postgresql://` (or `postgres://`, as
+    hosted services write it) gets Colab's psycopg2 where it is installed, else psycopg 3 (a
+    wheel in requirements.txt)."""
     try:
         url = sqlalchemy.make_url(text)
     except sqlalchemy.exc.ArgumentError:
@@ -164,7 +165,7 @@ def database_url(text: str) -> sqlalchemy.URL:
             f"sweep.storage: {url.render_as_string()} holds a password; leave it out and set "
             f"{PASSWORD} or ~/.pgpass (example: {URL_EXAMPLE})"
         )
-    if url.drivername == "postgresql":
+    if url.drivername in ("postgresql", "postgres"):
         found = importlib.util.find_spec("psycopg2") is not None
         url = url.set(drivername="postgresql+psycopg2" if found else "postgresql+psycopg")
     return url
@@ -212,7 +213,7 @@ def database_storage(text: str) -> optuna.storages.RDBStorage:
         if "password" in why:
             why += f" (the password: {PASSWORD} or ~/.pgpass)"
         raise ConfigError(
-            f"sweep.storage: cannot open {url.render_as_string()}: {why} (example: {URL_EXAMPLE})"
+            f"sweep.storage: cannot open {text}: {why} (example: {URL_EXAMPLE})"
         ) from None
 
 
