@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import Params
+from ..config import ConfigError, Params, flat, yaml_text
 from ..core.files import atomic_write, read_json, save_json
-from ..core.storage import TEST_METRICS, TRAIN_METRICS, results_root
+from ..core.storage import MODEL_FILE, TEST_METRICS, TRAIN_METRICS, results_root
 from ..data import manifest
 from ..data.pipeline import eval_dataset, example_ids, load_prepared
 from ..data.prepare import PROCESSED
 from ..data.split import describe
 from ..spec import natural_order
 from ..tasks.base import Evaluation, Task, kinds, make_task
+from ..training.run_record import find_run
 from ..training.saved_model import load_for_users
 from .model_card import write_card
 from .predict import prediction_table
@@ -30,6 +31,7 @@ from .predict import prediction_table
 PLOTS = "plots"
 CURVE = "plots/training_curve.csv"
 TEST_PREDICTIONS = "predictions/test.csv"  # report.worst_predictions reads it
+LOSS_KEYS = ("task.type", "train.label_smoothing")  # what makes the loss the model trained on
 
 
 def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[Path]:
@@ -53,10 +55,25 @@ def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[
     return written
 
 
+def check_trained_alike(params: Params, results: Path) -> None:
+    """Refuse to score the saved model with another loss than its run trained it with (a run
+    trained with `--set task.type=...` is evaluated with the same `--set`); no record: no check."""
+    run = find_run(results, MODEL_FILE) or {}
+    trained, mine = flat(run.get("params", {})), flat(params.to_dict())
+    for key in LOSS_KEYS:
+        if key in trained and trained[key] != mine[key]:
+            raise ConfigError(
+                f"{key}: {yaml_text(mine[key])}, but the saved model was trained with "
+                f"{yaml_text(trained[key])} (run '{trained.get('run_name')}'), so its test loss "
+                f"would be another loss (example: --set {key}={yaml_text(trained[key])})"
+            )
+
+
 def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     """Evaluate the saved model on the test split and write metrics and plot data."""
     manifest.check(project_dir)
     results = results_root(project_dir)
+    check_trained_alike(params, results)
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
     model, _ = load_for_users(results / "models", data.spec)
