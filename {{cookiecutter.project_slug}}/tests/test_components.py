@@ -60,8 +60,8 @@ def test_each_source_reads_its_example(name: str, work: Path, inputs: Inputs) ->
             return
         tried.append(f"{' '.join(data)}: exit {code}: {printed.strip()[-1000:]}")
     pytest.fail(
-        f"data.source {name} read none of the example inputs (give it its own in "
-        "tests/examples.py, Inputs.for_source). Tried:\n" + "\n".join(tried)
+        f"data.source {name} read none of the example inputs (commit a sample it reads as "
+        f"tests/inputs/{name}.<ext>: docs/customise.md, A data source). Tried:\n" + "\n".join(tried)
     )
 
 

@@ -262,3 +262,10 @@ def test_what_a_killed_write_or_export_leaves_stays_out_of_git_and_dvc(tmp_path)
     ]
     for ignore in (".gitignore", ".dvcignore"):  # .dvcignore: the same syntax
         assert ignored(tmp_path, ignore, left) == left, ignore
+
+
+def test_predicts_default_output_stays_out_of_git_and_evaluates_goes_in(tmp_path):
+    """`predict`'s default CSV scores new data (no result to version); evaluate's test
+    predictions are a DVC output that git versions (cache: false)."""
+    mine, stage = "results/predictions.csv", "results/predictions/test.csv"
+    assert ignored(tmp_path, ".gitignore", [mine, stage]) == [mine]

@@ -76,7 +76,8 @@ def test_a_name_registered_twice_is_an_error_naming_both() -> None:
         return inputs
 
     builtin = lookup("architecture", "cnn")
-    with pytest.raises(ValueError, match=r"^register: architecture 'cnn' is registered twice: "):
+    # A ConfigError: a command says it in one `error:` line, as any mistake in the settings.
+    with pytest.raises(ConfigError, match=r"^register: architecture 'cnn' is registered twice: "):
         register("architecture", "cnn")(cnn)
     assert lookup("architecture", "cnn") is builtin
     # The same function again (its module reloaded, a notebook cell run twice) replaces it.

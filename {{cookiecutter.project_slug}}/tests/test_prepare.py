@@ -820,6 +820,23 @@ def test_a_failed_prepare_leaves_no_copy_in_data_raw_after_the_next_one(tmp_path
     assert raw == ["data/raw/digits.csv", "data/raw/mine/notes.txt"]  # as DVC sees data/raw
 
 
+def test_a_failed_prepares_copy_is_named_as_such_by_the_data_check(tmp_path: Path) -> None:
+    """Between a failed prepare and the next one, the data check before train and evaluate
+    names the copy the failed one left in data/raw, not only a file the user added."""
+    project = tmp_path / "project"
+    run_prepare(project)
+    one_class = tmp_path / "one.csv"
+    one_class.write_text("x,label\n" + "".join(f"{i},cat\n" for i in range(20)))
+    with pytest.raises(ConfigError, match="at least 2 class"):
+        run_prepare(project, "data.source=csv", f"data.path={one_class}")
+    with pytest.raises(manifest.ManifestMismatch) as err:
+        manifest.check(project)
+    assert str(err.value).startswith(
+        "data/raw/one.csv: not in data/manifest.json (added after prepare, or copied by a "
+        "prepare that stopped?); restore the versioned data"
+    ), err.value
+
+
 def test_a_file_left_out_after_a_failed_prepare_is_not_read_again(tmp_path: Path) -> None:
     """prepare says "fix it or leave it out" of an unreadable image. Its copy, staged into
     data/raw before the failure, was still read: the retry failed on a file data.path no longer

@@ -40,16 +40,16 @@ def register(kind: str, name: str, **options: Any) -> Callable[[Any], Any]:
     gets `options` (SOURCE_OPTIONS) as attributes; one not given keeps the reader's own (an
     alias of a built-in reader) or its default."""
     if kind not in KINDS:
-        raise ValueError(f"register: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+        raise ConfigError(f"register: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
     unknown = sorted(set(options) - set(SOURCE_OPTIONS if kind == "source" else ()))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"register({kind!r}, {name!r}): no option {unknown[0]!r} (a source's options: "
             f"{', '.join(SOURCE_OPTIONS)}; example: @source({name!r}, takes='file'))"
         )
     takes = options.get("takes", "")
     if takes not in ("", "file", "folder"):  # a typo would refuse what the reader reads
-        raise ValueError(
+        raise ConfigError(
             f"@source({name!r}): takes={takes!r} is not 'file', 'folder' or '' (either) "
             f"(example: @source({name!r}, takes='folder'))"
         )
@@ -59,7 +59,7 @@ def register(kind: str, name: str, **options: Any) -> Callable[[Any], Any]:
         # or lose by the order of the imports; the same one again (a reloaded module) replaces.
         old = _ENTRIES[kind].get(name)
         if old is not None and _qualified(old) != _qualified(obj):
-            raise ValueError(
+            raise ConfigError(
                 f"register: {kind} {name!r} is registered twice: {_qualified(old)} and "
                 f"{_qualified(obj)}; give yours another name (example: "
                 f"@register({kind!r}, 'my_{name}'))"

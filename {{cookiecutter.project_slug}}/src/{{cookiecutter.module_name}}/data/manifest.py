@@ -90,7 +90,10 @@ def check(project_dir: Path) -> int:
         for path in _files_under(project_dir / out):
             rel = path.relative_to(project_dir).as_posix()
             if rel not in listed:
-                raise ManifestMismatch(f"{rel}: not in {MANIFEST} (added after prepare?); {fix}")
+                raise ManifestMismatch(
+                    f"{rel}: not in {MANIFEST} (added after prepare, or copied by a prepare that "
+                    f"stopped?); {fix}"
+                )
     return len(listed)
 
 
