@@ -55,10 +55,10 @@ def write_evaluation(results: Path, evaluation: Evaluation, task: Task) -> list[
     return written
 
 
-def check_trained_alike(params: Params, results: Path) -> None:
-    """Refuse to score the saved model with another loss than its run trained it with (a run
-    trained with `--set task.type=...` is evaluated with the same `--set`); no record: no check."""
-    run = find_run(results, MODEL_FILE) or {}
+def check_trained_alike(params: Params, run: dict[str, Any]) -> None:
+    """Refuse to score the saved model with another loss than its `run` (its record) trained it
+    with (a run trained with `--set task.type=...` is evaluated with the same `--set`); no record:
+    no check."""
     trained, mine = flat(run.get("params", {})), flat(params.to_dict())
     for key in LOSS_KEYS:
         if key in trained and trained[key] != mine[key]:
@@ -73,7 +73,8 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     """Evaluate the saved model on the test split and write metrics and plot data."""
     manifest.check(project_dir)
     results = results_root(project_dir)
-    check_trained_alike(params, results)
+    run = find_run(results, MODEL_FILE) or {}  # the model's run record (the card's too)
+    check_trained_alike(params, run)
     data = load_prepared(project_dir / PROCESSED)
     task = make_task(params, data.spec, weighted=False)  # test_loss: unweighted
     model, _ = load_for_users(results / "models", data.spec)
@@ -91,7 +92,7 @@ def evaluate(params: Params, project_dir: Path) -> dict[str, Any]:
     table["loss"] = [f"{v:.6g}" for v in evaluation.losses]
     table = table.sort_values("id", key=lambda ids: ids.map(natural_order), kind="stable")
     written.append(atomic_write(results / TEST_PREDICTIONS, table.to_csv(index=False)))
-    written.append(write_card(params, project_dir, data.spec, evaluation))
+    written.append(write_card(params, project_dir, data.spec, evaluation, run))
     shown = {k: v for k, v in evaluation.metrics.items() if k != "test_examples"}
     print(
         f"Test ({task.kind}): "

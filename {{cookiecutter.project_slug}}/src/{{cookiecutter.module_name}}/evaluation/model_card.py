@@ -27,7 +27,6 @@ from ..data import manifest
 from ..data.split import describe, origin
 from ..spec import SPLITS, DataSpec
 from ..tasks.base import Evaluation, Task, make_task, task_class
-from ..training.run_record import find_run
 
 CARD = "reports/model_card.md"  # under the results root
 USER_BEGIN = "<!-- intended-use: yours; regeneration keeps everything up to the closing marker -->"
@@ -51,14 +50,16 @@ def card_markdown(project_dir: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def write_card(params: Params, project_dir: Path, spec: DataSpec, evaluation: Evaluation) -> Path:
-    """Write the whole card, keeping the user's section of the card that is there."""
+def write_card(
+    params: Params, project_dir: Path, spec: DataSpec, evaluation: Evaluation, run: dict[str, Any]
+) -> Path:
+    """Write the whole card, keeping the user's section of the card that is there (`run`: the
+    saved model's run record, `find_run`'s, or {})."""
     project_dir = Path(project_dir)
     results = results_root(project_dir)
     path = results / CARD
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
     model_sha = file_sha256(results / MODEL_FILE)
-    run = find_run(results, MODEL_FILE) or {}
     task = make_task(params, spec)  # with the class weights that train.class_weight gives
     # The run record holds every number of the run; train.json the ones DVC compares.
     numbers = run.get("metrics") or read_json(results / TRAIN_METRICS)
