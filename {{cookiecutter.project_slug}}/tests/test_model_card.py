@@ -147,14 +147,19 @@ def test_the_users_section_survives_evaluate_and_export(evaluated, capsys) -> No
     capsys.readouterr()
 
 
-def test_evaluate_refuses_another_loss_than_the_models_run_trained_with(evaluated, capsys):
-    """A model is scored with the loss it trained on: `evaluate` with another
-    train.label_smoothing (or task.type) than its run's stops in one line and writes nothing."""
+@pytest.mark.parametrize(
+    "command", [["evaluate"], ["export", "--format", "litert"]], ids=["evaluate", "litert"]
+)
+def test_a_model_is_scored_only_with_the_loss_its_run_trained_with(
+    evaluated, capsys, command: list[str]
+):
+    """`evaluate` (and a LiteRT export's parity check) with another train.label_smoothing (or
+    task.type) than the model's run stops in one line and writes nothing."""
     project, _ = evaluated
     at = ["--params", str(project / "params.yaml"), *(a for o in TINY for a in ("--set", o))]
     written = {p: p.read_bytes() for p in (project / "results").rglob("*") if p.is_file()}
     capsys.readouterr()
-    assert main(["evaluate", *at, "--set", "train.label_smoothing=0.1"]) == 2
+    assert main([*command, *at, "--set", "train.label_smoothing=0.1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: train.label_smoothing: 0.1, but the saved model was trained ")
     assert err.endswith("(example: --set train.label_smoothing=0.0)") and "\n" not in err, err

@@ -30,7 +30,9 @@ from ..data.pipeline import eval_dataset, load_prepared
 from ..data.prepare import PROCESSED
 from ..spec import SPEC, load_spec
 from ..tasks.base import make_task, task_class
+from ..training.run_record import find_run
 from ..training.saved_model import load_for_users
+from .evaluate import check_trained_alike
 
 LITERT_FILE = "models/model.tflite"  # under the results root
 SAVED_MODEL_DIR = "models/saved_model"
@@ -249,6 +251,7 @@ def export_litert(
             f"--output {output}: a LiteRT model is a .tflite file (example: --output {example})"
         )
     replaces = _check_replaceable(results, output, example)
+    check_trained_alike(params, find_run(results, MODEL_FILE) or {})  # the parity's metrics
     prepared = project_dir / PROCESSED  # the parity check runs on its test split
     spec = load_spec(prepared) if (prepared / SPEC).is_file() else None
     model, info = load_for_users(results / "models", spec)
