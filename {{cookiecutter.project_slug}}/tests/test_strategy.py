@@ -172,6 +172,20 @@ def test_a_tf_config_that_is_not_json_is_one_line_with_an_example(monkeypatch) -
     assert example["task"]["type"] == "worker"
 
 
+@pytest.mark.parametrize(
+    "task",
+    [{"type": "worker", "index": 3}, {"type": "cheif", "index": 0}, None],
+    ids=["index-past-the-cluster", "misspelt-type", "no-task"],
+)
+def test_a_tf_config_that_tensorflow_refuses_is_one_line(monkeypatch, task) -> None:
+    config = {"cluster": {"worker": ["127.0.0.1:23460"]}, **({"task": task} if task else {})}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    with pytest.raises(StrategyError) as err:
+        strat.make_strategy(cfg(strategy="multiworker"))
+    text = str(err.value)
+    assert text.startswith("TF_CONFIG: ") and "(example: TF_CONFIG=" in text and "\n" not in text
+
+
 @pytest.mark.parametrize(("examples", "replicas"), [(10, 1), (10, 2), (100, 8), (1, 2)])
 def test_a_batch_larger_than_the_data_is_refused_with_one_that_fits(
     examples: int, replicas: int

@@ -10,16 +10,17 @@ import shlex
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PARAMS
+from conftest import PARAMS, TINY
 from optuna.distributions import CategoricalDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.cloud import tuning, vertex
-from {{ cookiecutter.module_name }}.cloud.tuning import parameter_spec, trial_values, tuning_job
+from {{ cookiecutter.module_name }}.cloud.tuning import JOB_STAMP, parameter_spec, trial_values, tuning_job
 from {{ cookiecutter.module_name }}.cloud.vertex import (
     forwarded_overrides,
     job_spec,
@@ -213,6 +214,9 @@ BAD = [
     (["vertex.bucket=''"], "bucket"),
     (["vertex.bucket=my-bucket/exp"], "bucket"),
     (["vertex.bucket=s3://my-bucket"], "bucket"),
+    (["vertex.bucket=gs://MY_BUCKET"], "bucket"),
+    (["vertex.machine_type=''"], "machine_type"),
+    (["vertex.region=''"], "region"),
     (["vertex.accelerator_count=0"], "accelerator_count"),
     (["vertex.machine_type=n2-standard-8", "vertex.accelerator_type=''"], "accelerator_count"),
     (["vertex.chief_replicas=0"], "chief_replicas"),
@@ -388,6 +392,28 @@ def test_dry_run_sweep_writes_a_tuning_job_around_the_custom_job(tmp_path, capsy
     command = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
     assert command[:4] == ["gcloud", "ai", "hp-tuning-jobs", "create"]
     assert f"--config={path}" in command
+
+
+def test_a_later_tuning_jobs_trial_is_a_run_of_its_own(tmp_path, monkeypatch, capsys):
+    """Vertex AI numbers each job's trials from 1: a second job's trial 1, with other values,
+    trains and reports as a run of its own beside the first job's complete one."""
+    p = params(*TINY, "train.epochs=1")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(tmp_path / "hypertune"))
+    monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "1")
+    stamps = []
+    for rate in ("0.01", "0.001"):
+        trial = tuning_job(p, vertex.job_spec(p))["trialJobSpec"]["workerPoolSpecs"][0]
+        (stamp,) = (e["value"] for e in trial["containerSpec"]["env"] if e["name"] == JOB_STAMP)
+        monkeypatch.setenv(JOB_STAMP, stamp)
+        args = [f"--train.learning_rate={rate}"]
+        assert tuning.run_tuning_trial(p, tmp_path, "lr-dropout", args, TINY, PARAMS) == 0
+        stamps.append(stamp)
+        time.sleep(1.1 if len(stamps) == 1 else 0)  # the stamp is to the second
+    runs = sorted(d.name for d in (tmp_path / "results/sweeps/lr-dropout").iterdir())
+    assert runs == [f"vertex-{stamp}-1" for stamp in stamps] and stamps[0] != stamps[1]
+    assert len((tmp_path / "hypertune").read_text().splitlines()) == 2  # one epoch each
+    assert "started with other settings" not in capsys.readouterr().err
 
 
 def test_a_tuning_trial_reads_vertex_ai_arguments():

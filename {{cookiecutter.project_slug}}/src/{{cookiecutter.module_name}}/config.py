@@ -188,9 +188,9 @@ class VertexConfig:
     """A Vertex AI custom job (`python -m <module> vertex`); vertex.py checks the values."""
 
     project: Text = _field("my-gcp-project")  # "" = gcloud's configured project
-    region: Text = _field("europe-west4")
+    region: Text = _field("europe-west4", "a region name", min_length=1)
     display_name: Text = _field("{{ cookiecutter.project_slug }}-baseline")
-    machine_type: Text = _field("n1-standard-8")
+    machine_type: Text = _field("n1-standard-8", "a machine type name", min_length=1)
     accelerator_type: Text = _field("NVIDIA_TESLA_T4")  # "" = CPU only
     accelerator_count: Int = _field("1", ge=0)  # per replica
     chief_replicas: Int = _field("1", ge=0)  # worker pool 0: always exactly 1

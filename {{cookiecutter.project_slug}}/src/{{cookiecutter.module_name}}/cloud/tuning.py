@@ -6,6 +6,7 @@ cloudml-hypertune (docs/training.md, "Beyond one machine: Vertex AI").
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..training.sweep_study import numbers_sorted, searched
 from ..training.trainer import train
 
 ALGORITHMS = {"tpe": "ALGORITHM_UNSPECIFIED", "random": "RANDOM_SEARCH", "grid": "GRID_SEARCH"}
+JOB_STAMP = "SWEEP_JOB_STAMP"  # set in each trial: when its tuning job was written
 
 
 def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +42,11 @@ def tuning_job(params: Params, trial_job: dict[str, Any]) -> dict[str, Any]:
     }
     if sweep.pruner == "median":
         study["medianAutomatedStoppingSpec"] = {"useElapsedDuration": False}  # by epoch
+    # Vertex AI numbers every job's trials from 1: the stamp in the run's name keeps a later job's
+    # trial 1 from taking up (or being refused by) an earlier job's run in the same bucket.
+    stamp = {"name": JOB_STAMP, "value": time.strftime("%Y%m%d-%H%M%S", time.gmtime())}
+    for pool in trial_job["workerPoolSpecs"]:
+        (pool.get("containerSpec") or pool["pythonPackageSpec"])["env"].append(stamp)
     return {
         # Vertex AI checks the name's length when the job is submitted.
         "displayName": f"{{ cookiecutter.project_slug }}-sweep-{sweep.name}",
@@ -104,7 +111,8 @@ def run_tuning_trial(
             f"AI tuning job (`{COMMAND} vertex --sweep`) (example: CLOUD_ML_TRIAL_ID=1 to try it)"
         )
     values = trial_values(argv, sweep_space(params))
-    run_name = f"{name}-vertex-{os.environ['CLOUD_ML_TRIAL_ID']}"
+    job = [os.environ[JOB_STAMP]] if os.environ.get(JOB_STAMP) else []  # none: a trial by hand
+    run_name = "-".join([name, "vertex", *job, os.environ["CLOUD_ML_TRIAL_ID"]])
     sets = [f"{k}={yaml_text(v)}" for k, v in values.items()]
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -44,7 +45,8 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
     if cfg.accelerator_type.startswith("TPU_") and cfg.worker_replicas:
         raise _bad("worker_replicas", "a TPU job runs on one TPU VM here, so it must be 0", "0")
     if not _gs_url(cfg.bucket):
-        why = f"{cfg.bucket!r} is not a gs://bucket[/folder] URL" if cfg.bucket else "required"
+        why = f"{cfg.bucket!r} is not a gs://bucket[/folder] URL (a bucket's name is lower case)"
+        why = why if cfg.bucket else "required"
         raise _bad(
             "bucket", f"{why}: checkpoints and results go there", f"gs://my-bucket/{PROJECT_SLUG}"
         )
@@ -73,7 +75,9 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
 
 
 def _gs_url(text: str) -> bool:
-    return text.startswith("gs://") and len(text[5:].split("/")[0]) >= 3 and " " not in text
+    """`gs://bucket[/folder]`, the bucket named as Cloud Storage allows (lower case)."""
+    bucket = re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", text[5:].split("/")[0])
+    return text.startswith("gs://") and bucket is not None and " " not in text
 
 
 def _image_name(text: str) -> bool:

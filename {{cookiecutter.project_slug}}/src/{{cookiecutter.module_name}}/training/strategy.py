@@ -131,7 +131,11 @@ def make_strategy(cfg: DistributeConfig, hw: Hardware | None = None) -> tuple[ob
     if strategy is None:
         _configure_devices(tf, plan, cfg.memory_growth)
         if plan.kind == "multiworker":
-            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            try:  # TensorFlow reads TF_CONFIG's cluster and task only here
+                strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            except ValueError as exc:
+                example = f"(example: TF_CONFIG='{TF_CONFIG_EXAMPLE}')"
+                raise StrategyError(f"TF_CONFIG: {exc} {example}") from None
         elif plan.kind == "mirrored":
             found = tf.config.list_logical_devices(device)
             strategy = _mirrored(
