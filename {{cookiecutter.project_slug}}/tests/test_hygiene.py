@@ -35,7 +35,7 @@ def colab_notebook() -> dict:
             "accelerator": "GPU",
             "colab": {"gpuType": "T4", "provenance": [{"file_id": TOKEN}], "authorship_tag": TOKEN},
             "kernelspec": {"display_name": "Python 3", "name": "python3", "language": "python"},
-            "language_info": {"name": "python"},
+            "language_info": {"name": "python", "version": "3.13.0", "pygments_lexer": "ipython3"},
             "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"w": TOKEN}}},
         },
         "cells": [
@@ -121,6 +121,7 @@ def test_outputs_and_colab_churn_never_reach_git(repo):
     assert cell["metadata"] == {"tags": ["parameters"]}  # papermill's tag stays
     assert "widgets" not in stored["metadata"]
     assert "provenance" not in stored["metadata"]["colab"]
+    assert stored["metadata"]["language_info"] == {"name": "python"}  # as Colab saves it
     # What documents the runtime stays: Colab reopens it on a T4 GPU.
     assert stored["metadata"]["accelerator"] == "GPU"
     assert stored["metadata"]["colab"]["gpuType"] == "T4"

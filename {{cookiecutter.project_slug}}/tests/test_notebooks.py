@@ -4,6 +4,7 @@ and on an image folder."""
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
@@ -274,6 +275,39 @@ def test_state_kept_on_storage_follows_the_results_dir(tmp_path, monkeypatch):
     assert (storage / "runs" / "run-a" / "manifest.json").is_file()
     assert (results / "tensorboard").resolve() == (storage / "tensorboard").resolve()
     assert not (project / "results").exists()
+
+
+@pytest.mark.parametrize("what", ["run record", "model"])
+def test_a_full_drive_is_one_warning_and_leaves_no_half_copy(tmp_path, monkeypatch, what):
+    """The setup cell on a full Drive: one line says so, the rest is done, no partial folder."""
+    project, storage = tmp_path / "project", tmp_path / "drive"
+    results = project / "results"
+    if what == "run record":
+        (results / "runs" / "run-a").mkdir(parents=True)
+        (results / "runs" / "run-a" / "manifest.json").write_text("{}")
+    else:
+        for rel in ("models/model.keras", "models/model.json", "metrics/train.json"):
+            (results / rel).parent.mkdir(parents=True, exist_ok=True)
+            (results / rel).write_text("{}")
+
+    def full(src, dst, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    done = keep_state_on_storage(project, storage)
+    (warning,) = [line for line in done if "not copied to" in line]
+    assert warning.startswith("WARNING: run records or the model not copied to ")
+    assert "(No space left on device); free space on Drive" in warning, warning
+    assert any(line.startswith("TensorBoard logs:") for line in done)
+    assert [p.name for p in storage.rglob("*") if "partial" in p.name] == []
+
+
+def test_a_bad_notebook_parameter_stops_the_cell_in_one_line():
+    with pytest.raises(NotebookStop) as stop:
+        restore_for_training(PROJECT, {"train.batch_size": 0})
+    line = str(stop.value)
+    assert line.startswith("train.batch_size: ") and "\n" not in line
+    assert stop.value._render_traceback_() == [line]  # what IPython shows: no traceback
 
 
 def test_a_sweep_restores_the_data_of_its_own_trials_only(tmp_path, monkeypatch):

@@ -230,13 +230,18 @@ def test_pipeline(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
         "results/models/model.keras",
     ]
     before = {rel: p.sha256(rel) for rel in versioned}
-    shutil.rmtree(p.path / ".dvc" / "cache")
-    for rel in ("data/raw", "data/processed", "results/models/model.keras"):
-        target = p.path / rel
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
-    p.dvc("pull")
-    assert {rel: p.sha256(rel) for rel in versioned} == before
-    assert "up to date" in p.dvc("status").stdout
+    # Then troubleshooting.md's `dvc gc --all-commits -c` (with -f: no prompt here): it keeps
+    # every version a commit names, so the same bytes come back again.
+    for gc in ([], ["gc", "--all-commits", "--cloud", "--force"]):
+        if gc:
+            p.dvc(*gc)
+        shutil.rmtree(p.path / ".dvc" / "cache")
+        for rel in ("data/raw", "data/processed", "results/models/model.keras"):
+            target = p.path / rel
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        p.dvc("pull")
+        assert {rel: p.sha256(rel) for rel in versioned} == before
+        assert "up to date" in p.dvc("status").stdout
 
     # A data file that differs from the manifest stops `train` with one line naming it.
     train_file = p.path / "data/processed/train-00000.tfrecord"

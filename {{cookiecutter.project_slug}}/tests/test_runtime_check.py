@@ -4,6 +4,7 @@ out; the snapshot passes; off Colab it is skipped."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -74,6 +75,11 @@ def test_a_newer_tensorflow_is_refused_in_one_line_naming_the_ways_out(tmp_path)
     text = freeze.read_text()
     assert text.startswith("# pip freeze of the Colab GPU runtime release-colab_20260819")
     assert "pytest==" in text  # this interpreter's real freeze
+    # The `make lock COLAB_FREEZE=...` the line gives reads the freeze's Python from it.
+    spec = importlib.util.spec_from_file_location("lock", PROJECT / "tools" / "lock.py")
+    lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock)
+    assert lock.freeze_python(freeze) == ".".join(map(str, sys.version_info[:2]))
 
 
 def test_an_older_runtime_names_python_and_a_pinned_version_only_where_one_matches(tmp_path):

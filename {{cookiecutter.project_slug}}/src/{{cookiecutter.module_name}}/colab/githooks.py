@@ -16,6 +16,13 @@ EXTRA_KEYS = (
     "cell.metadata.outputId",
     "cell.metadata.executionInfo",  # run times, and the user's name and id
     "cell.metadata.id",  # Colab's random cell ids
+    # Jupyter's, off Colab: the kernel's Python version and editor modes (Colab keeps the name)
+    "metadata.language_info.version",
+    "metadata.language_info.codemirror_mode",
+    "metadata.language_info.file_extension",
+    "metadata.language_info.mimetype",
+    "metadata.language_info.nbconvert_exporter",
+    "metadata.language_info.pygments_lexer",
 )
 # Kept even if a future default strips them: they document the runtime the notebook expects.
 KEEP_KEYS = ("metadata.accelerator", "metadata.colab.gpuType", "metadata.kernelspec")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,11 +85,18 @@ def keep_state_on_storage(project_dir: Path, storage: Path) -> list[str]:
         logs.parent.mkdir(parents=True, exist_ok=True)
         logs.symlink_to(kept_logs, target_is_directory=True)
         done.append(f"TensorBoard logs: {kept_logs}")
-    copied = sync_run_records(runs_dir(project_dir), storage / "runs")
-    done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
-    kept = keep_model(project_dir, storage)
-    if kept:
-        done.append(kept)
+    try:
+        copied = sync_run_records(runs_dir(project_dir), storage / "runs")
+        done.append(f"Run records: {storage / 'runs'} ({copied} copied)")
+        done += [kept] if (kept := keep_model(project_dir, storage)) else []
+    except OSError as exc:  # Drive full (shutil.Error too): what was copied whole is kept
+        why = exc.strerror or str(exc)
+        if isinstance(exc, shutil.Error):  # copytree's [(src, dst, "[Errno 28] No space...: 'x'")]
+            why = re.sub(r"^\[Errno \d+\] |: '[^']*'$", "", str(exc.args[0][0][2]))
+        done.append(
+            f"WARNING: run records or the model not copied to {storage} ({why}); free space on "
+            "Drive (docs/troubleshooting.md), then run this cell again"
+        )
 {%- if cookiecutter.dvc_remote == "drive" %}
     from dvc.config import Config  # DVC's config alone (0.5 s), here only
 
@@ -164,7 +172,11 @@ def sync_run_records(runs: Path, kept: Path) -> int:
                 # Renamed when whole: a half-copied run never looks like a run record.
                 partial = dst / f".{run.name}.partial"
                 shutil.rmtree(partial, ignore_errors=True)
-                shutil.copytree(run, partial)
+                try:
+                    shutil.copytree(run, partial)
+                except OSError:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
                 partial.rename(dst / run.name)
                 copied += 1
     return copied

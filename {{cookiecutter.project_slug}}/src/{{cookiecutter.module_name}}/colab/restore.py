@@ -16,21 +16,26 @@ from typing import Any
 
 import yaml
 
-from ..config import Params, load_params
+from ..config import ConfigError, Params, load_params
 from ..core.files import atomic_write, file_sha256, read_json, temp_file
 from ..core.storage import MODEL_FILE, SIDECAR_FILE, TRAIN_METRICS, results_root, storage_root
 from ..data import manifest
 from ..training.checkpoints import newest_meta
 from ..training.run_record import find_run
+from .runtime_check import NotebookStop
 
 MODELS = "models"  # <storage>/models/<run_name>/
 KEPT_FILES = {"model.keras": MODEL_FILE, "model.json": SIDECAR_FILE, "train.json": TRAIN_METRICS}
 
 
 def load_run_params(project_dir: Path, overrides: dict[str, Any] | None = None) -> Params:
-    """params.yaml with a notebook's overrides ({"run_name": "x"})."""
+    """params.yaml with a notebook's overrides ({"run_name": "x"}); a bad one stops the cell in
+    one line (NotebookStop), as the command line does."""
     items = [f"{key}={value}" for key, value in (overrides or {}).items()]
-    return load_params(Path(project_dir) / "params.yaml", items)
+    try:
+        return load_params(Path(project_dir) / "params.yaml", items)
+    except ConfigError as exc:
+        raise NotebookStop(str(exc)) from None
 
 
 def restore_for_training(project_dir: Path, overrides: dict[str, Any] | None = None) -> str:
@@ -219,8 +224,12 @@ def keep_model(project_dir: Path, storage: Path) -> str | None:
     for leftover in (partial, old):
         shutil.rmtree(leftover, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, path in files.items():
-        shutil.copyfile(path, partial / name)
+    try:
+        for name, path in files.items():
+            shutil.copyfile(path, partial / name)
+    except OSError:  # Drive full: the kept model stays as it was
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if target.exists():
         os.replace(target, old)
     os.replace(partial, target)

@@ -156,6 +156,7 @@ def save_freeze(folder: Path, environ: Mapping[str, str]) -> Path:
         f"# pip freeze of the Colab GPU runtime {tag}, Python {python}, saved "
         f"{time.strftime('%Y-%m-%d')} by the notebooks' runtime check.\n"
         f"# Lock to it: make lock COLAB_FREEZE={path}\n"
+        f"# python: {python}\n"  # what tools/lock.py reads
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + freeze, encoding="utf-8")

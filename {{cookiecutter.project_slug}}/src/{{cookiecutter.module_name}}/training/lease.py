@@ -74,7 +74,9 @@ def why_free(doc: dict[str, Any] | None, now: float) -> str | None:
     interval = float(doc.get("heartbeat_s", HEARTBEAT_S))
     age = now - float(doc.get("heartbeat", 0))
     if age > STALE_AFTER * interval:
-        return f"its last heartbeat was {age:.0f} s ago ({STALE_AFTER} x {interval:g} s missed)"
+        return (
+            f"its last heartbeat was {age:.0f} s ago (stale after {STALE_AFTER} x {interval:g} s)"
+        )
     return None
 
 

@@ -66,9 +66,9 @@ def run_sweep(
         sweep = Sweep(params, params_file, project_dir, overrides, lease)
         _check_same_study(sweep)
         print(
-            f"Sweep '{cfg.name}': {cfg.n_trials} trials, {cfg.sampler} sampler, {cfg.pruner} "
-            f"pruner, {sweep.direction} {sweep.monitor}; study in "
-            f"{cfg.storage or study_folder(project_dir, cfg.name)}",
+            f"Sweep '{cfg.name}': {cfg.n_trials} trial{'s' if cfg.n_trials != 1 else ''}, "
+            f"{cfg.sampler} sampler, {cfg.pruner} pruner, {sweep.direction} {sweep.monitor}; "
+            f"study in {cfg.storage or study_folder(project_dir, cfg.name)}",
             flush=True,
         )
         budget = cfg.time_budget_minutes * 60
