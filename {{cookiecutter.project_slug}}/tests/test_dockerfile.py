@@ -47,6 +47,19 @@ def first(kind: str, steps: list[tuple[str, str]]) -> int:
     return next(i for i, (word, _) in enumerate(steps) if word == kind)
 
 
+def test_runs_in_the_image_record_the_commit_make_image_built(tmp_path, monkeypatch):
+    """The image has no .git: `make image` passes the commit, the run records read it."""
+    from {{ cookiecutter.module_name }}.core.environment import git_info
+
+    steps = instructions()
+    assert ("ARG", 'GIT_COMMIT=""') in steps and ("ENV", "PROJECT_GIT_COMMIT=$GIT_COMMIT") in steps
+    if shutil.which("make"):
+        make = subprocess.run(["make", "-n", "image"], cwd=PROJECT, capture_output=True, text=True)
+        assert '--build-arg GIT_COMMIT="$(git rev-parse HEAD' in make.stdout, make.stdout
+    monkeypatch.setenv("PROJECT_GIT_COMMIT", "0123abc")
+    assert git_info(tmp_path)["commit"] == "0123abc"  # tmp_path: not a git clone
+
+
 def test_parser_reads_the_file():
     steps = instructions()
     words = {word for word, _ in steps}

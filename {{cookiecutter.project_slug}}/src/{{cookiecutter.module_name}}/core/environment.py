@@ -141,8 +141,12 @@ def git_info(project_dir: Path) -> dict[str, Any]:
         return run.stdout.rstrip() if run.returncode == 0 else None  # porcelain starts with " "
 
     commit = git("rev-parse", "HEAD")
-    if commit is None:  # not a git clone, or no commit yet
-        return {"commit": None, "branch": None, "dirty": None}
+    if commit is None:  # not a git clone (the training image: `make image` sets the variable)
+        return {
+            "commit": os.environ.get("PROJECT_GIT_COMMIT") or None,
+            "branch": None,
+            "dirty": None,
+        }
     status = git("status", "--porcelain", "--untracked-files=no") or ""
     return {
         "commit": commit,

@@ -94,7 +94,7 @@ def build_record(
 
 def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str, kind: str) -> list[str]:
     """The shell commands that rerun this run from scratch (README: "Reproducing a run")."""
-    commit = git.get("commit") or "<no commit: the run was made before the first commit>"
+    commit = git.get("commit") or "<unknown: not a git clone, or before the first commit>"
     warning = ["# WARNING: the tree had uncommitted changes; the commit lacks them"]
     return [
         *(warning if git.get("dirty") else []),
