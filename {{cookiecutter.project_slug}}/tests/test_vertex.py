@@ -302,6 +302,18 @@ def test_dry_run_prints_the_command_and_writes_the_spec(tmp_path, capsys, monkey
     assert not list(tmp_path.glob(".job.yaml.*"))  # the atomic write left no temp file
 
 
+def test_an_image_job_refuses_a_params_file_it_would_not_train(tmp_path, capsys):
+    big = tmp_path / "big.yaml"
+    big.write_text(PARAMS.read_text())
+    argv = ["vertex", "--dry-run", "--params", str(big), *(a for o in GOOD for a in ("--set", o))]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --params {big}: a job of vertex.image_uri trains the params")
+    assert (
+        line.endswith("(example: --set train.epochs=50)") and not list(tmp_path.rglob("*.yaml"))[1:]
+    )
+
+
 def test_default_output_is_under_results(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()

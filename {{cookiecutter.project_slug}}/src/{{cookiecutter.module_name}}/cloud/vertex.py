@@ -174,6 +174,11 @@ def run_vertex(
     validate(cfg, params.run_name)
     forwarded = forwarded_overrides(overrides or [])
     upload = Path(params_file or project_dir / "params.yaml")
+    if cfg.image_uri and upload.name != "params.yaml":  # the job would train the image's own
+        raise ConfigError(
+            f"--params {upload}: a job of vertex.image_uri trains the params.yaml built into the "
+            "image; pass what differs with --set (example: --set train.epochs=50)"
+        )
     params_at = "" if cfg.image_uri else params_uri(cfg, upload.read_bytes())
     if tuning_job is None:
         job = job_spec(params, forwarded, params_at=params_at)
