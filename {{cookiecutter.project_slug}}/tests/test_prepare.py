@@ -29,6 +29,7 @@ from {{ cookiecutter.module_name }}.data.pipeline import (
 from {{ cookiecutter.module_name }}.data.prepare import prepare
 from {{ cookiecutter.module_name }}.data.split import split_indices
 from {{ cookiecutter.module_name }}.data.staging import INDEX, StagingError
+from {{ cookiecutter.module_name }}.readers.tfds import read_tfds
 from {{ cookiecutter.module_name }}.sources import source
 from {{ cookiecutter.module_name }}.spec import SPLITS, load_spec
 
@@ -423,6 +424,23 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         "has 3; give every"
     )
     (folder / "part-2.tfrecord").unlink()
+    # An encoded image read as numbers, and a file cut short: one line each, naming the fix.
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}",
+                    "data.features=image", "data.feature_kind=vector")  # fmt: skip
+    assert str(refused.value) == (
+        f"data.feature_kind: 'image' in record 0 in {folder} holds bytes, not numbers "
+        "(example: --set data.feature_kind=image)"
+    )
+    cut, whole = folder / "part-1.tfrecord", (folder / "part-1.tfrecord").read_bytes()
+    cut.write_bytes(whole[: len(whole) // 2 + 30])  # inside a record
+    with pytest.raises(ConfigError) as refused:
+        run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
+    head, _, tail = str(refused.value).partition(" record at ")  # at the byte it was cut at
+    assert head == f"data.path: {folder} (part-1.tfrecord) is not a whole TFRecord file (truncated"
+    assert tail.endswith("); write it again, or move it out of data.path (example: --set "
+                         "data.path=data/external/records)")  # fmt: skip
+    cut.write_bytes(whole)
 
     # The URL code path (gs:// on Colab) on fsspec's in-memory file system: same listing, bytes.
     local = sorted(locations.walk_files(str(folder)))
@@ -436,6 +454,25 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         assert f.read() == Path(local[0]).read_bytes()
     assert locations.walk_files(urls[0]) == {urls[0]: Path(local[0]).stat().st_size}
     assert locations.list_dir("memory://bucket") == ["records"]
+
+
+def test_tfds_prepares_without_the_importlib_resources_backport(tmp_path, monkeypatch) -> None:
+    """tensorflow-datasets 4.9.10 needs `importlib_resources` (on neither Colab nor the lock) to
+    prepare any data set (tensorflow/datasets#11212): offline, `prepare` gets to the download."""
+    import tensorflow_datasets as tfds
+
+    monkeypatch.delitem(sys.modules, "importlib_resources", raising=False)
+    found = []
+
+    def download_and_prepare(builder: Any, *args: Any, **kwargs: Any) -> None:
+        found.append(builder.code_path)  # where 4.9.10 imported the backport
+        raise OSError("offline: the download would start here")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", download_and_prepare)
+    data = load_params(PARAMS, ["data.source=tfds", "data.name=mnist"]).data
+    with pytest.raises(OSError, match="offline"):
+        read_tfds("", data, "classification", data_dir=str(tmp_path))
+    assert [path.name for path in found] == ["mnist.py"]
 
 
 def test_tfds_through_mock_data(tmp_path: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.resources
+import importlib.resources.abc
+import sys
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,10 @@ def read_tfds(path: str, data: DataConfig, kind: str, data_dir: str | None = Non
             f"data.name: {name!r} is not a TFDS data set ({str(exc).splitlines()[0][:120]}) "
             "(example: --set data.name=mnist)"
         ) from None
+    # tensorflow-datasets 4.9.10 needs the `importlib_resources` backport to prepare any data set
+    # but declares it only for Python < 3.9 (tensorflow/datasets#11212); neither Colab nor the
+    # lock has it. The standard library's module has what it uses (`abc.Traversable`).
+    sys.modules.setdefault("importlib_resources", importlib.resources)
     builder.download_and_prepare()
     keys = builder.info.supervised_keys
     if not keys or len(keys) != 2:

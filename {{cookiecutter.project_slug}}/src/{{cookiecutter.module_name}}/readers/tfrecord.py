@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,20 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     labels: list[Any] = []
     ids: list[str] = []
     for file in files:
-        for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
-            feature = tf.train.Example.FromString(raw).features.feature
-            inputs.append(_input(feature, data, f"record {len(ids)} in {data.path}"))
-            labels.append(_values(feature[data.label]))
-            ids.append(named(file, k))
+        try:
+            for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
+                feature = tf.train.Example.FromString(raw).features.feature
+                inputs.append(_input(feature, data, f"record {len(ids)} in {data.path}"))
+                labels.append(_values(feature[data.label]))
+                ids.append(named(file, k))
+        except tf.errors.DataLossError as exc:  # cut short, or not a TFRecord file at all
+            cause = re.search(r"(truncated|corrupted) record at \d+", exc.message)
+            shown = data.path if file == path else f"{data.path} ({named(file, 0)[:-2]})"
+            raise ConfigError(
+                f"data.path: {shown} is not a whole TFRecord file "
+                f"({cause[0] if cause else 'unreadable'}); write it again, or move it out of "
+                "data.path (example: --set data.path=data/external/records)"
+            ) from None
     single = all(len(v) == 1 for v in labels)
     if not single and not task_class(kind)(names=[]).target_shape():  # one value per example
         bad = next(i for i, v in enumerate(labels) if len(v) != 1)
@@ -60,6 +70,11 @@ def _input(feature: Any, data: DataConfig, where: str) -> Any:
         )
     x = feature[data.features]
     if data.feature_kind != "image":
+        if x.bytes_list.value:  # an encoded image (or text) read as numbers would be 0 of them
+            raise ConfigError(
+                f"data.feature_kind: {data.features!r} in {where} holds bytes, not numbers "
+                "(example: --set data.feature_kind=image)"
+            )
         # prepare refuses a NaN or an infinite value, naming the record: as any source's.
         return np.array(x.float_list.value or x.int64_list.value, np.float32)
     if not x.bytes_list.value:
