@@ -51,6 +51,19 @@ def _images(counts: dict[str, int]) -> Setup:
     return setup
 
 
+def _header_only(project: Path) -> list[str]:
+    (project / "data/external").mkdir(parents=True)
+    (project / "data/external/mine.csv").write_text("x1,x2,label\n")
+    return ["prepare", *sets(["data.source=csv", "data.path=data/external/mine.csv"])]
+
+
+def _no_train_file(project: Path) -> list[str]:
+    (project / "data/external/comp").mkdir(parents=True)
+    (project / "data/external/comp/test.csv").write_text("x1,x2,label\n1,2,a\n")
+    split = ["data.source=csv", "data.path=data/external/comp", "data.split=files"]
+    return ["prepare", *sets(split)]
+
+
 def _csv(rows: list[str]) -> Setup:
     def setup(project: Path) -> list[str]:
         good = [f"{i},{i * 2},{'a' if i % 2 else 'b'}" for i in range(20)]
@@ -160,6 +173,8 @@ CASES: dict[str, tuple[Setup, str]] = {
     "csv-text-in-feature": (_csv(["7,seven,a"]), "mine.csv line 22, column 'x2': not a number"),
     "csv-infinite-feature": (_csv(["7,inf,a"]), "mine.csv"),
     "csv-feature-beyond-float32": (_csv(["7,1e39,a"]), "mine.csv"),
+    "csv-header-only": (_header_only, "data.path: data/external/mine.csv holds no examples"),
+    "split-files-without-train": (_no_train_file, "or let prepare split the data (example: "),
     "one-class": (_images({"cat": 10}), "found 1 ('cat') in pets/"),
     # Which file, why, and no advice to delete it.
     "not-an-image": (

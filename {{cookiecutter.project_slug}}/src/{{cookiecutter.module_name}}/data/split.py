@@ -99,7 +99,8 @@ def _split_files(path: str, data: DataConfig, reader: Any) -> dict[str, tuple[st
     if "train" not in groups:
         raise ConfigError(
             f"data.split: files, but {data.path} has no train file (train.csv, train-*.tfrecord; "
-            f"it has {', '.join(names[:6]) or 'nothing'}) (example: --set data.split=folders)"
+            f"it has {', '.join(names[:6]) or 'nothing'}); name it train.csv or the like, or let "
+            "prepare split the data (example: --set data.split=random)"
         )
     found = {}
     for split, files in groups.items():
@@ -193,6 +194,11 @@ def split_examples(
     n = len(source.labels)
     given = dict(source.splits) if source.splits is not None else {"train": np.arange(n)}
     came_from = dict(source.split_from) if source.splits is not None else {"train": origin}
+    if n == 0:
+        raise ConfigError(
+            f"data.path: {data.path} holds no examples (only a header?) "
+            "(example: --set data.path=data/external/my.csv)"
+        )
     if len(given.get("train", ())) == 0:
         raise ConfigError(
             f"data.split: no training examples in {data.path} (the data gives only "
