@@ -24,7 +24,7 @@ import yaml
 from conftest import PARAMS, copy_checkout
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.colab import restore
+from {{ cookiecutter.module_name }}.colab import notebooks, restore
 from {{ cookiecutter.module_name }}.colab.notebooks import (
     keep_state_on_storage,
     push_stage,
@@ -300,6 +300,14 @@ def test_a_full_drive_is_one_warning_and_leaves_no_half_copy(tmp_path, monkeypat
     assert "(No space left on device); free space on Drive" in warning, warning
     assert any(line.startswith("TensorBoard logs:") for line in done)
     assert [p.name for p in storage.rglob("*") if "partial" in p.name] == []
+
+
+def test_a_setup_with_nothing_to_register_prints_no_empty_line(monkeypatch, capsys):
+    monkeypatch.setattr(notebooks, "install", lambda project: [])  # hooks registered already
+    monkeypatch.setattr(notebooks, "log_environment", lambda project: None)
+    monkeypatch.setattr(notebooks, "seed_everything", lambda seed, deterministic: ["python"])
+    notebooks.start_session(PROJECT)
+    assert capsys.readouterr().out.startswith("Seed ")
 
 
 def test_a_bad_notebook_parameter_stops_the_cell_in_one_line():

@@ -45,13 +45,14 @@ def start_session(project_dir: Path, seed: int | None = None) -> Any:
     """Hooks, environment log, seeds; return the params (`seed`: None keeps params.yaml's)."""
     project_dir = Path(project_dir)
     params = load_params(project_dir / "params.yaml", [f"seed={seed}"] if seed is not None else [])
-    if on_colab():
-        print(*keep_state_on_storage(project_dir, storage_root(project_dir)), sep="\n")
+    done = keep_state_on_storage(project_dir, storage_root(project_dir)) if on_colab() else []
     try:
-        print(*install(project_dir), sep="\n")
+        done += install(project_dir)
     except (subprocess.CalledProcessError, OSError) as exc:
         detail = getattr(exc, "stderr", "") or exc
-        print(f"WARNING: git hooks not registered ({detail}); run `make hooks`")
+        done.append(f"WARNING: git hooks not registered ({detail}); run `make hooks`")
+    for line in done:  # nothing done: no line, not an empty one
+        print(line)
     log_environment(project_dir)
     seeded = seed_everything(params.seed, params.repro.deterministic)
     print(f"Seed {params.seed} ({', '.join(seeded)})")
