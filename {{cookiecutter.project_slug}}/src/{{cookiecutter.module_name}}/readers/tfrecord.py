@@ -37,7 +37,8 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
                 ids.append(named(file, k))
         except tf.errors.DataLossError as exc:  # cut short, or not a TFRecord file at all
             cause = re.search(r"(truncated|corrupted) record at \d+", exc.message)
-            shown = data.path if file == path else f"{data.path} ({named(file, 0)[:-2]})"
+            file_name = named(file, 0).removesuffix(":0")  # the file, as in data.path
+            shown = data.path if file == path else f"{data.path} ({file_name})"
             raise ConfigError(
                 f"data.path: {shown} is not a whole TFRecord file "
                 f"({cause[0] if cause else 'unreadable'}); write it again, or move it out of "
