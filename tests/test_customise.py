@@ -89,7 +89,7 @@ def test_every_worked_example_runs(default_project: Path, project_python: Path, 
         "error: data/external/null.jsonl line 3: nan among its 2 numbers; fill in the missing or "
         "infinite values, or leave the example out (example: [0.5, 0.5])",
     ], run.stderr[-4000:]
-    assert errors[-1].startswith("error: data.split: no training examples in data/external/empty.jsonl")
+    assert errors[-1].startswith("error: data.path: data/external/empty.jsonl holds no examples")
     assert "Prepared 60 examples from jsonl (classification: 2 class names; vectors 2)" in run.stdout
     spec = json.loads((project / "data" / "processed" / "spec.json").read_text())
     assert spec["input_shape"] == [4] and spec["feature_names"] == ["x0", "x1", "x2", "x3"]

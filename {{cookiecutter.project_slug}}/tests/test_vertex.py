@@ -20,7 +20,7 @@ from optuna.distributions import CategoricalDistribution
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.cloud import tuning, vertex
-from {{ cookiecutter.module_name }}.cloud.tuning import JOB_STAMP, parameter_spec, trial_values, tuning_job
+from {{ cookiecutter.module_name }}.cloud.tuning import parameter_spec, trial_values, tuning_job
 from {{ cookiecutter.module_name }}.cloud.vertex import (
     forwarded_overrides,
     job_spec,
@@ -415,8 +415,10 @@ def test_a_later_tuning_jobs_trial_is_a_run_of_its_own(tmp_path, monkeypatch, ca
     stamps = []
     for rate in ("0.01", "0.001"):
         trial = tuning_job(p, vertex.job_spec(p))["trialJobSpec"]["workerPoolSpecs"][0]
-        (stamp,) = (e["value"] for e in trial["containerSpec"]["env"] if e["name"] == JOB_STAMP)
-        monkeypatch.setenv(JOB_STAMP, stamp)
+        (stamp,) = (
+            e["value"] for e in trial["containerSpec"]["env"] if e["name"] == tuning.JOB_STAMP
+        )
+        monkeypatch.setenv(tuning.JOB_STAMP, stamp)
         args = [f"--train.learning_rate={rate}"]
         assert tuning.run_tuning_trial(p, tmp_path, "lr-dropout", args, TINY, PARAMS) == 0
         stamps.append(stamp)

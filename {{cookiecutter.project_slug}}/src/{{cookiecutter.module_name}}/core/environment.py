@@ -141,7 +141,7 @@ def git_info(project_dir: Path) -> dict[str, Any]:
         return run.stdout.rstrip() if run.returncode == 0 else None  # porcelain starts with " "
 
     commit = git("rev-parse", "HEAD")
-    if commit is None:  # not a git clone (the training image: `make image` sets the variable)
+    if commit is None:  # not a git clone: in a container, the commit it was built from
         return {
             "commit": os.environ.get("PROJECT_GIT_COMMIT") or None,
             "branch": None,

@@ -196,7 +196,7 @@ def split_examples(
     came_from = dict(source.split_from) if source.splits is not None else {"train": origin}
     if n == 0:
         raise ConfigError(
-            f"data.path: {data.path} holds no examples (only a header?) "
+            f"data.path: {data.path} holds no examples (empty, or only a header) "
             "(example: --set data.path=data/external/my.csv)"
         )
     if len(given.get("train", ())) == 0:
