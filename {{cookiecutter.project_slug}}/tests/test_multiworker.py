@@ -128,3 +128,15 @@ def test_early_stopping_on_one_worker_stops_both_at_the_same_step(tmp_path: Path
         assert re.search(r"Done: step 88\b", out), out
     assert "another worker stopped early" in runs[0][2]
     assert "has not improved for 1 epochs" in runs[1][2]
+
+
+@pytest.mark.slow
+def test_workers_started_with_other_settings_stop_at_once_in_one_line(tmp_path: Path) -> None:
+    # Worker 1's params.yaml was edited, worker 0's not: they would run a different number of
+    # steps, and the one that ends first leaves the other in an all-reduce with no partner.
+    runs = _run_cluster(tmp_path, tmp_path / "storage", [[], ["train.epochs=3"]])
+    for _, code, out in runs:
+        assert code == 1, out
+        assert "error: the workers were started with other settings" in out, out
+        assert "Traceback" not in out and "Starting run" not in out
+    assert not (tmp_path / "storage" / "checkpoints" / "mw").exists()

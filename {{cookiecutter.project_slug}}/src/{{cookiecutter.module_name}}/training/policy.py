@@ -11,6 +11,7 @@ copy, which needs no agreement.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import signal
 import threading
@@ -114,6 +115,18 @@ def agree(strategy: Any, wish: bool, workers: int) -> bool:
 
     wants = strategy.run(lambda: tf.constant(1.0 if wish else 0.0))
     return float(strategy.reduce(tf.distribute.ReduceOp.SUM, wants, axis=None)) > 0
+
+
+def alike(strategy: Any, text: str, workers: int) -> bool:
+    """True on every worker when all pass the same `text` (an all-gather of its hash, 24 bits:
+    exact in float32; one worker: True); call it at the same point on every worker."""
+    if workers <= 1:
+        return True
+    import tensorflow as tf
+
+    number = float(int(hashlib.sha256(text.encode()).hexdigest()[:6], 16))
+    found = strategy.gather(strategy.run(lambda: tf.constant([number])), axis=0)
+    return bool(tf.reduce_all(found == number))
 
 
 def checkpoint_due(step: int, n: int, every: int, per_epoch: int) -> bool:

@@ -49,11 +49,11 @@ from .checkpoints import (
     write_results,
 )
 from .lease import EXIT_LEASE_LOST, Lease
-from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, checkpoint_due
+from .policy import BestWeights, EarlyStopping, RunHooks, Stopper, agree, alike, checkpoint_due
 from .run_record import is_recorded, record_run
 from .saved_model import user_sidecar, wrap_for_users
 from .seeding import as_run, seed_everything
-from .strategy import StrategyInfo, make_strategy, mixed_precision_policy
+from .strategy import StrategyError, StrategyInfo, make_strategy, mixed_precision_policy
 from .tracking import Curves
 
 
@@ -160,6 +160,16 @@ def train(
         expected = fingerprint.of(params, version, info.replicas)
         if new_run_if_changed:
             params = choose_run(params, project_dir, expected, data.count("train"))
+        # Workers started with other settings would part at the first all-reduce one of them
+        # skips, the chief recording a run the others never finished: all stop here instead.
+        cfg = params.train
+        run_of = [params.run_name, cfg.epochs, cfg.steps_per_execution, cfg.checkpoint_every_steps]
+        code = fingerprint.code_digest()
+        if not alike(strategy, f"{fingerprint.digest(expected, code)} {run_of}", info.workers):
+            raise StrategyError(
+                "the workers were started with other settings, data or code: start every worker "
+                "from the same commit, data/processed and --set values (docs/scaling.md)"
+            )
         paths = run_paths(project_dir, params.run_name, info.is_chief, hooks.results)
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
