@@ -399,8 +399,12 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     x, y, _ = read_split(processed(project), "train")
     assert load_spec(processed(project)).kind == "image" and x.shape[1:] == (4, 4, 3)
     assert ids(project) == sorted(f"part-{s}.tfrecord:{k}" for s in range(2) for k in range(10))
-    with pytest.raises(ConfigError, match=r"^data.features / data.label: record 0"):
+    with pytest.raises(ConfigError) as refused:  # the example names a feature the records have
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pix")
+    assert str(refused.value) == (
+        f"data.features / data.label: record part-0.tfrecord:0 in {folder} has features ['image', "
+        "'label', 'pixels'] (example: --set data.features=pixels --set data.label=label)"
+    )
     with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # a missing value
         pixels = tf.train.FloatList(value=[float("nan"), 0.5, 2.0])
         label = tf.train.BytesList(value=[b"odd"])
@@ -409,8 +413,8 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:  # by prepare, as any source's numbers
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
     assert str(refused.value) == (
-        f"{folder}: record 20: nan among its 3 numbers; fill in the missing or infinite values, "
-        "or leave the example out (example: [0.5, 0.5, 0.5])"
+        f"{folder}: record part-2.tfrecord:0: nan among its 3 numbers; fill in the missing or "
+        "infinite values, or leave the example out (example: [0.5, 0.5, 0.5])"
     )
     assert load_spec(processed(project)).kind == "image"  # the images prepared before, as they were
     with tf.io.TFRecordWriter(str(folder / "part-2.tfrecord")) as writer:  # two numbers of three
@@ -420,8 +424,8 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}", "data.features=pixels")
     assert str(refused.value).startswith(
-        f"{folder}: record 20: 2 numbers, where {folder}: record 1 (the first training example) "
-        "has 3; give every"
+        f"{folder}: record part-2.tfrecord:0: 2 numbers, where {folder}: record "
+        "part-0.tfrecord:1 (the first training example) has 3; give every"
     )
     (folder / "part-2.tfrecord").unlink()
     # An encoded image read as numbers, and a file cut short: one line each, naming the fix.
@@ -429,8 +433,8 @@ def test_own_tfrecords_vectors_images_and_gfile(tmp_path: Path) -> None:
         run_prepare(project, "data.source=tfrecord", f"data.path={folder}",
                     "data.features=image", "data.feature_kind=vector")  # fmt: skip
     assert str(refused.value) == (
-        f"data.feature_kind: 'image' in record 0 in {folder} holds bytes, not numbers "
-        "(example: --set data.feature_kind=image)"
+        f"data.feature_kind: 'image' in record part-0.tfrecord:0 in {folder} holds bytes, not "
+        "numbers (example: --set data.feature_kind=image)"
     )
     cut, whole = folder / "part-1.tfrecord", (folder / "part-1.tfrecord").read_bytes()
     cut.write_bytes(whole[: len(whole) // 2 + 30])  # inside a record
@@ -631,7 +635,7 @@ def test_tfrecord_targets_for_regression_and_multilabel(tmp_path: Path) -> None:
     assert y.dtype == np.float32 and spec.target_mean == pytest.approx(float(y.mean()), rel=1e-5)
 
     # One class per record: a label feature with none or several values is no class.
-    one = r"^data.label: record 0 in .* has 0 values of 'tags'; classification takes one"
+    one = r"^data.label: record part-0.tfrecord:0 in .* has 0 values of 'tags'; classification"
     with pytest.raises(ConfigError, match=one):
         run_prepare(project, *common, "data.label=tags")
     run_prepare(project, *common, "data.label=tags", "task.type=multilabel")

@@ -32,7 +32,7 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
         try:
             for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
                 feature = tf.train.Example.FromString(raw).features.feature
-                inputs.append(_input(feature, data, f"record {len(ids)} in {data.path}"))
+                inputs.append(_input(feature, data, f"record {named(file, k)} in {data.path}"))
                 labels.append(_values(feature[data.label]))
                 ids.append(named(file, k))
         except tf.errors.DataLossError as exc:  # cut short, or not a TFRecord file at all
@@ -48,11 +48,11 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
     if not single and not task_class(kind)(names=[]).target_shape():  # one value per example
         bad = next(i for i, v in enumerate(labels) if len(v) != 1)
         raise ConfigError(
-            f"data.label: record {bad} in {data.path} has {len(labels[bad])} values of "
+            f"data.label: record {ids[bad]} in {data.path} has {len(labels[bad])} values of "
             f"{data.label!r}; {kind} takes one per record (example: --set task.type=multilabel)"
         )
     y, names = encode(kind, [v[0] for v in labels] if single else labels, data.label)
-    where = lambda i: f"{data.path}: record {i}"  # noqa: E731
+    where = lambda i: f"{data.path}: record {ids[i]}"  # noqa: E731
     # Vectors: prepare refuses a record of another width than the others, naming it.
     return Source(data.feature_kind, kind, y, names, inputs.__getitem__, where, ids.__getitem__)
 
@@ -65,9 +65,13 @@ def _input(feature: Any, data: DataConfig, where: str) -> Any:
             "(example: --set data.label=label)"
         )
     if data.features not in feature:
+        label = data.label if data.label in feature else "label"
+        image = data.feature_kind == "image"  # a feature it has, of the kind asked for
+        named = [n for n in sorted(feature) if bool(feature[n].bytes_list.value) == image]
+        named = [n for n in named if n != label] or ["image" if image else "x"]
         raise ConfigError(
             f"data.features / data.label: {where} has features {sorted(feature)} "
-            "(example: --set data.features=image --set data.label=label)"
+            f"(example: --set data.features={named[0]} --set data.label={label})"
         )
     x = feature[data.features]
     if data.feature_kind != "image":
