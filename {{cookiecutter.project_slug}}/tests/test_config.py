@@ -229,7 +229,9 @@ def test_lists_of_any_scalar_optional_values_and_nested_sections() -> None:
         ("train.profile_steps=[5]", "train.profile_steps: expected [] or [from, to]"),
         ("train.profile_steps=[9, 3]", "train.profile_steps: expected [] or [from, to]"),
         ("train.momentum=1.5", "train.momentum: expected a number >= 0.0 and < 1.0, got 1.5"),
-        ("data.image_size=[64, 0.5]", "data.image_size: expected a list of integers >= 1"),
+        ("data.image_size=[64, 0.5]", "data.image_size: expected [height, width] in pixels"),
+        ("data.image_size=[64]", "data.image_size: expected [height, width] in pixels, got [64]"),
+        ("data.image_channels=4", "data.image_channels: expected 1 (grayscale) or 3 (RGB), got 4"),
     ],
 )
 def test_bad_new_values_name_the_full_dotted_key(override: str, message: str) -> None:

@@ -95,8 +95,10 @@ class DataConfig:
     label: Text = _field("label")
     features: Text = _field("features")
     feature_kind: Literal["vector", "image"] = _field("image")
-    image_size: list[PosInt] = _field("[64,64]", "a list of integers >= 1")
-    image_channels: Int = _field("3", ge=1)
+    image_size: list[PosInt] = _field(
+        "[64,64]", "[height, width] in pixels", min_length=2, max_length=2
+    )
+    image_channels: Int = _field("3", "1 (grayscale) or 3 (RGB)", ge=1, le=3)
     augment: list[Augmentation] = _field(
         "[flip,{rotation: {factor: 0.2}}]", "a list of augmentation names or {name: {arg: value}}"
     )
