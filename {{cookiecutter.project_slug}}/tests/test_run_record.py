@@ -108,6 +108,7 @@ def test_record_has_every_field_and_is_written_atomically(tmp_path):
     assert saved["artifacts"][1]["exists"] is False
     assert saved["environment"]["packages"]["pyyaml"]
     assert "params.yaml" in " ".join(saved["reproduce"])
+    assert saved["reproduce"][1].startswith("dvc pull prepare  # the data version")
     assert yaml.safe_load((path.parent / "params.yaml").read_text()) == params
     assert not list(path.parent.glob(".*"))  # no temp files left behind
     assert list_runs(tmp_path) == [saved] and run_id in runs_table([saved])
@@ -212,6 +213,8 @@ def test_reproduce_commands_quote_a_results_folder_with_spaces(tmp_path, monkeyp
         environment={"git": {"commit": "abc123"}, "data": {"manifest": None, "dvc": None}},
     )
     (copy,) = [shlex.split(line) for line in record["reproduce"] if line.startswith("cp ")]
+    # no data manifest: the bundled digits, which no `dvc pull` brings back
+    assert record["reproduce"][1].startswith("# no data/manifest.json at that commit")
     assert copy == ["cp", str(results / "runs" / run_id / "params.yaml"), "params.yaml"]
 
 

@@ -88,18 +88,22 @@ def build_record(
         },
         "tracking": tracking or {},
         "command": command or f"{COMMAND} {kind}",
-        "reproduce": reproduce_commands(env["git"], run_dir, run_name, kind),
+        "reproduce": reproduce_commands(env, run_dir, run_name, kind),
     }
 
 
-def reproduce_commands(git: dict[str, Any], run_dir: Path, run_name: str, kind: str) -> list[str]:
+def reproduce_commands(env: dict[str, Any], run_dir: Path, run_name: str, kind: str) -> list[str]:
     """The shell commands that rerun this run from scratch (README: "Reproducing a run")."""
+    git = env["git"]
     commit = git.get("commit") or "<unknown: not a git clone, or before the first commit>"
     warning = ["# WARNING: the tree had uncommitted changes; the commit lacks them"]
+    data = "dvc pull prepare  # the data version of that commit (checked against data.manifest)"
+    if env["data"]["manifest"] is None:  # `train` splits the bundled digits again, alike
+        data = "# no data/manifest.json at that commit: the run trained on the bundled digits"
     return [
         *(warning if git.get("dirty") else []),
         f"git checkout {commit}",
-        "dvc pull prepare  # the data version of that commit (checked against data.manifest)",
+        data,
         f"cp {shlex.quote(str(run_dir / 'params.yaml'))} params.yaml",  # a path with spaces
         f"{COMMAND} speed"
         if kind == "speed"
