@@ -427,6 +427,13 @@ def test_a_later_tuning_jobs_trial_is_a_run_of_its_own(tmp_path, monkeypatch, ca
     assert runs == [f"vertex-{stamp}-1" for stamp in stamps] and stamps[0] != stamps[1]
     assert len((tmp_path / "hypertune").read_text().splitlines()) == 2  # one epoch each
     assert "started with other settings" not in capsys.readouterr().err
+    # Vertex AI restarts the second job's trial after it finished: it reports the run's result
+    # again, which it did not train again.
+    best = json.loads((tmp_path / "hypertune").read_text().splitlines()[-1])["val_loss"]
+    assert tuning.run_tuning_trial(p, tmp_path, "lr-dropout", args, TINY, PARAMS) == 0
+    assert "is already complete" in capsys.readouterr().out
+    (again,) = (tmp_path / "hypertune").read_text().splitlines()  # the new process's file
+    assert json.loads(again)["val_loss"] == best
 
 
 def test_a_tuning_trial_reads_vertex_ai_arguments():

@@ -117,7 +117,7 @@ def run_tuning_trial(
     trial = load_params(params_file, [*overrides, *sets, f"run_name={run_name}"])
     print(f"Tuning trial {run_name}: {' '.join(sets)}", flush=True)
     reporter = hypertune.HyperTune()
-    monitor = params.train.monitor
+    monitor, reported = params.train.monitor, []
 
     def on_epoch(record: dict[str, Any]) -> str:
         """Report `monitor` to Vertex AI (cloudml-hypertune writes it to a file on each replica;
@@ -127,7 +127,11 @@ def run_tuning_trial(
             metric_value=float(record[monitor]),
             global_step=int(record["epoch"]),
         )
+        reported.append(record["epoch"])
         return ""
 
     results = results_root(project_dir) / "sweeps" / name / run_name.removeprefix(f"{name}-")
-    return train(trial, project_dir, hooks=RunHooks(results=results, on_epoch=on_epoch)).exit_code
+    result = train(trial, project_dir, hooks=RunHooks(results=results, on_epoch=on_epoch))
+    if not reported and monitor in result.metrics:  # complete before Vertex AI restarted it
+        on_epoch({monitor: result.metrics[monitor], "epoch": len(result.metrics["history"])})
+    return result.exit_code
