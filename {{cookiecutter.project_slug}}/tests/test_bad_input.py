@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from conftest import TINY, sets
 
-from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.__main__ import main, storage_fault
 from {{ cookiecutter.module_name }}.config import load_params
 from {{ cookiecutter.module_name }}.core.files import atomic_write
 from {{ cookiecutter.module_name }}.training.trainer import train
@@ -288,3 +288,29 @@ def test_no_error_advises_removing_or_deleting_the_users_files() -> None:
                 if re.search(r"\b(remove|delete|rm|erase)\b", text, re.IGNORECASE):
                     advice.append(f"{path.relative_to(package)}:{node.lineno}: {text[:90]}")
     assert not advice
+
+
+def test_a_storage_fault_names_the_file_or_folder_to_fix(tmp_path: Path) -> None:
+    """They saw `.evaluate.json-....tmp: Permission denied` (a file that never was), tracebacks
+    for EPERM and a read-only file system, and no advice for a quota."""
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    target, never_made = folder / "evaluate.json", folder / ".evaluate.json-1a2b.tmp"
+    target.write_text("{}")
+
+    def said(code: int, *paths: Path) -> str | None:
+        names = [str(p) for p in paths]
+        return storage_fault(OSError(code, os.strerror(code), names[0], None, *names[1:]))
+
+    assert said(errno.EACCES, never_made) == (
+        f"{folder}: Permission denied; make it yours to read and write "
+        f"(example: chmod u+rwX {folder})"
+    )
+    assert said(errno.EPERM, never_made, target).startswith(f"{target}: Operation not permitted; ")
+    assert said(errno.EROFS, target) == (
+        f"{target}: Read-only file system; remount it read-write, or write elsewhere "
+        "(PROJECT_RESULTS_DIR, PROJECT_STORAGE_DIR)"
+    )
+    assert said(errno.EDQUOT, target).endswith(
+        "free some space (`df -h` shows each disk's free space)"
+    )

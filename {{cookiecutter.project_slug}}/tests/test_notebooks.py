@@ -396,10 +396,12 @@ def test_each_exit_code_of_train_has_its_own_advice():
         lines[code] = text
     assert len(set(lines.values())) == len(lines), "each code its own advice"
     assert "set run_name to a new name to train another run" in lines[2]
-    assert "run this cell again to continue it" in lines[3]
+    assert "run this cell again to continue run 'r' from its newest checkpoint" in lines[3]
     assert "another session is training run 'r'" in lines[4] and "heartbeats" in lines[4]
-    assert "another session took run 'r' over" in lines[5]
+    # as train says: the session taken over saves nothing more (they read "saved its checkpoint")
+    assert "another session took run 'r' over" in lines[5] and "wrote nothing more" in lines[5]
     assert "run this cell again to resume" in lines[130] and "see the message above" in lines[9]
+    assert not any("saved a checkpoint" in line for line in lines.values())  # train's line says
     train = next(p for p in NOTEBOOKS if p.name.startswith("02_"))
     cell = next(c.source for c in code_cells(train) if "exit_code = main(" in c.source)
     assert "stop_unless_trained(exit_code, " in cell and "assert exit_code" not in cell

@@ -241,6 +241,13 @@ def test_a_run_record_on_a_full_disk_is_one_line_not_a_traceback(tmp_path, monke
     text = str(err.value)
     assert "\n" not in text and "No space left on device" in text, text
     assert str(results / "runs") in text and "the same train command" in text
+    # Full after params.yaml: no folder of a record is left without its manifest.
+    monkeypatch.undo()
+    monkeypatch.delenv("PROJECT_RESULTS_DIR", raising=False)
+    monkeypatch.setattr(run_record, "save_json", full)
+    with pytest.raises(ResultsWriteError):
+        run_record.record_run(params, tmp_path, paths, result, started)
+    assert list((results / "runs").iterdir()) == []
 
 
 def test_the_runs_table_of_a_vm_without_runs_is_empty_not_an_error():

@@ -64,6 +64,13 @@ def test_logical_cpus_ignored_with_gpus_says_so() -> None:
     assert any("logical_cpus is ignored" in note for note in plan.notes)
 
 
+def test_gpus_asked_for_on_a_machine_without_one_says_so() -> None:
+    # They saw distribute.gpus=[3] give "MirroredStrategy on CPU" without a word.
+    plan = choose_plan(Hardware(), cfg(strategy="mirrored", gpus=[3]))
+    assert plan.kind == "mirrored" and plan.gpus == ()
+    assert plan.notes == ("distribute.gpus [3] is ignored: no GPU found",)
+
+
 def test_mixed_precision_policy_per_device() -> None:
     assert strat.mixed_precision_policy("GPU", True) == ("mixed_float16", None)
     assert strat.mixed_precision_policy("TPU", True) == ("mixed_bfloat16", None)

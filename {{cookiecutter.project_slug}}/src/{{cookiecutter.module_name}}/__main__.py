@@ -36,9 +36,15 @@ REMOUNT = (
     "the storage's connection dropped: remount it (Google Drive, in a Colab cell: from "
     'google.colab import drive; drive.mount("/content/drive", force_remount=True))'
 )
+FREE_SPACE = "free some space (`df -h` shows each disk's free space)"
+MAKE_YOURS = "make it yours to read and write (example: chmod u+rwX PATH)"
 STORAGE_FIXES = {
-    errno.ENOSPC: "free some space (`df -h` shows each disk's free space)",
-    errno.EACCES: "make it yours to read and write (example: chmod u+rw FILE)",
+    errno.ENOSPC: FREE_SPACE,
+    errno.EDQUOT: FREE_SPACE,  # a quota's "full disk"
+    errno.EACCES: MAKE_YOURS,
+    errno.EPERM: MAKE_YOURS,
+    errno.EROFS: "remount it read-write, or write elsewhere (PROJECT_RESULTS_DIR, "
+    "PROJECT_STORAGE_DIR)",
     errno.EIO: REMOUNT,  # what Drive's FUSE mount answers once it dropped
     errno.ENOTCONN: REMOUNT,
     errno.ESTALE: REMOUNT,
@@ -341,8 +347,11 @@ def storage_fault(exc: Exception) -> str | None:
     """`FILE: cause; how to go on` for a full disk, a refused permission or a dropped mount."""
     if isinstance(exc, OSError):
         fix = STORAGE_FIXES.get(exc.errno or 0)
-        line = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror)
-        return f"{line}; {fix}" if fix else None
+        path = exc.filename2 or exc.filename  # a rename's target, not its temporary file
+        if fix == MAKE_YOURS and path and not os.path.lexists(path):  # a file it could not make
+            path = os.path.dirname(path) or path  # in a folder that is not yours
+        line = f"{path}: {exc.strerror}" if path else str(exc.strerror)
+        return f"{line}; {fix.replace('PATH', str(path))}" if fix else None
     # TensorFlow's errors say `FILE; cause` on one of their lines, with its op's name
     for line in str(exc).splitlines():
         line = without_op(line).replace("; ", ": ")

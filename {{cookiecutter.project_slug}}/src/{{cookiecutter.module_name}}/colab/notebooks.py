@@ -119,13 +119,13 @@ def stop_unless_trained(exit_code: int, run_name: str) -> None:
         2: f"a setting or the data is not valid, or differs from what {run} was started with "
         "(the error above names it); put it back to resume the run, or set run_name to a new "
         "name to train another run (this one keeps its checkpoints)",
-        EXIT_BUDGET: f"train.time_budget_minutes ran out and {run} saved a checkpoint; run this "
-        "cell again to continue it",
+        EXIT_BUDGET: f"train.time_budget_minutes ran out; run this cell again to continue {run} "
+        "from its newest checkpoint",
         EXIT_LEASE_HELD: f"another session is training {run} (the error above names it); let it "
         "finish, or set run_name to train another run; if that session is gone, run this cell "
         "again: its lease is taken over once its heartbeats have stopped",
         EXIT_LEASE_LOST: f"another session took {run} over while this one trained; this one "
-        "saved its checkpoint and stopped. Follow the run in that session",
+        "stopped and wrote nothing more. Follow the run in that session",
     }
     _stop("Training", exit_code, run, advice)
 
@@ -153,8 +153,9 @@ def _stop(what: str, exit_code: int, saver: str, advice: dict[int, str]) -> None
     advice = {
         1: "the hardware or the storage failed (the error above says which); fix it, then run "
         "this cell again",
-        130: f"interrupted; {saver} saved a checkpoint: run this cell again to resume",
-        143: f"stopped (SIGTERM); {saver} saved a checkpoint: run this cell again to resume",
+        # Whether the stop's checkpoint was saved (a full Drive) is the line above's to say.
+        130: f"interrupted; run this cell again to resume {saver} from its newest checkpoint",
+        143: f"stopped (SIGTERM); run this cell again to resume {saver} from its newest checkpoint",
         **advice,
     }
     if exit_code:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,8 +121,12 @@ def write_run_record(project_dir: Path, record: dict[str, Any]) -> Path:
     """Write `results/runs/<run_id>/manifest.json` and `params.yaml` beside it (atomically)."""
     run_dir = runs_dir(project_dir) / record["run_id"]
     params_text = yaml.safe_dump(record["params"], sort_keys=False)
-    atomic_write(run_dir / "params.yaml", f"# params of run {record['run_id']}\n{params_text}")
-    return save_json(record, run_dir / "manifest.json")
+    try:
+        atomic_write(run_dir / "params.yaml", f"# params of run {record['run_id']}\n{params_text}")
+        return save_json(record, run_dir / "manifest.json")
+    except OSError:  # no half record: the run id is new, its folder this call's
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def read_runs(folder: Path, newest_first: bool = False) -> Iterator[dict[str, Any]]:

@@ -96,9 +96,11 @@ def choose_plan(hw: Hardware, cfg: DistributeConfig) -> DevicePlan:
         else:
             kind = "default"
     split = cfg.logical_cpus >= 2 and not hw.gpus and kind == "mirrored"
-    notes = ()
+    notes: tuple[str, ...] = ()
     if cfg.logical_cpus >= 2 and (hw.gpus or kind in ("tpu", "default")):
         notes = ("distribute.logical_cpus is ignored: it only applies to MirroredStrategy on CPU",)
+    if cfg.gpus and not hw.gpus:  # the same params.yaml on a CPU machine; else require_accelerator
+        notes += (f"distribute.gpus {list(cfg.gpus)} is ignored: no GPU found",)
     return DevicePlan(kind, gpus, cfg.logical_cpus if split else 0, notes)
 
 
