@@ -1,8 +1,9 @@
 """`pre-commit run --all-files` passes on the project as generated.
 
 A copy of the project's committable files in a new git repository, every file staged, every hook
-run: nbstripout, ruff (lint and format, notebooks too), large files, private keys,
-YAML/TOML/JSON, end of file and whitespace. All are local hooks running the pinned dev tools.
+run: nbstripout, ruff (lint and format, notebooks too), large files, private keys, conflict
+markers, YAML/TOML/JSON, end of file and whitespace. All are local hooks running the pinned dev
+tools.
 """
 
 from __future__ import annotations
@@ -55,3 +56,17 @@ def test_pre_commit_passes_on_a_fresh_project(tmp_path):
     assert "Passed" in run.stdout and "Failed" not in run.stdout
     for hook in ("nbstripout", "ruff check", "ruff format", "refuse private keys"):
         assert hook in run.stdout
+
+    # A conflict `cruft update` left in a file (git apply -3: no merge under way) is refused.
+    readme = repo / "README.md"
+    readme.write_text(f"{readme.read_text()}<<<<<<< ours\nmine\n=======\ntheirs\n>>>>>>> theirs\n")
+    subprocess.run(["git", "add", "README.md"], cwd=repo, check=True, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "run", "check-merge-conflict", "--files", "README.md"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 1 and "README.md:" in run.stdout and "Merge conflict" in run.stdout
