@@ -90,6 +90,12 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     return config
 
 
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """A page's link into the template's project folder (`../{{cookiecutter.project_slug}}/`,
+    which GitHub shows as it is) leads on the site to the default bake's page under project/."""
+    return markdown.replace("](../{{cookiecutter.project_slug}}/", f"]({PREFIX}/")
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     for name, content in _pages.items():
         files.append(File.generated(config, name, content=content))
