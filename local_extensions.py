@@ -45,7 +45,10 @@ DEPENDENCY_MODULES = frozenset(
         "matplotlib", "yaml", "tqdm", "dvc", "dvc_gs", "dvc_gdrive", "papermill", "nbconvert",
         "nbformat", "nbclient", "ipykernel", "mlflow", "wandb", "pytest", "ruff", "nbstripout",
         "nbdime", "pre_commit", "google", "absl", "h5py", "ml_dtypes", "gcsfs", "fsspec",
-        "jupyter", "IPython", "setuptools", "pip", "test", "tests",
+        "jupyter", "IPython", "setuptools", "pip", "test", "tests", "optuna", "sqlalchemy",
+        "psycopg", "psycopg2", "pydantic", "psutil", "packaging", "tensorflow_datasets",
+        "keras_hub", "ai_edge_litert", "hypertune", "ruamel", "requests", "PIL", "torch",
+        "typing_extensions", "xdist", "uv", "apitools", "googlecloudsdk", "src", "tools",
     }
 )
 

@@ -424,6 +424,7 @@ BAD_ANSWERS = [
     ({"module_name": "tensorflow"}, "module_name"),
     ({"module_name": "keras"}, "module_name"),
     ({"module_name": "dvc"}, "module_name"),
+    ({"module_name": "optuna"}, "module_name"),
     ({"author_email": "not-an-email"}, "author_email"),
     ({"author_email": "a@b"}, "author_email"),
     ({"python_version": "3.9"}, "python_version"),
@@ -436,6 +437,23 @@ BAD_ANSWERS = [
     ({"description": "two\nlines"}, "description"),
     ({"author_name": False}, "author_name"),  # `author_name: No` in a YAML config, unquoted
 ]
+
+
+def test_module_name_refuses_every_module_the_project_imports(tmp_path: Path) -> None:
+    """A module_name that is the name of a module the project imports would shadow it (they
+    said optuna was accepted, and `python -m optuna` then ran the library)."""
+    from local_extensions import DEPENDENCY_MODULES
+
+    project = project_env.bake(tmp_path, **{**ANSWER_SETS[2], "vertex_ai": True})
+    local = {p.stem for p in project.rglob("*.py")} | {"colab_project"}
+    imported = set()
+    for path in project.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    assert imported - local - sys.stdlib_module_names - DEPENDENCY_MODULES == set()
 
 
 @pytest.mark.parametrize(("answers", "field"), BAD_ANSWERS, ids=[f"{f}={list(a.values())[0]!r}"[:40] for a, f in BAD_ANSWERS])
