@@ -59,13 +59,25 @@ def next_steps(answers: dict, git_note: str) -> str:
     if answers["vertex_ai"]:
         vertex = "\nBeyond Colab: Vertex AI jobs (`make image`, `make vertex`; docs/scaling.md)."
     # The data set in the DVC remote and its dvc.lock in the first commit: what a teammate's
-    # `dvc pull` needs. Off Colab the Drive remote's /content/drive would be a folder on this disk.
-    data = "  make data         # the example data set (dvc repro prepare)\n"
-    if answers["dvc_remote"] == "drive":
-        data = (
-            f'  dvc remote modify --local storage url "$HOME/Google Drive/My Drive/{slug}/dvc-storage"'
-            "  # off Colab: Drive for desktop's folder, as your OS shows it\n"
-        ) + data
+    # `dvc pull` needs. The remote is reached first: off Colab the Drive remote's /content/drive
+    # would be a folder on this disk (and a mistyped Drive path one DVC makes), a bucket or a
+    # Drive folder needs its owner's login (gdrive's placeholder would wait for a browser).
+    reach = {
+        "drive": (
+            '  DRIVE="$HOME/Google Drive/My Drive"   # off Colab: Drive for desktop\'s My Drive, as your OS shows it\n'
+            f'  ls -d "$DRIVE" && dvc remote modify --local storage url "$DRIVE/{slug}/dvc-storage"\n'
+        ),
+        "gcs": (
+            "  gcloud auth application-default login   # for the DVC remote, "
+            f"gs://{slug}-dvc/storage: a bucket you made (docs/data.md)\n"
+        ),
+        "gdrive": (
+            "  dvc remote modify storage url gdrive://FOLDER_ID   # your Drive folder; "
+            "then its OAuth client or service account (docs/data.md)\n"
+        ),
+    }
+    data = reach.get(answers["dvc_remote"], "")
+    data += "  make data         # the example data set (dvc repro prepare)\n"
     if answers["dvc_remote"] != "none":
         data += "  dvc push          # to the DVC remote (docs/data.md): what teammates `dvc pull`\n"
     return f"""

@@ -608,6 +608,18 @@ def test_local_start_makes_the_venv_with_the_python_the_project_needs(needs_313:
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
 
 
+def test_the_local_start_opens_the_notebooks_with_an_installed_jupyter(default_project: Path, project_python: Path) -> None:
+    """The Local start said `jupyter lab`, which the lock never had: its Jupyter command runs in
+    the environment `make setup` makes, at Colab's version of it."""
+    readme = (default_project / "README.md").read_text()
+    line = next(line for line in readme.split("## Local start", 1)[1].splitlines() if line.startswith("jupyter "))
+    command = shlex.split(line.split("#")[0]) + ["--version"]
+    env = project_env.project_command_env(default_project, project_python)
+    run = subprocess.run(command, cwd=default_project, env=env, capture_output=True, text=True)
+    colab = (default_project / "requirements/colab-constraints.txt").read_text()
+    assert run.returncode == 0 and f"\n{command[1]}=={run.stdout.strip()}\n" in colab, run.stdout + run.stderr
+
+
 def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, project_python: Path) -> None:
     """A newcomer's walk: the README's Local start had no `git clone` and no `dvc pull`, and the
     bake's next steps committed no dvc.lock, so a teammate's `dvc pull` stopped ("Checkout failed
@@ -642,6 +654,7 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
         script = "set -e\n" + "\n".join(lines)
         return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
+    (home / "Google Drive" / "My Drive").mkdir(parents=True)  # Drive for desktop's folder
     done = run(baker, tmp_path / "out", tmp_path / "out" / "colab-project")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (home / "Google Drive" / "My Drive" / "colab-project" / "dvc-storage" / "files").is_dir()
