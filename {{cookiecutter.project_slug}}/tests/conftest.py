@@ -201,7 +201,7 @@ def drop(folder: Path, code: int, monkeypatch: pytest.MonkeyPatch) -> None:
 
         return call
 
-    for name in ("stat", "lstat", "scandir", "open"):
+    for name in ("stat", "lstat", "scandir", "open", "statvfs"):
         monkeypatch.setattr(os, name, dropped(getattr(os, name)))
     monkeypatch.setattr("builtins.open", dropped(open))
 

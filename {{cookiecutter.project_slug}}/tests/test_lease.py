@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -281,6 +282,20 @@ def test_a_heartbeat_on_full_storage_is_a_storage_fault_not_a_lost_lease(
     assert lease.path.exists()  # not ours any more: left to its holder
 
 
+def test_a_heartbeat_does_not_make_the_run_folder_again_when_drive_is_gone(
+    tmp_path: Path, capsys
+) -> None:
+    """Drive unmounted mid-run: the heartbeat is a storage fault, and the path of the run's folder
+    is not made again on the VM's disk (under /content/drive, as if it were Drive)."""
+    run_dir = tmp_path / "content/drive/MyDrive/project/checkpoints/r"
+    lease = Lease.acquire(run_dir, "r")
+    shutil.rmtree(tmp_path / "content/drive/MyDrive")
+    lease.beat()
+    assert "WARNING: lease heartbeat not written" in capsys.readouterr().out
+    assert lease.storage_fault and not (tmp_path / "content/drive/MyDrive").exists()
+    lease.release()
+
+
 def test_a_lease_that_cannot_be_written_at_start_is_a_storage_fault(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -317,10 +332,10 @@ def test_a_heartbeat_still_writing_at_release_does_not_write_the_lease_back(
     lease = Lease.acquire(tmp_path, "r")
     writing, real = threading.Event(), leases.atomic_write
 
-    def slow(path: Path, data: str) -> Path:
+    def slow(path: Path, data: str, **kwargs: bool) -> Path:
         writing.set()
         time.sleep(5.5)  # longer than any wait of release's for the heartbeat thread
-        return real(path, data)
+        return real(path, data, **kwargs)
 
     monkeypatch.setattr(leases, "atomic_write", slow)
     lease.interval = 0.01

@@ -11,7 +11,8 @@ import tensorflow as tf
 from conftest import PARAMS, TINY, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
-from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.config import ConfigError, load_params
+from {{ cookiecutter.module_name }}.core import storage as storages
 from {{ cookiecutter.module_name }}.training import preflight
 from {{ cookiecutter.module_name }}.training.preflight import PreflightError
 from {{ cookiecutter.module_name }}.training.strategy import StrategyInfo
@@ -24,20 +25,46 @@ GPU = StrategyInfo(name="MirroredStrategy", replicas=2, device="GPU", is_chief=T
 
 @pytest.fixture
 def fake_drive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """/content/drive stand-in: the root exists, MyDrive (the mount) does not."""
+    """/content/drive stand-in: the root exists, MyDrive (the mount) does not; not a mount point
+    (`storage.drive_mounted` patched says it is)."""
     root = tmp_path / "content" / "drive"
     root.mkdir(parents=True)
-    monkeypatch.setattr(preflight, "DRIVE_ROOT", root)
-    monkeypatch.setattr(preflight, "COLAB_DRIVE", root / "MyDrive")
+    monkeypatch.setattr(storages, "DRIVE_ROOT", root)
+    monkeypatch.setattr(storages, "COLAB_DRIVE", root / "MyDrive")
     return root
 
 
-def test_unmounted_drive_stops_a_mounted_one_does_not(fake_drive: Path, tmp_path: Path) -> None:
-    with pytest.raises(PreflightError, match=r"^PROJECT_STORAGE_DIR: .* not mounted"):
-        preflight.check_storage_root(fake_drive / "MyDrive" / "project")
-    preflight.check_storage_root(tmp_path / "local")  # not on Drive: fine
+def test_unmounted_drive_stops_a_mounted_one_does_not(
+    fake_drive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_drive = fake_drive / "MyDrive" / "project"
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(on_drive))
+    with pytest.raises(ConfigError, match=r"^PROJECT_STORAGE_DIR: .* not mounted"):
+        storages.storage_root(tmp_path)
+    (fake_drive / "MyDrive").mkdir()  # what a `mkdir -p` makes: still not mounted
+    with pytest.raises(ConfigError, match=r"^PROJECT_STORAGE_DIR: .* not mounted"):
+        storages.storage_root(tmp_path)
+    monkeypatch.setattr(storages, "drive_mounted", lambda: True)
+    assert storages.storage_root(tmp_path) == on_drive
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "local"))  # not on Drive: fine
+    monkeypatch.setattr(storages, "drive_mounted", lambda: False)
+    assert storages.storage_root(tmp_path) == tmp_path / "local"
+
+
+def test_prepare_into_a_drive_folder_that_is_not_mounted_is_one_line_and_writes_nothing(
+    tiny_project: Path, fake_drive: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A MyDrive folder on the VM's disk (a `mkdir -p` made it; no Drive mounted): `prepare`
+    stops with train's line, before writing anything there or in the project."""
     (fake_drive / "MyDrive").mkdir()
-    preflight.check_storage_root(fake_drive / "MyDrive" / "project")
+    monkeypatch.setenv("PROJECT_STORAGE_DIR", str(fake_drive / "MyDrive" / "project"))
+    before = sorted(tiny_project.rglob("*"))
+    code = main(["prepare", "--params", str(tiny_project / "params.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: PROJECT_STORAGE_DIR:"), err
+    assert "is not mounted" in err[0]
+    assert not any((fake_drive / "MyDrive").iterdir())
+    assert sorted(tiny_project.rglob("*")) == before
 
 
 def test_train_on_an_unmounted_drive_is_one_line_and_writes_nothing(

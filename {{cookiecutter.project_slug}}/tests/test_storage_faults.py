@@ -18,6 +18,7 @@ from conftest import PARAMS, TINY, cli, cli_env, drop, fill, sets
 
 from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import load_params
+from {{ cookiecutter.module_name }}.core.files import free_bytes
 from {{ cookiecutter.module_name }}.training import checkpoints
 from {{ cookiecutter.module_name }}.training.checkpoints import (
     CheckpointStore,
@@ -225,6 +226,65 @@ def test_a_storage_that_turns_read_only_is_reported_and_the_next_save_works(
     assert "WARNING: checkpoint at step 2 not saved" in out and out.count("\n") == 1
     assert store.try_save(ckpt, 3, {}) is not None
     assert [s for s, _ in list_checkpoints(storage / "run")] == [1, 3]
+
+
+def test_a_checkpoint_folder_gone_with_drive_is_not_made_again_on_the_vm_disk(
+    tmp_path: Path, capsys
+) -> None:
+    """Drive unmounted mid-run: its path is gone, /content/drive an empty folder on the VM's disk.
+    The save fails in one line (its free space unknown: the VM disk's is not Drive's), and the
+    run's folder is not made again under it, where later checkpoints would vanish with the VM."""
+    drive = tmp_path / "content/drive"
+    store = CheckpointStore(drive / "MyDrive/project/checkpoints/run", keep=2)
+    ckpt, _ = _var(1000)
+    assert store.try_save(ckpt, 1, {}) is not None
+    shutil.rmtree(drive / "MyDrive")
+    capsys.readouterr()
+    assert store.try_save(ckpt, 2, {}) is None
+    out = capsys.readouterr().out
+    assert "step 2 not saved (FileNotFoundError: No such file or directory); " in out, out
+    assert f"free space unknown in {store.directory}" in out and out.count("\n") == 1, out
+    assert not (drive / "MyDrive").exists()
+
+
+def test_a_dropped_drive_shows_no_other_disk_free_space_nor_a_removal_that_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A dropped mount (ENOTCONN): the free space is unknown, not the disk's the mount point is
+    on, and the partial write is not said to be removed, as it could not be."""
+    drive = tmp_path / "content/drive"
+    store = CheckpointStore(drive / "MyDrive/project/checkpoints/run", keep=2)
+    ckpt, _ = _var(1000)
+    assert store.try_save(ckpt, 1, {}) is not None
+    drop(drive, errno.ENOTCONN, monkeypatch)
+    assert free_bytes(store.directory) is None and free_bytes(tmp_path / "new") is not None
+    capsys.readouterr()
+    assert store.try_save(ckpt, 2, {}) is None
+    out = capsys.readouterr().out
+    assert "not saved (OSError: Transport endpoint is not connected); free space unknown" in out
+    assert "partial write removed" not in out and "a partial write may be left" in out, out
+
+
+def test_a_full_disk_names_the_damaged_checkpoints_to_delete_and_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A checkpoint found damaged is set aside (`damaged-step-*`) and never pruned: on a full
+    disk the warning names it and its size, as what the user may delete."""
+    store = CheckpointStore(tmp_path / "run", keep=3)
+    ckpt, _ = _var(400_000)  # 1.6 MB
+    for step in (1, 2):
+        assert store.try_save(ckpt, step, {}) is not None
+    (tmp_path / "run/step-000000002/meta.json").write_text("{")
+    assert store.restore(ckpt)["step"] == 1
+    (damaged,) = (tmp_path / "run").glob("damaged-step-000000002-*")
+    capsys.readouterr()
+    monkeypatch.setattr(
+        CheckpointStore, "save", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+    )
+    assert store.try_save(ckpt, 3, {}) is None
+    out = capsys.readouterr().out
+    assert f"yours to delete to free space: {damaged.name} (1.5 MiB)" in out, out
+    assert damaged.is_dir()
 
 
 # What TensorFlow's summary writer raised on a full Drive (its own three lines after the first;

@@ -139,8 +139,9 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
         return Path(project_dir) / Path(env).expanduser()
-    drive = Path("/content/drive/MyDrive")
-    return drive / PROJECT_SLUG if drive.is_dir() else Path(project_dir)
+    drive = Path("/content/drive/MyDrive")  # mounted: not a folder that a `mkdir -p` made
+    mounted = os.path.ismount(drive.parent) and drive.is_dir()
+    return drive / PROJECT_SLUG if mounted else Path(project_dir)
 
 
 def save_freeze(folder: Path, environ: Mapping[str, str]) -> Path:

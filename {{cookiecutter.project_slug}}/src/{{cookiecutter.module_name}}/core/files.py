@@ -27,11 +27,14 @@ LEFTOVER = re.compile(r"\..+-[0-9a-f]{16}\.tmp(\.\w+)?")  # temp_file's names, a
 _swept: dict[Path, float] = {}  # folder -> when this process last removed leftovers there
 
 
-def temp_file(target: Path, suffix: str = "") -> str:
+def temp_file(target: Path, suffix: str = "", make_folder: bool = True) -> str:
     """A new empty file next to `target` (same disk, so os.replace is atomic), with the mode a
     plain open() would give (mkstemp's is 0600; reading the umask would set it process-wide);
-    `suffix` ends its name (Keras saves only to a `.keras` file). Stale leftovers go first."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    `suffix` ends its name (Keras saves only to a `.keras` file). Stale leftovers go first.
+    `make_folder` False: the folder must be there (a dropped Drive is then a FileNotFoundError,
+    not its path made again on the VM's disk)."""
+    if make_folder:
+        target.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(target.parent.absolute())
     tmp = target.parent / f".{target.name}-{secrets.token_hex(8)}.tmp{suffix}"
     tmp.touch(exist_ok=False)  # a new file, never one that is there
@@ -51,10 +54,11 @@ def _remove_leftovers(folder: Path) -> None:
                 os.unlink(entry.path)
 
 
-def atomic_write(target: Path, data: bytes | str) -> Path:
-    """Write `data` (text is UTF-8) to `target` atomically; return `target`."""
+def atomic_write(target: Path, data: bytes | str, make_folder: bool = True) -> Path:
+    """Write `data` (text is UTF-8) to `target` atomically; return `target` (`temp_file`'s
+    `make_folder`)."""
     target = Path(target)
-    tmp = temp_file(target)
+    tmp = temp_file(target, make_folder=make_folder)
     try:
         with open(tmp, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -95,12 +99,16 @@ def _finite(value: Any) -> Any:
 
 
 def free_bytes(folder: Path) -> int | None:
-    """Free space where `folder` is (or would be created), or None when unknown."""
+    """Free space where `folder` is (or, not made yet, would be made), or None when unknown. Only
+    a folder not made yet is looked past: one that cannot be reached (a dropped mount answers
+    ENOTCONN or EIO, at its mount point too) is not, as the disk under a mount is another one."""
     for place in (folder, *folder.parents):
         try:
             return shutil.disk_usage(place).free
-        except OSError:
+        except FileNotFoundError:
             continue
+        except OSError:
+            return None
     return None
 
 

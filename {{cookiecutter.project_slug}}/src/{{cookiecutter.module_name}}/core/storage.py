@@ -41,6 +41,12 @@ def on_colab() -> bool:
         return False
 
 
+def drive_mounted() -> bool:
+    """Whether Google Drive is mounted: /content/drive is a mount point, not a folder that any
+    `mkdir -p` makes (drive.mount then refuses: "Mountpoint must not already contain files")."""
+    return os.path.ismount(DRIVE_ROOT) and os.path.isdir(COLAB_DRIVE)
+
+
 def local_path(location: str, variable: str, project_dir: Path) -> Path:
     """The folder `$variable` gives: a path, relative to the project folder as `data.path` is
     (every command finds it, whatever folder it runs in), or `gs://bucket/prefix`, read
@@ -62,21 +68,30 @@ def local_path(location: str, variable: str, project_dir: Path) -> Path:
 
 def storage_root(project_dir: Path) -> Path:
     """The folder for checkpoints and caches (see the module docstring for the rule); on Colab it
-    mounts Drive first (consent is asked once) when it is not mounted yet."""
+    mounts Drive first (consent is asked once) when it is not mounted yet. A root on Drive's path
+    while Drive is not mounted is a ConfigError, before any command writes there: the VM's disk
+    under a path that looks like Drive would vanish with the VM."""
     env = os.environ.get("PROJECT_STORAGE_DIR")
     if env:
-        return local_path(env, "PROJECT_STORAGE_DIR", project_dir)
+        root = local_path(env, "PROJECT_STORAGE_DIR", project_dir)
+        if root.resolve().is_relative_to(DRIVE_ROOT) and not drive_mounted():
+            raise ConfigError(
+                f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {COLAB_DRIVE} is not "
+                "mounted; mount it first (from google.colab import drive; "
+                "drive.mount('/content/drive'))"
+            )
+        return root
     if not on_colab():
         return project_dir
     why = f"no {COLAB_DRIVE} after mounting"
-    if not COLAB_DRIVE.is_dir():
+    if not drive_mounted():
         try:  # only in the notebook's own Python: a `!python` subprocess cannot ask for consent
             from google.colab import drive  # type: ignore[import-not-found]
 
             drive.mount(str(DRIVE_ROOT))
         except Exception as exc:  # refused consent, a subprocess without the kernel, a timeout
             why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-    if COLAB_DRIVE.is_dir():
+    if drive_mounted():
         return COLAB_DRIVE / PROJECT_SLUG
     print(
         f"WARNING: could not mount Google Drive ({why}), so checkpoints go to the VM's disk and "

@@ -410,6 +410,7 @@ def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
             "(example: --set data.validation_fraction=0.2 --set data.test_fraction=0.2)"
         )
     check(params)  # names and the components' own arguments, before anything is written
+    storage = storage_root(project_dir)  # an unmounted Drive too
     # What an earlier prepare wrote, or staged before it failed: the only files it may replace.
     recorded = staged_files(project_dir)
     recorded |= set(manifest.load(project_dir).get("written", []))
@@ -439,7 +440,7 @@ def _prepare(params: Params, project_dir: Path) -> dict[str, Any]:
         project_dir, {RAW: raw_sources, PROCESSED: dict.fromkeys(written, split_source)}, info
     )
     # A copy outlives the VM (Drive on Colab): a new VM's clone has no manifest to restore from.
-    manifest.keep(project_dir, storage_root(project_dir))
+    manifest.keep(project_dir, storage)
     size = sum(e["size"] for e in doc["files"] if e["path"].startswith(PROCESSED))
     print(
         f"Prepared {len(source.labels)} examples from {cfg.source} ({_described(spec)}): "

@@ -105,12 +105,16 @@ class CheckpointStore:
             if not is_storage_fault(exc):
                 raise
             cause = first_line(exc)
-        with contextlib.suppress(OSError):
-            self.clean_partial()
+        cleaned = False
+        with contextlib.suppress(OSError):  # a dropped Drive: the next start removes it
+            cleaned = self.clean_partial()
+        # A folder gone with a dropped Drive: the disk under its path is not the storage's.
+        free = _free(self.directory) if os.path.isdir(self.directory) else "free space unknown"
+        partial = "partial write removed" if cleaned else "a partial write may be left"
         say(
-            f"WARNING: checkpoint at step {step} not saved ({cause}); "
-            f"{_free_mib(self.directory):,.1f} MiB free in {self.directory}; "
-            f"partial write removed, training goes on and the next checkpoint tries again"
+            f"WARNING: checkpoint at step {step} not saved ({cause}); {free} in {self.directory}"
+            f"{_damaged(self.directory)}; {partial}, training goes on and the next checkpoint "
+            "tries again"
         )
         return None
 
@@ -134,9 +138,10 @@ class CheckpointStore:
 
         final = self.directory / f"step-{step:09d}"
         tmp = self.directory / f".tmp-{final.name}-{os.getpid()}"
+        write = self.prepare(checkpoint)  # it made the run's folder, once
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.prepare(checkpoint)(tf.constant(str(tmp / "ckpt")))
+        tmp.mkdir()  # not its parents: a dropped Drive's path is not made again on the VM's disk
+        write(tf.constant(str(tmp / "ckpt")))
         files = {}
         for path in sorted(tmp.iterdir()):
             _fsync(path)
@@ -165,10 +170,12 @@ class CheckpointStore:
 
     def prepare(self, checkpoint: Any) -> Callable[[Any], Any]:
         """`checkpoint.write` traced once, before training: eagerly, a write reads every variable
-        with ops of its own (MobileNetV3Small: 125 ms a save on 2 CPU cores, traced 19 ms)."""
+        with ops of its own (MobileNetV3Small: 125 ms a save on 2 CPU cores, traced 19 ms). The
+        run's folder is made then, once: a save makes only its own."""
         import tensorflow as tf
 
         if self._traced is None or self._traced[0] is not checkpoint:
+            self.directory.mkdir(parents=True, exist_ok=True)
             write = tf.function(checkpoint.write)
             write.get_concrete_function(tf.TensorSpec([], tf.string))
             self._traced = (checkpoint, write)
@@ -206,9 +213,9 @@ class CheckpointStore:
             return meta
         return None
 
-    def clean_partial(self) -> None:
+    def clean_partial(self) -> bool:
         """Delete `.tmp-*` folders left by a crash during a save (a complete checkpoint that a
-        crash left set aside goes back to its place first)."""
+        crash left set aside goes back to its place first); True when none is left."""
         for aside in self.directory.glob(".tmp-old-step-*"):
             final = self.directory / aside.name[len(".tmp-old-") :].rsplit("-", 1)[0]
             if not final.exists():
@@ -216,6 +223,7 @@ class CheckpointStore:
                     os.replace(aside, final)
         for child in self.directory.glob(".tmp-*"):
             shutil.rmtree(child, ignore_errors=True)
+        return os.path.isdir(self.directory) and not any(self.directory.glob(".tmp-*"))
 
     def clear(self) -> list[int]:
         """Delete every checkpoint of this run (`train --fresh`): complete, partial, damaged, a
@@ -291,9 +299,19 @@ def _fsync(path: Path) -> None:
             os.close(fd)
 
 
-def _free_mib(directory: Path) -> float:
+def _free(directory: Path) -> str:
     free = free_bytes(directory)
-    return float("nan") if free is None else free / MIB
+    return "free space unknown" if free is None else f"{free / MIB:,.1f} MiB free"
+
+
+def _damaged(directory: Path) -> str:
+    """`; <folders set aside as damaged, with their size> ...`, or '': never deleted but by you."""
+    with contextlib.suppress(OSError):
+        found = sorted(directory.glob("damaged-step-*"))
+        if found:
+            sizes = ", ".join(f"{p.name} ({_folder_bytes(p) / MIB:,.1f} MiB)" for p in found)
+            return f"; damaged checkpoints set aside, yours to delete to free space: {sizes}"
+    return ""
 
 
 def _folder_bytes(path: Path | None) -> int:
@@ -360,6 +378,6 @@ def write_results(
             raise
         raise ResultsWriteError(
             f"{target}: the final results could not be written ({first_line(exc)}; "
-            f"{_free_mib(target.parent):,.1f} MiB free); the checkpoints hold the trained run: "
+            f"{_free(target.parent)}); the checkpoints hold the trained run: "
             "free some space and run the same train command again to write them"
         ) from None

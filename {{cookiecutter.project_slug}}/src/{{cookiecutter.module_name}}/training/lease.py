@@ -203,8 +203,8 @@ class Lease:
             try:
                 if not self.check():
                     return
-                self.doc["heartbeat"] = time.time()
-                atomic_write(self.path, json.dumps(self.doc, indent=1))
+                self.doc["heartbeat"] = time.time()  # into the run's folder, never made again
+                atomic_write(self.path, json.dumps(self.doc, indent=1), make_folder=False)
             except OSError as exc:  # ENOSPC, EIO, a dropped FUSE mount: a storage fault
                 if not self.storage_fault:
                     say(

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from ..config import ConfigError, Params
 from ..core.files import free_bytes
-from ..core.storage import COLAB_DRIVE, DRIVE_ROOT
 from ..spec import DataSpec
 from ..tasks.base import make_task
 from .strategy import StrategyInfo
@@ -23,15 +22,6 @@ IMBALANCE = 0.1  # the rarest class under this share of the commonest one's exam
 
 class PreflightError(ConfigError):
     """A finding that stops the run; one line for the user (printed as `error: ...`)."""
-
-
-def check_storage_root(root: Path) -> None:
-    """Stop when `root` is on Google Drive's path but Drive is not mounted."""
-    if root.resolve().is_relative_to(DRIVE_ROOT) and not COLAB_DRIVE.is_dir():
-        raise PreflightError(
-            f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {COLAB_DRIVE} is not mounted; "
-            "mount it first (from google.colab import drive; drive.mount('/content/drive'))"
-        )
 
 
 def check_accelerator(params: Params, info: StrategyInfo) -> str:
@@ -112,12 +102,9 @@ def class_balance_finding(params: Params, spec: DataSpec) -> str:
     )
 
 
-def before_training(
-    params: Params, info: StrategyInfo, storage: Path, spec: DataSpec | None = None
-) -> list[str]:
+def before_training(params: Params, info: StrategyInfo, spec: DataSpec | None = None) -> list[str]:
     """The checks that need no model (`spec` None: the bundled digits, split by `train`); the
-    findings for the chief to say."""
-    check_storage_root(storage)
+    findings for the chief to say. An unmounted Drive stopped the run before (`storage_root`)."""
     lines = [check_accelerator(params, info)]
     if spec is not None:
         lines.append(class_balance_finding(params, spec))

@@ -174,7 +174,7 @@ def train(
         storage = paths.restore_from.parents[1]
         # Preflight, then one writer per run (the chief holds the lease) before any write.
         spec = data.spec if prepared else None
-        _say_findings(hooks, preflight.before_training(params, info, storage, spec))
+        _say_findings(hooks, preflight.before_training(params, info, spec))
         if info.is_chief and prepared:
             _keep_manifest(project_dir, storage)
         lease = None
