@@ -13,8 +13,8 @@ tests/test_colab_box.py runs a baked project's notebooks here as Colab runs them
   dies at once, as on a disconnect), its own HOME and TMPDIR, and a thin overlay environment
   (`venv --system-site-packages` on the image) that `%pip` installs into. A new VM deletes the last
   one's folder: the checkout, the overlay, every VM-local file.
-- Drive (`Box.drive`): a folder that the stand-in's `drive.mount(path)` binds at `path`; it
-  outlives every VM.
+- Drive (`Box.drive`): a tmpfs (a file system of its own, as Drive's FUSE mount is) that the
+  stand-in's `drive.mount(path)` binds at `path`; it outlives every VM.
 - GitHub: a local bare repository that git reaches as https://github.com/<owner>/<slug>.git
   (`url.<base>.insteadOf` in the VMs' global git config).
 
@@ -296,6 +296,10 @@ class Box:
     current: VM | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        # A file system of its own, as Colab's Drive (FUSE) is: a VM's bind of it at
+        # /content/drive is then a mount point by os.path.ismount, which the package asks.
+        self.drive.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4g", "colab-box-drive", str(self.drive)], check=True)
         (self.drive / "MyDrive").mkdir(parents=True, exist_ok=True)
         self.gitconfig.write_text(
             f'[url "{self.github}/"]\n\tinsteadOf = https://github.com/\n'
@@ -341,6 +345,10 @@ class Box:
     def push_from(self, checkout: Path, *args: str) -> None:
         """`git push` from a clone that knows the repository by its GitHub address."""
         git(checkout, "push", "-q", *args, env={"GIT_CONFIG_GLOBAL": str(self.gitconfig)})
+
+    def close(self) -> None:
+        """Unmount Drive (its files go with it)."""
+        subprocess.run(["umount", str(self.drive)], check=True)
 
     def new_vm(self) -> VM:
         """A new VM; the last one is gone, with its disk (the checkout, the overlay, /tmp)."""

@@ -115,6 +115,7 @@ class Scenario:
 def scenario(tmp_path_factory: pytest.TempPathFactory):
     scenario = Scenario(tmp_path_factory.mktemp("colab-box"))
     yield scenario
+    scenario.box.close()
     lines = [f"  {name:<34} {seconds:6.1f} s" for name, seconds in TIMES.items()]
     print("\nColab in a box, timings:\n" + "\n".join(lines))
     (scenario.box.root / "timings.json").write_text(json.dumps(TIMES, indent=1))
