@@ -30,7 +30,8 @@ def fake_colab(monkeypatch: pytest.MonkeyPatch, mount) -> None:
 def test_mounts_drive_when_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     my_drive = tmp_path / "drive" / "MyDrive"
     monkeypatch.setattr(storage, "COLAB_DRIVE", my_drive)
-    monkeypatch.setattr(storage, "drive_mounted", my_drive.is_dir)  # the fake mount makes it
+    # the fake mount makes MyDrive
+    monkeypatch.setattr(storage, "drive_mounted", lambda root: my_drive.is_dir())
     calls = []
 
     def mount(mountpoint: str) -> None:
@@ -83,8 +84,9 @@ def test_a_drive_folder_that_is_not_a_mount_is_mounted_not_written_to(
 def test_the_runtime_check_takes_no_unmounted_drive_folder_for_drive(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its own copy of the rule (it runs before the package's imports): a MyDrive folder where
-    /content/drive is not a mount point is the VM's disk, so the freeze goes to the project."""
+    """The same rule (core/hardware.py, stdlib only: it runs before anything is installed): a
+    MyDrive folder where /content/drive is not a mount point is the VM's disk, so the freeze goes
+    to the project."""
     from {{ cookiecutter.module_name }}.colab import runtime_check
 
     drive, is_dir = Path("/content/drive/MyDrive"), Path.is_dir

@@ -44,10 +44,10 @@ def test_unmounted_drive_stops_a_mounted_one_does_not(
     (fake_drive / "MyDrive").mkdir()  # what a `mkdir -p` makes: still not mounted
     with pytest.raises(ConfigError, match=r"^PROJECT_STORAGE_DIR: .* not mounted"):
         storages.storage_root(tmp_path)
-    monkeypatch.setattr(storages, "drive_mounted", lambda: True)
+    monkeypatch.setattr(storages, "drive_mounted", lambda root: True)
     assert storages.storage_root(tmp_path) == on_drive
     monkeypatch.setenv("PROJECT_STORAGE_DIR", str(tmp_path / "local"))  # not on Drive: fine
-    monkeypatch.setattr(storages, "drive_mounted", lambda: False)
+    monkeypatch.setattr(storages, "drive_mounted", lambda root: False)
     assert storages.storage_root(tmp_path) == tmp_path / "local"
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..core.hardware import tpu_present
+from ..core.hardware import drive_mounted, tpu_present
 
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
 SNAPSHOT = Path("requirements") / "colab-constraints.txt"  # Colab's GPU runtime, as locked
@@ -139,9 +139,8 @@ def storage_folder(project_dir: Path, environ: Mapping[str, str]) -> Path:
     env = environ.get("PROJECT_STORAGE_DIR", "")
     if env and not env.startswith("gs://"):
         return Path(project_dir) / Path(env).expanduser()
-    drive = Path("/content/drive/MyDrive")  # mounted: not a folder that a `mkdir -p` made
-    mounted = os.path.ismount(drive.parent) and drive.is_dir()
-    return drive / PROJECT_SLUG if mounted else Path(project_dir)
+    drive = Path("/content/drive")
+    return drive / "MyDrive" / PROJECT_SLUG if drive_mounted(drive) else Path(project_dir)
 
 
 def save_freeze(folder: Path, environ: Mapping[str, str]) -> Path:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError
+from .hardware import drive_mounted
 
 PROJECT_SLUG = "{{ cookiecutter.project_slug }}"
 # What train and evaluate write under the results root (the docs and dvc.yaml use these names).
@@ -39,12 +40,6 @@ def on_colab() -> bool:
         return importlib.util.find_spec("google.colab") is not None
     except ModuleNotFoundError:  # a `google` namespace package without `colab`
         return False
-
-
-def drive_mounted() -> bool:
-    """Whether Google Drive is mounted: /content/drive is a mount point, not a folder that any
-    `mkdir -p` makes (drive.mount then refuses: "Mountpoint must not already contain files")."""
-    return os.path.ismount(DRIVE_ROOT) and os.path.isdir(COLAB_DRIVE)
 
 
 def local_path(location: str, variable: str, project_dir: Path) -> Path:
@@ -74,7 +69,7 @@ def storage_root(project_dir: Path) -> Path:
     env = os.environ.get("PROJECT_STORAGE_DIR")
     if env:
         root = local_path(env, "PROJECT_STORAGE_DIR", project_dir)
-        if root.resolve().is_relative_to(DRIVE_ROOT) and not drive_mounted():
+        if root.resolve().is_relative_to(DRIVE_ROOT) and not drive_mounted(DRIVE_ROOT):
             raise ConfigError(
                 f"PROJECT_STORAGE_DIR: {root} is on Google Drive, but {COLAB_DRIVE} is not "
                 "mounted; mount it first (from google.colab import drive; "
@@ -84,14 +79,14 @@ def storage_root(project_dir: Path) -> Path:
     if not on_colab():
         return project_dir
     why = f"no {COLAB_DRIVE} after mounting"
-    if not drive_mounted():
+    if not drive_mounted(DRIVE_ROOT):
         try:  # only in the notebook's own Python: a `!python` subprocess cannot ask for consent
             from google.colab import drive  # type: ignore[import-not-found]
 
             drive.mount(str(DRIVE_ROOT))
         except Exception as exc:  # refused consent, a subprocess without the kernel, a timeout
             why = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-    if drive_mounted():
+    if drive_mounted(DRIVE_ROOT):
         return COLAB_DRIVE / PROJECT_SLUG
     print(
         f"WARNING: could not mount Google Drive ({why}), so checkpoints go to the VM's disk and "
