@@ -32,9 +32,9 @@ def read_tfrecord(path: str, data: DataConfig, kind: str) -> Source:
         try:
             for k, raw in enumerate(tf.data.TFRecordDataset(file).as_numpy_iterator()):
                 feature = tf.train.Example.FromString(raw).features.feature
-                inputs.append(_input(feature, data, f"record {named(file, k)} in {data.path}"))
-                labels.append(_values(feature[data.label]))
                 ids.append(named(file, k))
+                inputs.append(_input(feature, data, f"record {ids[-1]} in {data.path}"))
+                labels.append(_values(feature[data.label]))
         except tf.errors.DataLossError as exc:  # cut short, or not a TFRecord file at all
             cause = re.search(r"(truncated|corrupted) record at \d+", exc.message)
             file_name = named(file, 0).removesuffix(":0")  # the file, as in data.path
@@ -67,11 +67,11 @@ def _input(feature: Any, data: DataConfig, where: str) -> Any:
     if data.features not in feature:
         label = data.label if data.label in feature else "label"
         image = data.feature_kind == "image"  # a feature it has, of the kind asked for
-        named = [n for n in sorted(feature) if bool(feature[n].bytes_list.value) == image]
-        named = [n for n in named if n != label] or ["image" if image else "x"]
+        alike = [n for n in sorted(feature) if bool(feature[n].bytes_list.value) == image]
+        alike = [n for n in alike if n != label] or ["image" if image else "x"]
         raise ConfigError(
             f"data.features / data.label: {where} has features {sorted(feature)} "
-            f"(example: --set data.features={named[0]} --set data.label={label})"
+            f"(example: --set data.features={alike[0]} --set data.label={label})"
         )
     x = feature[data.features]
     if data.feature_kind != "image":
