@@ -14,6 +14,8 @@ from pathlib import Path
 
 # The copier answers file: copier fills it in; cookiecutter renders it empty.
 COPIER_ANSWERS = Path(".copier-answers.yml")
+# Drive for desktop's My Drive on macOS (File Provider; Google's help: "under ~/Library/CloudStorage").
+MAC_DRIVE = "$HOME/Library/CloudStorage/GoogleDrive-you@gmail.com/My Drive"
 
 
 def unchosen(answers: dict) -> list[Path]:
@@ -64,7 +66,7 @@ def next_steps(answers: dict, git_note: str) -> str:
     # Drive folder needs its owner's login (gdrive's placeholder would wait for a browser).
     reach = {
         "drive": (
-            '  DRIVE="$HOME/Google Drive/My Drive"   # off Colab: Drive for desktop\'s My Drive, as your OS shows it\n'
+            f'  DRIVE="{MAC_DRIVE}"   # off Colab: Drive for desktop\'s My Drive (your account; Windows: G:/My Drive)\n'
             f'  ls -d "$DRIVE" && dvc remote modify --local storage url "$DRIVE/{slug}/dvc-storage"\n'
         ),
         "gcs": (

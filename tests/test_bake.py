@@ -654,10 +654,11 @@ def test_a_teammate_joins_by_the_readme_after_the_bakers_steps(tmp_path: Path, p
         script = "set -e\n" + "\n".join(lines)
         return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
-    (home / "Google Drive" / "My Drive").mkdir(parents=True)  # Drive for desktop's folder
+    drive = home / "Library" / "CloudStorage" / "GoogleDrive-you@gmail.com" / "My Drive"  # macOS's
+    drive.mkdir(parents=True)
     done = run(baker, tmp_path / "out", tmp_path / "out" / "colab-project")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (home / "Google Drive" / "My Drive" / "colab-project" / "dvc-storage" / "files").is_dir()
+    assert (drive / "colab-project" / "dvc-storage" / "files").is_dir()
     clone = tmp_path / "mate" / "colab-project"
     clone.parent.mkdir()
     done = run(joiner, clone.parent, clone)
