@@ -17,6 +17,7 @@ import yaml
 from conftest import PARAMS
 
 from {{ cookiecutter.module_name }}.__main__ import main
+from {{ cookiecutter.module_name }}.config import flat
 
 # One short epoch on one device, offline (no ImageNet download), small built-in models, and every
 # setting of yours that a component under test might not take (your task and its metrics and
@@ -175,21 +176,29 @@ def mock_tfds() -> Iterator[None]:
 
 
 def new_project(folder: Path) -> Path:
-    """A project folder with a copy of params.yaml, less the arguments of your own components
-    (`model.args`, `data.args` empty): each component here runs with its defaults."""
-    params = yaml.safe_load((PARAMS).read_text(encoding="utf-8"))
-    for section in ("data", "model", "task"):
-        if "args" in (params.get(section) or {}):
-            params[section]["args"] = {}
+    """A project folder with a copy of params.yaml (`run` there picks other components)."""
     folder.mkdir(parents=True)
-    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    (folder / "params.yaml").write_bytes(PARAMS.read_bytes())
     return folder
+
+
+# A component's own arguments go with it: a test that picks another one leaves them out.
+ARGUMENTS = {"data.source": "data.args", "model.architecture": "model.args"}
 
 
 def run(command: str, project: Path, *sets: str, args: tuple[str, ...] = ()) -> tuple[int, str]:
     """`python -m {{ cookiecutter.module_name }} COMMAND [ARGS] --params <project>/params.yaml
-    --set ...`, in this process: (its exit code, what it printed)."""
+    --set ...`, in this process: (its exit code, what it printed). A `--set` that picks another
+    source or architecture than params.yaml's runs it without params.yaml's arguments."""
     printed = io.StringIO()
+    named = flat(yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8")))
+    given = dict(item.split("=", 1) for item in sets)
+    sets += tuple(
+        arguments + "={}"
+        for key, arguments in ARGUMENTS.items()
+        if given.get(key, named[key]) != named[key]
+        and not any(k.startswith(arguments) for k in given)
+    )
     argv = [command, *args, "--params", str(project / "params.yaml")]
     argv += [part for item in sets for part in ("--set", item)]
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import subprocess
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import PARAMS
+from examples import new_project
 
+from {{ cookiecutter.module_name }}.__main__ import main
 from {{ cookiecutter.module_name }}.config import (
     ConfigError,
     ModelConfig,
@@ -99,12 +103,12 @@ def test_a_name_registered_twice_is_an_error_naming_both() -> None:
 def test_unknown_or_ill_typed_arguments_are_one_line_errors(overrides, message) -> None:
     params = load_params(PARAMS, ["model.architecture=test_widths", *overrides])
     with pytest.raises(ConfigError) as info:
-        check(params)
+        check(params, space=True)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
 @register("architecture", "test_units")
-def units(inputs, spec, cfg, units: list[int] = [8, 4]):  # noqa: ANN001, ANN201, B006
+def units(inputs, spec, cfg, units: list[int] = [8, 4], sep: str = ";"):  # noqa: ANN001, ANN201, B006
     return keras.layers.Dense(units[-1], name="own")(keras.layers.Flatten()(inputs))
 
 
@@ -116,16 +120,30 @@ def units(inputs, spec, cfg, units: list[int] = [8, 4]):  # noqa: ANN001, ANN201
         ["sweep.space={model.args.units: {low: 8, high: 64}}"],
         ["sweep.space={model.args.height: {choices: [8]}}"],
         ["model.architecture=mlp", "model.args.units=[8]"],  # another model's, left in params
+        ["model.args.sep=[1]"],  # its example's `;` would end a shell's command
     ],
 )
 def test_the_example_of_an_argument_error_is_a_valid_setting(overrides) -> None:
     """Pasted into a shell as shown: one `--set` word, and the command takes it."""
     chosen = "model.architecture=test_units"
     with pytest.raises(ConfigError) as info:
-        check(load_params(PARAMS, [chosen, *overrides]))
-    example = shlex.split(str(info.value).rsplit("(example: ", 1)[1].removesuffix(")"))
-    assert example[0] == "--set" and len(example) == 2, str(info.value)
-    check(load_params(PARAMS, [chosen, example[1]]))
+        check(load_params(PARAMS, [chosen, *overrides]), space=True)
+    shown = str(info.value).rsplit("(example: ", 1)[1].removesuffix(")")
+    words = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {shown}"], capture_output=True, text=True
+    )
+    example = words.stdout.split("\0")[:-1]  # as bash reads the line
+    assert example == shlex.split(shown) and example[0] == "--set" and len(example) == 2, shown
+    check(load_params(PARAMS, [chosen, example[1]]), space=True)
+
+
+def test_only_a_sweep_checks_the_arguments_its_space_searches() -> None:
+    """A space that searches one model's argument does not stop `train` of another model."""
+    space = "sweep.space={model.args.width: {low: 8, high: 64}}"
+    params = load_params(PARAMS, ["model.architecture=mlp", space])
+    check(params)
+    with pytest.raises(ConfigError, match=r"^sweep.space.model.args.width: architecture 'mlp' "):
+        check(params, space=True)
 
 
 def test_a_sweep_searches_an_architecture_argument() -> None:
@@ -135,7 +153,7 @@ def test_a_sweep_searches_an_architecture_argument() -> None:
 
     space = "sweep.space={model.args.width: {low: 8, high: 64, log: true}}"
     params = load_params(PARAMS, ["model.architecture=test_widths", space])
-    check(params)
+    check(params, space=True)
     dist = sweep_space(params)["model.args.width"]
     assert dist == optuna.distributions.IntDistribution(8, 64, log=True)
 
@@ -236,3 +254,13 @@ def test_mixed_bfloat16_step_with_clipping_and_phase_change(architecture: str) -
         assert int(optimizer.iterations) == 2
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["predict", "new.csv"], ["export"]])
+def test_every_command_checks_the_components_arguments(command, tmp_path: Path, capsys) -> None:
+    """Not only train and prepare: evaluate, predict and export stop at a bad argument too."""
+    project = new_project(tmp_path / "project")
+    code = main([*command, "--params", str(project / "params.yaml"), "--set", "model.args.x=3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: model.args.x: architecture "), err
+    assert [p.name for p in project.iterdir()] == ["params.yaml"]  # nothing written

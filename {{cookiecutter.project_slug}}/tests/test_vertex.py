@@ -330,6 +330,19 @@ def test_bad_params_exit_2_with_the_key(capsys):
     assert err.startswith("error: vertex.bucket: ")
 
 
+@pytest.mark.parametrize("extra", [[], ["--sweep"]])
+def test_a_components_bad_argument_stops_before_any_job(extra, tmp_path, capsys):
+    """A misspelt argument (or one the sweep's space searches) is refused here, not by a job
+    that has started in the cloud."""
+    bad = "model.args.x=3" if not extra else "sweep.space={model.args.x: {choices: [3]}}"
+    job = tmp_path / "job.yaml"
+    argv = ["vertex", "--dry-run", *extra, "--params", str(PARAMS), "--output", str(job)]
+    assert main([*argv, *(f"--set={item}" for item in [*GOOD, bad])]) == 2
+    key = "sweep.space.model.args.x" if extra else "model.args.x"
+    assert capsys.readouterr().err.startswith(f"error: {key}: architecture ")
+    assert not list(tmp_path.iterdir())
+
+
 def _fake_gcloud(folder: Path, record: Path) -> None:
     folder.mkdir()
     script = folder / "gcloud"

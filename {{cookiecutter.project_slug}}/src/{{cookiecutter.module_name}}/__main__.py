@@ -23,6 +23,7 @@ from .core.environment import log_environment
 from .core.storage import results_root
 from .data.manifest import ManifestMismatch
 from .data.staging import StagingError, stage
+from .registry import check
 from .training.checkpoints import CheckpointMismatch, ResultsWriteError, without_op
 from .training.lease import EXIT_LEASE_HELD, LeaseHeld
 from .training.strategy import StrategyError
@@ -109,6 +110,7 @@ def cmd_evaluate(args: argparse.Namespace, params: Params) -> None:
     """Evaluate results/models/model.keras on the test split."""
     from .evaluation.evaluate import evaluate  # when the command runs
 
+    check(params)  # the components' names and arguments, as every command checks them
     evaluate(params, args.project)
 
 
@@ -116,6 +118,7 @@ def cmd_predict(args: argparse.Namespace, params: Params) -> None:
     """Score a CSV, images or .txt files with results/models/model.keras."""
     from .evaluation.predict import predict  # when the command runs
 
+    check(params)
     results = results_root(args.project)
     output = Path(args.output) if args.output else results / "predictions.csv"
     count = predict(Path(args.input), output, results / "models")
@@ -127,6 +130,7 @@ def cmd_export(args: argparse.Namespace, params: Params) -> None:
     from .evaluation import export  # when the command runs
     from .evaluation.model_card import update_exports
 
+    check(params)
     results = results_root(args.project)
     if args.quantize and args.format != "litert":
         raise ConfigError(
@@ -157,6 +161,7 @@ def cmd_vertex(args: argparse.Namespace, params: Params) -> int:
     from .cloud.tuning import tuning_job  # when the command runs
     from .cloud.vertex import run_vertex
 
+    check(params, space=args.sweep)  # here, not after a job has started in the cloud
     return run_vertex(
         params,
         args.project,

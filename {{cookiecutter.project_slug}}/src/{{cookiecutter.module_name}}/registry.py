@@ -12,6 +12,8 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -172,12 +174,17 @@ def _setting(key: str, arg: str, value: Any) -> str:
         setting = f"sweep.space={yaml_text({searched: {'choices': [value]}})}"
     else:
         setting = f"{key}.{arg}={yaml_text(value)}"
-    return f'--set "{setting}"' if " " in setting else f"--set {setting}"
+    if shlex.quote(setting) == setting:  # nothing in it a shell reads
+        return f"--set {setting}"
+    if re.search(r'["$`\\!]', setting):  # what a shell reads inside double quotes too
+        return f"--set {shlex.quote(setting)}"
+    return f'--set "{setting}"'
 
 
-def check(params: Params) -> None:
-    """Look up every name params gives and check the components' own arguments (also those a
-    sweep searches): one line for the first problem, before a command writes anything."""
+def check(params: Params, space: bool = False) -> None:
+    """Look up every name params gives and check the components' own arguments (with `space`,
+    also those the sweep searches): one line for the first problem, before a command writes
+    anything. Only a sweep checks its space: `train --set model.architecture=mlp` is no sweep."""
     values = flat(params.to_dict())
     for kind, (key, _) in KINDS.items():
         items = values[key] if isinstance(values[key], list) else [values[key]]
@@ -186,7 +193,7 @@ def check(params: Params) -> None:
             lookup(kind, name)
             if kind == "augmentation":
                 arguments(kind, name, args, f"{key}.{name}")
-    space = sweep_space(params)
+    space = sweep_space(params) if space else {}
     for key, kind in ARGUMENTS.items():
         name, given = values[KINDS[kind][0]], getattr(params, key.split(".")[0]).args
         arguments(kind, name, given, key)

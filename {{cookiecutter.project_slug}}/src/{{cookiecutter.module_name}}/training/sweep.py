@@ -54,7 +54,7 @@ def run_sweep(
     stop; the exit code is `train`'s (0 done, 3 time budget, 130/143 interrupted: run it again)."""
     cfg = params.sweep
     searched(params)
-    check(params)  # a misspelt component or a bad argument in the space: before any trial
+    check(params, space=True)  # a misspelt component, a bad argument in the space: no trial
     if params.distribute.strategy == "multiworker":
         raise ConfigError(
             "distribute.strategy: multiworker, but a sweep runs its trials one at a time on this "
