@@ -12,7 +12,13 @@ import pytest
 import yaml
 from conftest import MODULE, PARAMS, PROJECT, cli_env
 
-from {{ cookiecutter.module_name }}.config import ConfigError, Params, flat, load_params
+from {{ cookiecutter.module_name }}.config import (
+    ConfigError,
+    Params,
+    flat,
+    load_params,
+    parse_assignment,
+)
 
 PARAMS = PARAMS
 
@@ -50,6 +56,14 @@ def test_overrides_are_typed_like_yaml() -> None:
     assert p.distribute.gpus == [0, 1]
     assert p.run_name == "2024"
     assert p.distribute.strategy == "mirrored"
+
+
+def test_a_text_that_yaml_reads_as_empty_stays_as_written() -> None:
+    """`|` and `>` start YAML block text and `#` a comment: as values they are the text itself,
+    not an empty string a reader would take (`str.split("")`). `""` and an empty value stay ''."""
+    given = {"|": "|", ">": ">", "#": "#", '""': "", "": "", "null": None}
+    for text, value in given.items():
+        assert parse_assignment(f"data.label={text}", "--set", "x=1") == ("data.label", value)
 
 
 @pytest.mark.parametrize(

@@ -346,6 +346,8 @@ def parse_assignment(item: str, flag: str, example: str) -> tuple[str, Any]:
         value = loader.construct_document(node) if node is not None else ""
     except yaml.YAMLError:
         value = text
+    if value == "" and text not in ("", '""', "''"):  # YAML's `|`, `>`, `#`: the text written
+        value = text
     return key, value
 
 
