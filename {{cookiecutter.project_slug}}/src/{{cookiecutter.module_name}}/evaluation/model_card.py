@@ -277,15 +277,16 @@ def litert_table(checked: list[tuple[str, str, dict[str, Any]]], keras_size: str
     """The Keras model and each LiteRT export on the test split."""
     first = checked[0][2]
     names = [m for m in task_class(first["task"]).headline if m in first["keras"]]
-    header = ["model", "weights", "size", *names, "largest difference", "same prediction"]
+    same = ["same prediction"] if "same_prediction" in first else []  # names, not numbers
+    header = ["model", "weights", "size", *names, "largest difference", *same]
     keras = [number_text(first["keras"][m]) for m in names]
-    rows = [[_shown(MODEL_FILE), "float32", keras_size, *keras, "", ""]]
+    rows = [[_shown(MODEL_FILE), "float32", keras_size, *keras, "", *["" for _ in same]]]
     for shown, size, entry in checked:
         weights = {"none": "float32", "int8": "int8 (dynamic range)"}.get(entry["quantize"])
         metrics = [number_text(entry["litert"][m]) for m in names]
         diff = number_text(entry["max_abs_diff"], ".1e")
-        same = number_text(entry["same_prediction"], ".1%")
-        rows.append([shown, weights or entry["quantize"], size, *metrics, diff, same])
+        shares = [number_text(entry["same_prediction"], ".1%") for _ in same]
+        rows.append([shown, weights or entry["quantize"], size, *metrics, diff, *shares])
     return (
         f"On the {first['examples']} test examples ({first['interpreter']} runs the `.tflite` "
         "files; the largest difference is over every output, in your units):\n\n"

@@ -68,7 +68,9 @@ class Task:
 
     kind: ClassVar[str] = ""  # the name the kind registers under; spec.json's `task`
     train_metric_name: ClassVar[str] = ""  # the first standard metric, also tracked in training
-    name_word: ClassVar[str] = "target"  # what `names` are, in messages: class / label / target
+    # What `names` are, in messages: class / label / target (a number: export compares no
+    # predictions as text, since a number differs in its last digits)
+    name_word: ClassVar[str] = "target"
     min_names: ClassVar[int] = 1
     stratified: ClassVar[bool] = False  # `prepare` splits each class alike (class indices)
     target_dtype: ClassVar[str] = "float32"  # the targets' type in the shards and the batches
