@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import configparser
 import json
+import os
 import re
 import shlex
 import shutil
@@ -392,6 +393,40 @@ def test_make_lists_every_target(baked: tuple[dict, Path]) -> None:
     declared = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
     listed = set(re.findall(r"^  make ([a-z][a-z-]*) ", out, flags=re.M))
     assert listed == declared, "`make` must list exactly the Makefile's targets"
+
+
+def test_make_clean_removes_only_the_caches_of_the_tools_and_the_code(baked: tuple[dict, Path], tmp_path: Path) -> None:
+    """Never a venv's compiled files (the README makes .venv in the project), nor a folder the
+    project does not write (`build/`, anything under data/)."""
+    _, baked_project = baked
+    project = tmp_path / "p"
+    shutil.copytree(baked_project, project, ignore=shutil.ignore_patterns(".git"))
+    mine = [".venv/lib/x/__pycache__/a.pyc", "build/notes.txt", "dist/mine.tar.gz", "data/external/__pycache__/keep.txt"]
+    written = [".pytest_cache/v", ".ruff_cache/v", f"src/{baked[0]['module_name']}/__pycache__/config.pyc", "tests/__pycache__/x.pyc"]
+    for name in mine + written:
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text("x")
+    subprocess.run(["make", "-s", "clean"], cwd=project, check=True, capture_output=True)
+    assert [name for name in mine if not (project / name).exists()] == []
+    assert [name for name in written if (project / name).exists()] == []
+
+
+def test_make_image_without_docker_says_what_it_needs(baked: tuple[dict, Path], tmp_path: Path) -> None:
+    answers, project = baked
+    if not answers["vertex_ai"]:
+        pytest.skip("no `make image` without vertex_ai")
+    (tmp_path / "docker").write_text("#!/bin/sh\nexit 1\n")  # a client with no daemon
+    (tmp_path / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    run = subprocess.run(["make", "-s", "image"], cwd=project, capture_output=True, text=True, env=env)
+    assert run.returncode != 0 and run.stdout == "make image: needs Docker, installed and running (docs/scaling.md)\n"
+
+
+def test_make_passes_args_to_every_command_that_takes_them(baked: tuple[dict, Path]) -> None:
+    _, project = baked
+    for target in ("train", "sweep", "speed", "evaluate", "notebooks"):
+        shown = subprocess.run(["make", "-n", target, "ARGS=--x"], cwd=project, capture_output=True, text=True).stdout
+        assert shown.rstrip().endswith(f"{target} --x"), (target, shown)
 
 
 def test_vertex_ai_only_when_chosen(baked: tuple[dict, Path]) -> None:

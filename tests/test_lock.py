@@ -140,6 +140,15 @@ def run_lock(folder: Path, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"}, timeout=600)
 
 
+def test_a_missing_freeze_is_one_line_saying_what_to_give(tmp_path: Path) -> None:
+    for given, said in (("", "none given"), ("nope.txt", "no file nope.txt")):  # `COLAB_FREEZE=`: ""
+        run = run_lock(tmp_path, "requirements.in", "-o", "requirements.txt", "--freeze", given)
+        assert run.returncode == 1 and run.stderr == (
+            f"lock: --freeze: {said}; give a Colab runtime's `pip freeze` (make lock COLAB_FREEZE=FILE; "
+            "docs/reproducibility.md)\n"
+        ), run.stderr
+
+
 def test_the_freeze_says_its_python(tmp_path: Path) -> None:
     tool = load_lock_tool()
     assert tool.freeze_python(tool.COLAB_CONSTRAINTS) == COLAB_PYTHON
@@ -192,7 +201,7 @@ def test_lock_to_a_past_runtime_on_another_python(tmp_path: Path) -> None:
     assert "requirements/colab-constraints.txt is now this runtime's snapshot" in run.stdout
     assert "# Copied by `make lock` from runtime-freeze.txt." in (tmp_path / "requirements" / "colab-constraints.txt").read_text()
     text = (tmp_path / "requirements.txt").read_text()
-    assert "# Colab runtime: Python 3.12, runtime-freeze.txt" in text
+    assert "# Colab runtime: Python 3.12, requirements/colab-constraints.txt (from runtime-freeze.txt)" in text
     for python in ("3.11", "3.12"):
         pins = pins_for(text, python)
         assert pins["tensorflow"] == "2.19.0" and pins["numpy"] == "2.0.2" and pins["six"] == "1.16.0", (python, pins)

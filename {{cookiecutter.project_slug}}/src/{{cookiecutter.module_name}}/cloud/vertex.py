@@ -51,10 +51,9 @@ def validate(cfg: VertexConfig, run_name: str) -> None:
             "bucket", f"{why}: checkpoints and results go there", f"gs://my-bucket/{PROJECT_SLUG}"
         )
     if bool(cfg.image_uri) == bool(cfg.python_package_uri):
-        what = "both are set" if cfg.image_uri else "neither is set"
-        raise _bad(
-            "image_uri", f"set it or vertex.python_package_uri, not both ({what})", IMAGE_EXAMPLE
-        )
+        both = "set it or vertex.python_package_uri, not both"
+        why = both if cfg.image_uri else "required, or vertex.python_package_uri instead"
+        raise _bad("image_uri", why, IMAGE_EXAMPLE)
     if cfg.image_uri and not _image_name(cfg.image_uri):
         raise _bad(
             "image_uri", f"{cfg.image_uri!r} is not a registry/path[:tag] image name", IMAGE_EXAMPLE
