@@ -144,10 +144,12 @@ def advice(
                 f"the VM's disk, or copy it there with `{COMMAND} stage`"
             )
         if data.spec.kind == "image":
-            size = "x".join(map(str, data.spec.input_shape[:2]))
-            tips.append(
-                f"smaller images (data.image_size; they are {size}): decoding grows with the pixels"
-            )
+            height, width = data.spec.input_shape[:2]
+            if height * width > 64 * 64:  # below, an example's fixed cost outweighs its pixels
+                tips.append(
+                    f"smaller images (data.image_size; they are {height}x{width}): decoding "
+                    "grows with the pixels"
+                )
             if params.data.augment:
                 tips.append(f"fewer data.augment ops (now {params.data.augment})")
         tips.append("a runtime with more CPU cores (the input pipeline runs on the CPU)")
