@@ -406,7 +406,7 @@ def test_make_clean_removes_only_the_caches_of_the_tools_and_the_code(baked: tup
     for name in mine + written:
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text("x")
-    subprocess.run(["make", "-s", "clean"], cwd=project, check=True, capture_output=True)
+    subprocess.run(["make", "-s", "--no-print-directory", "clean"], cwd=project, check=True, capture_output=True)
     assert [name for name in mine if not (project / name).exists()] == []
     assert [name for name in written if (project / name).exists()] == []
 
@@ -418,14 +418,14 @@ def test_make_image_without_docker_says_what_it_needs(baked: tuple[dict, Path], 
     (tmp_path / "docker").write_text("#!/bin/sh\nexit 1\n")  # a client with no daemon
     (tmp_path / "docker").chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    run = subprocess.run(["make", "-s", "image"], cwd=project, capture_output=True, text=True, env=env)
+    run = subprocess.run(["make", "-s", "--no-print-directory", "image"], cwd=project, capture_output=True, text=True, env=env)
     assert run.returncode != 0 and run.stdout == "make image: needs Docker, installed and running (docs/scaling.md)\n"
 
 
 def test_make_passes_args_to_every_command_that_takes_them(baked: tuple[dict, Path]) -> None:
     _, project = baked
     for target in ("train", "sweep", "speed", "evaluate", "notebooks"):
-        shown = subprocess.run(["make", "-n", target, "ARGS=--x"], cwd=project, capture_output=True, text=True).stdout
+        shown = subprocess.run(["make", "--no-print-directory", "-n", target, "ARGS=--x"], cwd=project, capture_output=True, text=True).stdout
         assert shown.rstrip().endswith(f"{target} --x"), (target, shown)
 
 
